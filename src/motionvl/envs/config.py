@@ -1,0 +1,126 @@
+"""Configuration of the locomotion environment: one nested dataclass, every field documented."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from motionvl.robot import ConfigError
+
+
+@dataclasses.dataclass
+class CommandConfig:
+    vx: tuple = (-0.5, 1.0)
+    """Forward velocity command range, m/s."""
+    vy: tuple = (-0.3, 0.3)
+    """Lateral velocity command range, m/s."""
+    yaw_rate: tuple = (-1.0, 1.0)
+    """Yaw rate command range, rad/s."""
+    resample_s: float = 10.0
+    """Seconds between command resamples within an episode."""
+    standing_fraction: float = 0.1
+    """Fraction of commands that are exactly zero (learn to stand still)."""
+    fixed: tuple | None = None
+    """If set, (vx, vy, yaw_rate) used for every env instead of sampling (evaluation)."""
+
+
+@dataclasses.dataclass
+class RandomizationConfig:
+    """Domain randomisation, with the MotionVL paper's ranges as defaults; each switchable."""
+
+    friction: bool = True
+    friction_range: tuple = (0.2, 1.3)
+    """Ground/foot friction coefficient range."""
+    gain_scale: bool = True
+    gain_scale_range: tuple = (0.8, 1.2)
+    """Multiplier on every joint's Kp and Kd (one draw per env and joint)."""
+    joint_friction: bool = True
+    joint_friction_range: tuple = (0.1, 3.0)
+    """Multiplier on the joint friction loss of the robot config."""
+    added_mass: bool = False
+    added_mass_range: tuple = (-1.0, 3.0)
+    """kg added to the pelvis."""
+    push: bool = True
+    push_interval_s: float = 8.0
+    """Seconds between pushes."""
+    push_velocity: float = 0.5
+    """Max horizontal velocity change of a push, m/s."""
+    latency: bool = True
+    latency_range: tuple = (1, 10)
+    """Physics steps before a new joint target reaches the PD loop (inclusive range)."""
+
+
+@dataclasses.dataclass
+class EnvConfig:
+    num_envs: int = 512
+    """Environments stepped together."""
+    num_threads: int | None = None
+    """Physics threads (default: all cores this process may use)."""
+    episode_length_s: float = 20.0
+    """Time-out of an episode in seconds."""
+    sim_dt: float | None = 0.005
+    """Training physics step; None uses the robot config's. sim_dt x decimation must equal the
+    robot's control period, so the policy's contract (50 Hz) does not change."""
+    decimation: int | None = 4
+    """Physics steps per policy step for training; None uses the robot config's."""
+    terrain: str = "flat"
+    """'flat' or 'rough'."""
+    gait_period_s: float = 0.7
+    """Nominal gait period for the phase clock in the observation and the gait reward terms."""
+    obs_history: int = 0
+    """Extra past proprioceptive frames appended to the actor observation."""
+    reset_joint_noise: float = 0.1
+    """Uniform noise (rad) added to the default pose at reset."""
+    reset_base_velocity_noise: float = 0.1
+    """Uniform noise (m/s, rad/s) on the base velocity at reset."""
+    min_base_height: float = 0.45
+    """Episode ends (fall) when the pelvis is lower than this above the ground, metres."""
+    max_tilt_rad: float = 1.0
+    """Episode ends (fall) when the pelvis tilts more than this from upright."""
+    contact_force_threshold: float = 5.0
+    """Sole normal force (N) above which a foot counts as in contact."""
+    seed: int = 0
+    """Seed of every random draw (resets, commands, randomisation)."""
+    commands: CommandConfig = dataclasses.field(default_factory=CommandConfig)
+    randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
+
+    @classmethod
+    def from_dict(cls, raw: dict | None, where: str = "env config") -> "EnvConfig":
+        return _from_dict(cls, raw or {}, where)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, key: str | None = "env") -> "EnvConfig":
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"config not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if key is not None:
+            raw = raw.get(key, {})
+        return cls.from_dict(raw, str(path))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _from_dict(cls, raw: dict, where: str):
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(raw) - set(fields)
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(fields)})")
+    kwargs = {}
+    for name, value in raw.items():
+        default = fields[name].default_factory() if fields[name].default_factory is not dataclasses.MISSING else fields[name].default
+        if dataclasses.is_dataclass(default):
+            kwargs[name] = _from_dict(type(default), value, f"{where}.{name}")
+        elif isinstance(default, tuple) and isinstance(value, list):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)

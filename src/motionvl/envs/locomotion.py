@@ -1,0 +1,364 @@
+"""Batched humanoid locomotion environment on a physics backend (numpy; no ROS, no torch).
+
+Per policy step: actions -> PD targets (the deployment law) -> `decimation` physics steps in C
+-> state -> reward terms -> terminations -> resets -> observations. Everything is (N, ...) numpy.
+
+Observation layout of the actor (`OBS_LAYOUT`, also written into the ONNX metadata):
+    base_ang_vel (3) x0.25 | projected_gravity (3) | command (3) x(2, 2, 0.25) |
+    joint_pos - default (J) | joint_vel (J) x0.05 | last_action (J) | gait_phase sin, cos (2)
+then, with `obs_history=H`, H past frames of the proprioceptive part (all but command/phase).
+The critic additionally sees base_lin_vel x2 (3), base height (1), foot contacts (2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import mujoco
+import numpy as np
+
+from motionvl.envs.config import EnvConfig
+from motionvl.rewards.state import RewardState
+from motionvl.robot import ConfigError, RobotConfig
+from motionvl.sim.backend import MujocoBatchBackend
+from motionvl.sim.math import quat_from_yaw, quat_rotate_inverse
+from motionvl.sim.model import SOLE_SITES, TerrainConfig, build_model
+from motionvl.sim.trajectory import Trajectory
+
+RewardFn = Callable[[RewardState], "tuple[np.ndarray, dict[str, np.ndarray]]"]
+
+GRAVITY_DIR = np.array([0.0, 0.0, -1.0])
+
+
+def obs_layout(num_joints: int) -> list:
+    """(name, size, scale) of each actor observation block, in order."""
+    return [
+        ("base_ang_vel", 3, 0.25),
+        ("projected_gravity", 3, 1.0),
+        ("command", 3, [2.0, 2.0, 0.25]),
+        ("joint_pos_rel", num_joints, 1.0),
+        ("joint_vel", num_joints, 0.05),
+        ("last_action", num_joints, 1.0),
+        ("gait_phase_sin_cos", 2, 1.0),
+    ]
+
+
+class LocomotionEnv:
+    def __init__(self, robot: RobotConfig, cfg: EnvConfig | None = None, reward_fn: RewardFn | None = None):
+        self.robot = robot
+        self.cfg = cfg = cfg or EnvConfig()
+        self.sim_dt = cfg.sim_dt or robot.sim_dt
+        self.decimation = cfg.decimation or robot.decimation
+        if abs(self.sim_dt * self.decimation - robot.control_dt) > 1e-9:
+            raise ConfigError(
+                f"sim_dt x decimation = {self.sim_dt * self.decimation:.4f} s must equal the robot's control period "
+                f"{robot.control_dt:.4f} s (the policy contract)")
+        self.dt = robot.control_dt
+        self.num_envs = N = int(cfg.num_envs)
+        self.num_joints = J = robot.num_joints
+        self.reward_fn = reward_fn
+        self.rng = np.random.default_rng(cfg.seed)
+
+        train_robot = dataclasses.replace(robot, sim_dt=self.sim_dt, decimation=self.decimation)
+        self.terrain = TerrainConfig(kind=cfg.terrain, seed=cfg.seed)
+        self.model = build_model(train_robot, self.terrain)
+        self.sim = MujocoBatchBackend(self.model, N, cfg.num_threads)
+        m = self.model
+        self._qpos_j = np.array([m.jnt_qposadr[m.joint(n).id] for n in robot.joint_names])
+        self._qvel_j = np.array([m.jnt_dofadr[m.joint(n).id] for n in robot.joint_names])
+        if not (np.all(np.diff(self._qpos_j) == 1) and np.all(np.diff(self._qvel_j) == 1)):
+            raise ConfigError("joint order of the model differs from the robot config")
+        self._qp = slice(int(self._qpos_j[0]), int(self._qpos_j[-1]) + 1)
+        self._qv = slice(int(self._qvel_j[0]), int(self._qvel_j[-1]) + 1)
+        self._sens = {m.sensor(i).name: slice(int(m.sensor_adr[i]), int(m.sensor_adr[i] + m.sensor_dim[i]))
+                      for i in range(m.nsensor)}
+        # knees (shank origins) near the ground count as a body collision (kneeling, falling)
+        self._knee_bodies = np.array([m.body(n).id for n in ("left_shank", "right_shank") if _has_body(m, n)], dtype=int)
+        self._hfield = _HeightField(m) if cfg.terrain == "rough" else None
+
+        self.default_pose = robot.default_pose
+        self.lower, self.upper = robot.lower, robot.upper
+        self.max_episode_length = int(round(cfg.episode_length_s / self.dt))
+        self.layout = obs_layout(J)
+        self._obs_scale = np.concatenate([np.broadcast_to(np.asarray(s, float), (n,)) for _, n, s in self.layout])
+        self.num_proprio = 3 + 3 + 3 * J
+        self.num_obs = int(self._obs_scale.size + cfg.obs_history * self.num_proprio)
+        self.num_privileged = 6
+
+        # per-env buffers
+        self.episode_length = np.zeros(N, dtype=np.int64)
+        self.action = np.zeros((N, J))
+        self.last_action = np.zeros((N, J))
+        self.target = np.tile(self.default_pose, (N, 1))
+        self.command = np.zeros((N, 3))
+        self.feet_air_time = np.zeros((N, 2))
+        self.last_contact = np.zeros((N, 2), dtype=bool)
+        self.last_joint_vel = np.zeros((N, J))
+        self.latency = np.zeros(N, dtype=np.int64)
+        self.history = np.zeros((N, max(cfg.obs_history, 0), self.num_proprio))
+        self.episode_sums: dict[str, np.ndarray] = {}
+        self._push_steps = max(1, int(round(cfg.randomization.push_interval_s / self.dt)))
+        self._resample_steps = max(1, int(round(cfg.commands.resample_s / self.dt)))
+        self._recorders: list["TrajectoryRecorder"] = []
+        self._setup_randomization()
+        self.state: RewardState | None = None
+        self.reset()
+
+    # ------------------------------------------------------------------ randomisation
+    def _setup_randomization(self) -> None:
+        r, m = self.cfg.randomization, self.model
+        self._friction = self.sim.per_env_model_field("geom_friction") if r.friction else None
+        if r.gain_scale:
+            self._gain = self.sim.per_env_model_field("actuator_gainprm")
+            self._bias = self.sim.per_env_model_field("actuator_biasprm")
+            self._kp0 = m.actuator_gainprm[:, 0].copy()
+            self._kd0 = -m.actuator_biasprm[:, 2].copy()
+        self._joint_friction = self.sim.per_env_model_field("dof_frictionloss") if r.joint_friction else None
+        self._mass = self.sim.per_env_model_field("body_mass") if r.added_mass else None
+        self._base_body = m.body(self.robot.base_link).id
+
+    def _randomize(self, ids: np.ndarray) -> None:
+        r, n, rng = self.cfg.randomization, len(ids), self.rng
+        if self._friction is not None:
+            self._friction[ids, :, 0] = rng.uniform(*r.friction_range, size=(n, 1))
+        if r.gain_scale:
+            scale = rng.uniform(*r.gain_scale_range, size=(n, self.num_joints))
+            kp, kd = self._kp0 * scale, self._kd0 * scale
+            self._gain[ids, :, 0] = kp
+            self._bias[ids, :, 1] = -kp
+            self._bias[ids, :, 2] = -kd
+        if self._joint_friction is not None:
+            scale = rng.uniform(*r.joint_friction_range, size=(n, self.num_joints))
+            self._joint_friction[ids[:, None], self._qvel_j[None, :]] = self.robot.joint_friction * scale
+        if self._mass is not None:
+            self._mass[ids, self._base_body] = self.model.body_mass[self._base_body] + rng.uniform(*r.added_mass_range, n)
+            self.sim.set_const()
+        if r.latency:
+            lo, hi = r.latency_range
+            self.latency[ids] = np.minimum(rng.integers(lo, hi + 1, size=n), self.decimation)
+
+    # ------------------------------------------------------------------ commands
+    def _resample_commands(self, ids: np.ndarray) -> None:
+        c, n = self.cfg.commands, len(ids)
+        if c.fixed is not None:
+            self.command[ids] = np.asarray(c.fixed, dtype=float)
+            return
+        cmd = np.stack([self.rng.uniform(*c.vx, n), self.rng.uniform(*c.vy, n), self.rng.uniform(*c.yaw_rate, n)], 1)
+        cmd[self.rng.random(n) < c.standing_fraction] = 0.0
+        self.command[ids] = cmd
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, ids: np.ndarray | None = None) -> np.ndarray:
+        ids = np.arange(self.num_envs) if ids is None else np.asarray(ids)
+        if len(ids) == 0:
+            return self.observations()
+        n, cfg = len(ids), self.cfg
+        self.sim.reset(ids, keyframe=0)
+        qpos = self.sim.qpos
+        qpos[ids, 3:7] = quat_from_yaw(self.rng.uniform(-np.pi, np.pi, n))
+        qpos[ids, self._qp] = np.clip(self.default_pose + self.rng.uniform(-cfg.reset_joint_noise, cfg.reset_joint_noise,
+                                                                            (n, self.num_joints)), self.lower, self.upper)
+        qvel = self.sim.qvel
+        qvel[ids] = 0.0
+        qvel[ids, 0:6] = self.rng.uniform(-cfg.reset_base_velocity_noise, cfg.reset_base_velocity_noise, (n, 6))
+        if self._hfield is not None:
+            qpos[ids, 2] += self._hfield.height(qpos[ids, 0], qpos[ids, 1])
+        self.sim.ctrl[ids] = self.default_pose
+        self._randomize(ids)
+        self.sim.forward(ids)
+        self.episode_length[ids] = 0
+        self.action[ids] = 0.0
+        self.last_action[ids] = 0.0
+        self.target[ids] = self.default_pose
+        self.feet_air_time[ids] = 0.0
+        self.last_contact[ids] = True
+        self.last_joint_vel[ids] = self.sim.qvel[ids, self._qv]
+        self._resample_commands(ids)
+        if cfg.obs_history:
+            self.history[ids] = 0.0
+        if self.state is None:
+            self.state = self._compute_state(np.zeros(self.num_envs, dtype=bool), np.zeros((self.num_envs, 2), bool))
+        return self.observations()
+
+    # ------------------------------------------------------------------ step
+    def step(self, actions: np.ndarray):
+        """Advance one policy step. Returns obs, reward, terminated, truncated, info."""
+        actions = np.asarray(actions, dtype=np.float64)
+        if actions.shape != (self.num_envs, self.num_joints):
+            raise ValueError(f"actions must have shape {(self.num_envs, self.num_joints)}, got {actions.shape}")
+        actions = np.clip(np.nan_to_num(actions, nan=0.0), -1.0, 1.0)
+        self.last_action[:] = self.action
+        self.action[:] = actions
+        q = self.sim.qpos[:, self._qp]
+        base = self.default_pose if self.robot.action_mode == "absolute" else q
+        new_target = np.clip(base + self.robot.action_scale * actions, self.lower, self.upper)
+
+        if self.cfg.randomization.latency:
+            k = np.arange(self.decimation)[None, :, None]
+            seq = np.where(k < self.latency[:, None, None], self.target[:, None, :], new_target[:, None, :])
+            self.sim.step_with_control_sequence(seq)
+            self.sim.ctrl[:] = new_target
+        else:
+            self.sim.ctrl[:] = new_target
+            self.sim.step(self.decimation)
+        self.target[:] = new_target
+        self.episode_length += 1
+
+        if self.cfg.randomization.push:
+            push = (self.episode_length % self._push_steps) == 0
+            if push.any():
+                self.sim.qvel[push, 0:2] += self.rng.uniform(-1, 1, (int(push.sum()), 2)) * self.cfg.randomization.push_velocity
+
+        contact = self.sim.sensordata[:, [self._sens[f"{s}_touch"].start for s in SOLE_SITES]] > self.cfg.contact_force_threshold
+        first_contact = (self.feet_air_time > 0) & contact & ~self.last_contact
+        self.feet_air_time += self.dt
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        self.state = self._compute_state(terminated, first_contact)
+        terminated = self._fell(self.state)
+        self.state = dataclasses.replace(self.state, terminated=terminated)
+        truncated = self.episode_length >= self.max_episode_length
+
+        if self.reward_fn is not None:
+            reward, terms = self.reward_fn(self.state)
+            reward = np.asarray(reward, dtype=np.float64)
+            for name, value in terms.items():
+                self.episode_sums.setdefault(name, np.zeros(self.num_envs))
+                self.episode_sums[name] += value
+        else:
+            reward, terms = np.zeros(self.num_envs), {}
+
+        # after the reward has seen the air time of this touchdown
+        self.feet_air_time[contact] = 0.0
+        self.last_contact[:] = contact
+        self.last_joint_vel[:] = self.state.joint_vel
+        for rec in self._recorders:
+            rec.capture(self)
+
+        done = terminated | truncated
+        info = {"time_outs": truncated & ~terminated, "episode": {}}
+        if done.any():
+            ids = np.flatnonzero(done)
+            info["episode"] = {name: float(np.mean(s[ids]) / self.cfg.episode_length_s) for name, s in self.episode_sums.items()}
+            info["episode_length"] = float(np.mean(self.episode_length[ids]))
+            for s in self.episode_sums.values():
+                s[ids] = 0.0
+            self.reset(ids)
+        resample = (self.episode_length % self._resample_steps == 0) & (self.episode_length > 0)
+        if resample.any():
+            self._resample_commands(np.flatnonzero(resample))
+        return self.observations(), reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ state and observations
+    def _compute_state(self, terminated: np.ndarray, first_contact: np.ndarray) -> RewardState:
+        qpos, qvel, sd = self.sim.qpos, self.sim.qvel, self.sim.sensordata
+        quat = qpos[:, 3:7].copy()
+        gravity = quat_rotate_inverse(quat, np.broadcast_to(GRAVITY_DIR, (self.num_envs, 3)))
+        lin_vel = quat_rotate_inverse(quat, qvel[:, 0:3])
+        joint_vel = qvel[:, self._qv].copy()
+        foot_pos = np.stack([sd[:, self._sens[f"{s}_pos"]] for s in SOLE_SITES], 1)
+        foot_vel = np.stack([sd[:, self._sens[f"{s}_vel"]] for s in SOLE_SITES], 1)
+        force = np.stack([sd[:, self._sens[f"{s}_touch"].start] for s in SOLE_SITES], 1)
+        ground = self._hfield.height(qpos[:, 0], qpos[:, 1]) if self._hfield is not None else 0.0
+        knee_height = self.sim.xpos[:, self._knee_bodies, 2] - np.reshape(ground, (-1, 1))
+        knee_low = knee_height < 0.12
+        return RewardState(
+            dt=self.dt, base_pos=qpos[:, 0:3].copy(), base_quat=quat, base_lin_vel=lin_vel,
+            base_ang_vel=qvel[:, 3:6].copy(), projected_gravity=gravity, base_height=qpos[:, 2] - ground,
+            joint_pos=qpos[:, self._qp].copy(), joint_vel=joint_vel,
+            joint_acc=(joint_vel - self.last_joint_vel) / self.dt, joint_torque=self.sim.actuator_force.copy(),
+            default_joint_pos=self.default_pose, joint_pos_lower=self.lower, joint_pos_upper=self.upper,
+            effort_limit=self.robot.effort_limit, foot_pos=foot_pos, foot_vel=foot_vel,
+            foot_contact=force > self.cfg.contact_force_threshold, foot_contact_force=force,
+            foot_air_time=self.feet_air_time.copy(), first_contact=first_contact,
+            body_collision=np.any(knee_low, axis=1), command=self.command.copy(), gait_phase=self.gait_phase(),
+            gait_period=self.cfg.gait_period_s, action=self.action.copy(), last_action=self.last_action.copy(),
+            terminated=terminated, joint_names=self.robot.joint_names)
+
+    def _fell(self, s: RewardState) -> np.ndarray:
+        upright_cos = -s.projected_gravity[:, 2]
+        return (s.base_height < self.cfg.min_base_height) | (upright_cos < np.cos(self.cfg.max_tilt_rad)) | s.body_collision
+
+    def gait_phase(self) -> np.ndarray:
+        return np.mod(self.episode_length * self.dt / self.cfg.gait_period_s, 1.0)
+
+    def _proprio(self, s: RewardState) -> np.ndarray:
+        return np.concatenate([s.base_ang_vel * 0.25, s.projected_gravity, s.joint_pos - self.default_pose,
+                               s.joint_vel * 0.05, self.action], axis=1)
+
+    def observations(self) -> np.ndarray:
+        s = self.state
+        phase = 2 * np.pi * self.gait_phase()
+        obs = np.concatenate([s.base_ang_vel, s.projected_gravity, s.command, s.joint_pos - self.default_pose,
+                              s.joint_vel, self.action, np.sin(phase)[:, None], np.cos(phase)[:, None]], axis=1)
+        obs *= self._obs_scale
+        if self.cfg.obs_history:
+            proprio = self._proprio(s)
+            obs = np.concatenate([obs, self.history.reshape(self.num_envs, -1)], axis=1)
+            self.history[:, 1:] = self.history[:, :-1]
+            self.history[:, 0] = proprio
+        return obs
+
+    def privileged_observations(self) -> np.ndarray:
+        s = self.state
+        return np.concatenate([s.base_lin_vel * 2.0, s.base_height[:, None], s.foot_contact.astype(np.float64)], axis=1)
+
+    # ------------------------------------------------------------------ recording
+    def record(self, env_index: int = 0) -> "TrajectoryRecorder":
+        rec = TrajectoryRecorder(self, env_index)
+        self._recorders.append(rec)
+        return rec
+
+    def stop_recording(self, rec: "TrajectoryRecorder") -> Trajectory:
+        self._recorders.remove(rec)
+        return rec.trajectory()
+
+
+def _has_body(model: mujoco.MjModel, name: str) -> bool:
+    try:
+        model.body(name)
+        return True
+    except KeyError:
+        return False
+
+
+class _HeightField:
+    """Ground height under (x, y) for the rough-terrain height field (nearest-cell lookup)."""
+
+    def __init__(self, model: mujoco.MjModel):
+        hid = 0
+        self.nrow, self.ncol = int(model.hfield_nrow[hid]), int(model.hfield_ncol[hid])
+        self.size = model.hfield_size[hid].copy()
+        adr = int(model.hfield_adr[hid])
+        self.data = model.hfield_data[adr:adr + self.nrow * self.ncol].reshape(self.nrow, self.ncol)
+        self.z0 = float(model.geom_pos[model.geom("floor").id][2])
+
+    def height(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        sx, sy, sz = self.size[0], self.size[1], self.size[2]
+        col = np.clip(np.rint((x + sx) / (2 * sx) * (self.ncol - 1)).astype(int), 0, self.ncol - 1)
+        row = np.clip(np.rint((y + sy) / (2 * sy) * (self.nrow - 1)).astype(int), 0, self.nrow - 1)
+        return self.z0 + self.data[row, col] * sz
+
+
+class TrajectoryRecorder:
+    """Collects one environment's state every policy step into a `Trajectory`."""
+
+    def __init__(self, env: LocomotionEnv, index: int):
+        self.index = index
+        self.joint_names = env.robot.joint_names
+        self.dt = env.dt
+        self.rows: list[tuple] = []
+        self.capture(env)
+
+    def capture(self, env: LocomotionEnv) -> None:
+        i, s = self.index, env.state
+        self.rows.append((env.sim.qpos[i].copy(), env.sim.qvel[i].copy(), s.foot_pos[i].copy(), s.foot_vel[i].copy(),
+                          s.foot_contact[i].copy(), s.command[i].copy(), bool(s.terminated[i]), s.joint_torque[i].copy()))
+
+    def trajectory(self) -> Trajectory:
+        cols = list(zip(*self.rows))
+        n = len(self.rows)
+        return Trajectory(dt=self.dt, joint_names=self.joint_names, time=np.arange(n) * self.dt,
+                          qpos=np.array(cols[0]), qvel=np.array(cols[1]), foot_pos=np.array(cols[2]),
+                          foot_vel=np.array(cols[3]), foot_contact=np.array(cols[4]), command=np.array(cols[5]),
+                          fell=np.array(cols[6]), joint_torque=np.array(cols[7]))

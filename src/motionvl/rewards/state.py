@@ -1,0 +1,87 @@
+"""The read-only state that reward terms (built-in and generated) are computed from.
+
+This is the one documented state API: the reward synthesizer puts `STATE_API_DOC` in its
+prompt, the sandbox exposes exactly these names to generated code, and the locomotion
+environment fills one `RewardState` per policy step. Every array is batched over N
+environments; shapes below use N for that and J for the number of actuated joints (12).
+Frames: "body" means the pelvis (base) frame, x forward, y left, z up; "world" is z up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardState:
+    """Per-policy-step state of N environments (all float64 numpy arrays unless noted)."""
+
+    dt: float
+    """Policy step period in seconds (physics dt x decimation)."""
+    base_pos: np.ndarray
+    """(N, 3) pelvis position in the world frame, metres."""
+    base_quat: np.ndarray
+    """(N, 4) pelvis orientation, quaternion (w, x, y, z), world frame."""
+    base_lin_vel: np.ndarray
+    """(N, 3) pelvis linear velocity in the body frame, m/s."""
+    base_ang_vel: np.ndarray
+    """(N, 3) pelvis angular velocity in the body frame, rad/s."""
+    projected_gravity: np.ndarray
+    """(N, 3) unit gravity vector in the body frame ((0, 0, -1) when upright)."""
+    base_height: np.ndarray
+    """(N,) pelvis height above the terrain under it, metres."""
+    joint_pos: np.ndarray
+    """(N, J) joint positions, rad, in robot-config joint order."""
+    joint_vel: np.ndarray
+    """(N, J) joint velocities, rad/s."""
+    joint_acc: np.ndarray
+    """(N, J) joint accelerations estimated over the last policy step, rad/s^2."""
+    joint_torque: np.ndarray
+    """(N, J) actuator torques applied at the end of the last policy step, N m."""
+    default_joint_pos: np.ndarray
+    """(J,) default standing pose, rad."""
+    joint_pos_lower: np.ndarray
+    """(J,) lower position limits, rad."""
+    joint_pos_upper: np.ndarray
+    """(J,) upper position limits, rad."""
+    effort_limit: np.ndarray
+    """(J,) torque limits, N m."""
+    foot_pos: np.ndarray
+    """(N, 2, 3) sole-centre positions (left, right) in the world frame, metres."""
+    foot_vel: np.ndarray
+    """(N, 2, 3) sole-centre linear velocities in the world frame, m/s."""
+    foot_contact: np.ndarray
+    """(N, 2) bool, sole touching the ground (normal force above a threshold)."""
+    foot_contact_force: np.ndarray
+    """(N, 2) normal contact force on each sole, N."""
+    foot_air_time: np.ndarray
+    """(N, 2) seconds each foot has been in the air (reset to 0 on touchdown)."""
+    first_contact: np.ndarray
+    """(N, 2) bool, the foot touched down during this step."""
+    body_collision: np.ndarray
+    """(N,) bool, a non-foot body part touched the ground."""
+    command: np.ndarray
+    """(N, 3) velocity command: forward m/s, lateral m/s, yaw rate rad/s (body frame)."""
+    gait_phase: np.ndarray
+    """(N,) gait clock in [0, 1): left foot should be in stance for phase < 0.5."""
+    gait_period: float
+    """Nominal gait period in seconds."""
+    action: np.ndarray
+    """(N, J) the policy's action for this step (unitless, clipped)."""
+    last_action: np.ndarray
+    """(N, J) the previous step's action."""
+    terminated: np.ndarray
+    """(N,) bool, the episode ended by a fall at this step (not by a time-out)."""
+    joint_names: tuple
+    """Joint names in order (left leg then right leg)."""
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.base_pos.shape[0])
+
+
+STATE_API_DOC = "\n".join(
+    f"state.{f.name}: {(f.metadata.get('doc') or '')}" for f in dataclasses.fields(RewardState)
+)

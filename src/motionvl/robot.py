@@ -1,0 +1,206 @@
+"""The robot config: one YAML file read by the simulator, trainer, exporter and deployment node."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file is missing, malformed or inconsistent; the message says where and why."""
+
+
+def package_root() -> Path:
+    """Directory holding config/, urdf/ and launch/: the source tree or an installed share dir."""
+    env = os.environ.get("MOTIONVL_SHARE")
+    if env:
+        return Path(env)
+    source_tree = Path(__file__).resolve().parents[2]
+    if (source_tree / "config" / "robot.yaml").exists():
+        return source_tree
+    try:  # installed with colcon / pip data_files: <prefix>/share/motionvl
+        from ament_index_python.packages import get_package_share_directory  # type: ignore
+
+        return Path(get_package_share_directory("motionvl"))
+    except Exception:
+        import sys
+
+        return Path(sys.prefix) / "share" / "motionvl"
+
+
+DEFAULT_ROBOT_CONFIG = "config/robot.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class JointConfig:
+    name: str
+    default: float
+    kp: float
+    kd: float
+    effort: float
+    velocity: float
+    lower: float
+    upper: float
+
+
+_JOINT_KEYS = {f.name for f in dataclasses.fields(JointConfig)}
+
+
+@dataclasses.dataclass(frozen=True)
+class RobotConfig:
+    """Everything about the robot that must agree between simulation, training and hardware."""
+
+    name: str
+    urdf: Path
+    base_link: str
+    imu_link: str
+    feet: tuple
+    sim_dt: float
+    decimation: int
+    action_scale: float
+    action_mode: str
+    init_base_height: float
+    armature: float
+    joint_damping: float
+    joint_friction: float
+    joints: tuple
+    source: Path | None = None
+
+    # --- arrays in joint order -------------------------------------------------------------
+    @property
+    def joint_names(self) -> tuple:
+        return tuple(j.name for j in self.joints)
+
+    @property
+    def num_joints(self) -> int:
+        return len(self.joints)
+
+    def array(self, key: str) -> np.ndarray:
+        return np.array([getattr(j, key) for j in self.joints], dtype=np.float64)
+
+    @property
+    def default_pose(self) -> np.ndarray:
+        return self.array("default")
+
+    @property
+    def kp(self) -> np.ndarray:
+        return self.array("kp")
+
+    @property
+    def kd(self) -> np.ndarray:
+        return self.array("kd")
+
+    @property
+    def effort_limit(self) -> np.ndarray:
+        return self.array("effort")
+
+    @property
+    def velocity_limit(self) -> np.ndarray:
+        return self.array("velocity")
+
+    @property
+    def lower(self) -> np.ndarray:
+        return self.array("lower")
+
+    @property
+    def upper(self) -> np.ndarray:
+        return self.array("upper")
+
+    @property
+    def control_dt(self) -> float:
+        """Policy period in seconds."""
+        return self.sim_dt * self.decimation
+
+    def contract(self) -> dict:
+        """The deployment contract: what a policy trained on this robot assumes about it."""
+        return {
+            "robot_name": self.name,
+            "joint_names": list(self.joint_names),
+            "default_pose": self.default_pose.tolist(),
+            "kp": self.kp.tolist(),
+            "kd": self.kd.tolist(),
+            "effort_limit": self.effort_limit.tolist(),
+            "action_scale": self.action_scale,
+            "action_mode": self.action_mode,
+            "control_dt": self.control_dt,
+        }
+
+
+def _require(mapping: dict, key: str, where: str):
+    if key not in mapping:
+        raise ConfigError(f"{where}: missing required key '{key}'")
+    return mapping[key]
+
+
+def load_robot_config(path: str | Path | None = None) -> RobotConfig:
+    """Read and validate a robot YAML file (default: the package's config/robot.yaml)."""
+    path = Path(path) if path is not None else package_root() / DEFAULT_ROBOT_CONFIG
+    if not path.exists():
+        raise ConfigError(f"robot config not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    where = str(path)
+    joints_raw = _require(raw, "joints", where)
+    if not isinstance(joints_raw, list) or not joints_raw:
+        raise ConfigError(f"{where}: 'joints' must be a non-empty list")
+    joints = []
+    for i, j in enumerate(joints_raw):
+        jw = f"{where}: joints[{i}]"
+        if not isinstance(j, dict):
+            raise ConfigError(f"{jw}: expected a mapping")
+        unknown = set(j) - _JOINT_KEYS
+        if unknown:
+            raise ConfigError(f"{jw}: unknown keys {sorted(unknown)}")
+        values = {k: _require(j, k, jw) for k in _JOINT_KEYS}
+        try:
+            joint = JointConfig(name=str(values.pop("name")), **{k: float(v) for k, v in values.items()})
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{jw}: numeric fields must be numbers ({exc})") from exc
+        if not joint.lower < joint.upper:
+            raise ConfigError(f"{jw} ({joint.name}): lower limit must be below upper")
+        if not joint.lower <= joint.default <= joint.upper:
+            raise ConfigError(f"{jw} ({joint.name}): default {joint.default} outside [{joint.lower}, {joint.upper}]")
+        if min(joint.kp, joint.kd, joint.effort, joint.velocity) < 0:
+            raise ConfigError(f"{jw} ({joint.name}): kp, kd, effort and velocity must be >= 0")
+        joints.append(joint)
+    names = [j.name for j in joints]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: duplicate joint names")
+    urdf = Path(str(_require(raw, "urdf", where)))
+    if not urdf.is_absolute():
+        base = path.parent.parent if path.parent.name == "config" else path.parent
+        urdf = base / urdf
+    cfg = RobotConfig(
+        name=str(_require(raw, "name", where)),
+        urdf=urdf,
+        base_link=str(_require(raw, "base_link", where)),
+        imu_link=str(raw.get("imu_link", raw["base_link"])),
+        feet=tuple(_require(raw, "feet", where)),
+        sim_dt=float(_require(raw, "sim_dt", where)),
+        decimation=int(_require(raw, "decimation", where)),
+        action_scale=float(_require(raw, "action_scale", where)),
+        action_mode=str(raw.get("action_mode", "absolute")),
+        init_base_height=float(_require(raw, "init_base_height", where)),
+        armature=float(raw.get("armature", 0.0)),
+        joint_damping=float(raw.get("joint_damping", 0.0)),
+        joint_friction=float(raw.get("joint_friction", 0.0)),
+        joints=tuple(joints),
+        source=path,
+    )
+    if cfg.action_mode not in ("absolute", "relative"):
+        raise ConfigError(f"{where}: action_mode must be 'absolute' or 'relative', got {cfg.action_mode!r}")
+    if len(cfg.feet) != 2:
+        raise ConfigError(f"{where}: 'feet' must name exactly two links (left, right)")
+    if cfg.sim_dt <= 0 or cfg.decimation < 1:
+        raise ConfigError(f"{where}: sim_dt must be > 0 and decimation >= 1")
+    if not cfg.urdf.exists():
+        raise ConfigError(f"{where}: URDF not found: {cfg.urdf}")
+    return cfg

@@ -1,0 +1,185 @@
+"""Build the MuJoCo model of the robot from its URDF and robot config (MjSpec, no XML copies).
+
+The URDF carries geometry, inertials and limits; this module adds what URDF cannot say:
+a floating base, PD position actuators (tau = Kp (target - q) - Kd dq, clipped to the effort
+limit, evaluated every physics step), armature, the IMU and sole sites and sensors, contact
+filtering, a floor (flat or rough height field), lights and a tracking camera.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import mujoco
+import numpy as np
+
+from motionvl.robot import ConfigError, RobotConfig
+
+# Contact groups: feet touch the ground and each other; other body parts touch only the ground
+# (to detect falls and knee/torso strikes) so upright walking costs few contacts.
+_FLOOR = dict(contype=1, conaffinity=1)
+_FOOT = dict(contype=2, conaffinity=3)
+_BODY = dict(contype=4, conaffinity=1)
+
+TRACKING_CAMERA = "track"
+IMU_SITE = "imu"
+SOLE_SITES = ("left_sole", "right_sole")
+SOLE_HALF_SIZE = (0.11, 0.05, 0.015)
+
+
+@dataclasses.dataclass(frozen=True)
+class TerrainConfig:
+    kind: str = "flat"  # "flat" or "rough"
+    friction: float = 1.0
+    rough_height: float = 0.04  # peak-to-peak bump height of the rough height field, metres
+    rough_size: float = 20.0  # half-extent of the terrain square, metres
+    seed: int = 0
+
+
+def build_spec(robot: RobotConfig, terrain: TerrainConfig | None = None) -> mujoco.MjSpec:
+    terrain = terrain or TerrainConfig()
+    try:
+        spec = mujoco.MjSpec.from_file(str(robot.urdf))
+    except Exception as exc:  # mujoco raises ValueError with the parser's message
+        raise ConfigError(f"cannot load URDF {robot.urdf}: {exc}") from exc
+
+    spec.option.timestep = robot.sim_dt
+    spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
+    spec.option.iterations = 10
+    spec.option.ls_iterations = 10
+    spec.visual.global_.offwidth = 1280
+    spec.visual.global_.offheight = 720
+
+    base = spec.body(robot.base_link)
+    if base is None:
+        raise ConfigError(f"URDF has no base link '{robot.base_link}'")
+    base.add_freejoint(name="root")
+    base.pos = [0.0, 0.0, robot.init_base_height]
+
+    urdf_joints = {j.name: j for j in spec.joints if j.type == mujoco.mjtJoint.mjJNT_HINGE}
+    missing = [n for n in robot.joint_names if n not in urdf_joints]
+    if missing:
+        raise ConfigError(f"joints in the robot config but not in {robot.urdf.name}: {missing}")
+    extra = sorted(set(urdf_joints) - set(robot.joint_names))
+    if extra:
+        raise ConfigError(f"actuated joints in {robot.urdf.name} missing from the robot config: {extra}")
+    for j in robot.joints:
+        joint = urdf_joints[j.name]
+        joint.armature = robot.armature
+        act = spec.add_actuator(name=j.name, target=j.name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
+        act.set_to_position(kp=j.kp, kv=j.kd)
+        act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+        act.forcerange = [-j.effort, j.effort]
+        act.ctrllimited = mujoco.mjtLimited.mjLIMITED_FALSE
+
+    foot_bodies = [spec.body(name) for name in robot.feet]
+    if any(b is None for b in foot_bodies):
+        raise ConfigError(f"URDF lacks foot links {robot.feet}")
+    foot_names = set(robot.feet)
+    for geom in spec.geoms:
+        body_name = geom.parent.name
+        groups = _FOOT if body_name in foot_names else _BODY
+        geom.contype, geom.conaffinity = groups["contype"], groups["conaffinity"]
+        geom.condim = 3
+        geom.friction = [terrain.friction, 0.005, 0.0001]
+
+    imu_body = spec.body(robot.imu_link)
+    imu_body.add_site(name=IMU_SITE, pos=[0, 0, 0])
+    for body, site_name in zip(foot_bodies, SOLE_SITES):
+        # The sole box matches the foot's collision box; the touch sensor sums contact normal
+        # forces of contacts inside it.
+        body.add_site(name=site_name, type=mujoco.mjtGeom.mjGEOM_BOX, pos=[0.03, 0, -0.045],
+                      size=[SOLE_HALF_SIZE[0] + 0.005, SOLE_HALF_SIZE[1] + 0.005, SOLE_HALF_SIZE[2] + 0.01],
+                      rgba=[0, 0, 0, 0])
+
+    spec.add_sensor(name="imu_gyro", type=mujoco.mjtSensor.mjSENS_GYRO, objtype=mujoco.mjtObj.mjOBJ_SITE, objname=IMU_SITE)
+    spec.add_sensor(name="imu_accel", type=mujoco.mjtSensor.mjSENS_ACCELEROMETER, objtype=mujoco.mjtObj.mjOBJ_SITE, objname=IMU_SITE)
+    for site_name in SOLE_SITES:
+        spec.add_sensor(name=f"{site_name}_touch", type=mujoco.mjtSensor.mjSENS_TOUCH, objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site_name)
+        spec.add_sensor(name=f"{site_name}_pos", type=mujoco.mjtSensor.mjSENS_FRAMEPOS, objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site_name)
+        spec.add_sensor(name=f"{site_name}_vel", type=mujoco.mjtSensor.mjSENS_FRAMELINVEL, objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site_name)
+
+    _add_scene(spec, robot, terrain)
+    # keyframe "home": default standing pose
+    qpos = np.concatenate([[0, 0, robot.init_base_height, 1, 0, 0, 0], robot.default_pose])
+    spec.add_key(name="home", qpos=qpos.tolist(), ctrl=robot.default_pose.tolist())
+    return spec
+
+
+def _add_scene(spec: mujoco.MjSpec, robot: RobotConfig, terrain: TerrainConfig) -> None:
+    world = spec.worldbody
+    spec.add_texture(name="grid", type=mujoco.mjtTexture.mjTEXTURE_2D, builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
+                     rgb1=[0.32, 0.36, 0.40], rgb2=[0.22, 0.25, 0.28], width=256, height=256, mark=mujoco.mjtMark.mjMARK_EDGE,
+                     markrgb=[0.7, 0.7, 0.7])
+    mat = spec.add_material(name="floor", texrepeat=[1, 1], texuniform=True, reflectance=0.05)
+    mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "grid"
+    if terrain.kind == "flat":
+        world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], material="floor",
+                       friction=[terrain.friction, 0.005, 0.0001], **_FLOOR)
+    elif terrain.kind == "rough":
+        n = 201
+        rng = np.random.default_rng(terrain.seed)
+        heights = rng.uniform(0.0, 1.0, size=(n, n))
+        # smooth to bumps of roughly 0.3 m wavelength, then normalise to [0, 1]
+        kernel = np.ones(3) / 3.0
+        for axis in (0, 1):
+            heights = np.apply_along_axis(lambda r: np.convolve(r, kernel, mode="same"), axis, heights)
+        heights = (heights - heights.min()) / max(np.ptp(heights), 1e-9)
+        centre = slice(n // 2 - 3, n // 2 + 4)
+        heights[centre, centre] = heights[centre, centre].mean()  # a level patch for the start
+        spec.add_hfield(name="terrain", nrow=n, ncol=n, size=[terrain.rough_size, terrain.rough_size, terrain.rough_height, 0.1],
+                        userdata=heights.ravel().tolist())
+        world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname="terrain", material="floor",
+                       pos=[0, 0, -terrain.rough_height / 2], friction=[terrain.friction, 0.005, 0.0001], **_FLOOR)
+    else:
+        raise ConfigError(f"unknown terrain kind {terrain.kind!r} (use 'flat' or 'rough')")
+    world.add_light(name="sun", pos=[0, 0, 4], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, diffuse=[0.7, 0.7, 0.7], castshadow=1)
+    world.add_light(name="fill", pos=[2, -2, 3], dir=[-0.5, 0.5, -0.7], diffuse=[0.3, 0.3, 0.3], castshadow=0)
+    # three-quarter front-side view that follows the pelvis
+    base = spec.body(robot.base_link)
+    cam_pos = np.array([1.6, -2.2, 0.35])
+    base.add_camera(name=TRACKING_CAMERA, pos=cam_pos.tolist(), mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
+                    xyaxes=_look_at_xyaxes(cam_pos, np.array([0.0, 0.0, -0.1])))
+
+
+def _look_at_xyaxes(eye: np.ndarray, target: np.ndarray) -> list:
+    forward = target - eye
+    forward /= np.linalg.norm(forward)
+    x = np.cross(forward, [0, 0, 1.0])
+    x /= np.linalg.norm(x)
+    y = np.cross(x, forward)
+    return np.concatenate([x, y]).tolist()
+
+
+def build_model(robot: RobotConfig, terrain: TerrainConfig | None = None) -> mujoco.MjModel:
+    spec = build_spec(robot, terrain)
+    try:
+        return spec.compile()
+    except Exception as exc:
+        raise ConfigError(f"MuJoCo could not compile the robot model: {exc}") from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelIndex:
+    """Addresses into qpos/qvel/ctrl/sensordata, resolved once by name."""
+
+    qpos_joints: np.ndarray
+    qvel_joints: np.ndarray
+    actuators: np.ndarray
+    sensor: dict  # sensor name -> slice into sensordata
+    foot_body_ids: tuple
+    base_body_id: int
+    floor_geom_id: int
+
+    @classmethod
+    def from_model(cls, model: mujoco.MjModel, robot: RobotConfig) -> "ModelIndex":
+        qpos = np.array([model.jnt_qposadr[model.joint(n).id] for n in robot.joint_names])
+        qvel = np.array([model.jnt_dofadr[model.joint(n).id] for n in robot.joint_names])
+        acts = np.array([model.actuator(n).id for n in robot.joint_names])
+        sensors = {}
+        for i in range(model.nsensor):
+            s = model.sensor(i)
+            sensors[s.name] = slice(int(model.sensor_adr[i]), int(model.sensor_adr[i] + model.sensor_dim[i]))
+        return cls(qpos, qvel, acts, sensors, tuple(model.body(n).id for n in robot.feet),
+                   model.body(robot.base_link).id, model.geom("floor").id)
