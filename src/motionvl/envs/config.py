@@ -49,7 +49,14 @@ class RandomizationConfig:
     """Max horizontal velocity change of a push, m/s."""
     latency: bool = True
     latency_range: tuple = (1, 10)
-    """Physics steps before a new joint target reaches the PD loop (inclusive range)."""
+    """Delay before a new joint target reaches the PD loop, in physics steps of the robot config's
+    own PD rate (500 Hz: 2-20 ms), inclusive; converted to the training physics step and capped
+    at one policy period."""
+
+    @classmethod
+    def disabled(cls) -> "RandomizationConfig":
+        """Nominal robot and world: what evaluation and videos use unless asked otherwise."""
+        return cls(friction=False, gain_scale=False, joint_friction=False, added_mass=False, push=False, latency=False)
 
 
 @dataclasses.dataclass
@@ -71,7 +78,9 @@ class EnvConfig:
     """Nominal gait period for the phase clock in the observation and the gait reward terms."""
     obs_history: int = 0
     """Extra past proprioceptive frames appended to the actor observation."""
-    reset_joint_noise: float = 0.1
+    random_heading: bool = True
+    """Reset with a random yaw; False faces +x (evaluation, videos)."""
+    reset_joint_noise: float = 0.05
     """Uniform noise (rad) added to the default pose at reset."""
     reset_base_velocity_noise: float = 0.1
     """Uniform noise (m/s, rad/s) on the base velocity at reset."""

@@ -22,13 +22,11 @@ from motionvl.envs.config import EnvConfig
 from motionvl.rewards.state import RewardState
 from motionvl.robot import ConfigError, RobotConfig
 from motionvl.sim.backend import MujocoBatchBackend
-from motionvl.sim.math import quat_from_yaw, quat_rotate_inverse
+from motionvl.sim.math import projected_gravity, quat_from_yaw, quat_rotate_inverse
 from motionvl.sim.model import SOLE_SITES, TerrainConfig, build_model
 from motionvl.sim.trajectory import Trajectory
 
 RewardFn = Callable[[RewardState], "tuple[np.ndarray, dict[str, np.ndarray]]"]
-
-GRAVITY_DIR = np.array([0.0, 0.0, -1.0])
 
 
 def obs_layout(num_joints: int) -> list:
@@ -71,8 +69,11 @@ class LocomotionEnv:
             raise ConfigError("joint order of the model differs from the robot config")
         self._qp = slice(int(self._qpos_j[0]), int(self._qpos_j[-1]) + 1)
         self._qv = slice(int(self._qvel_j[0]), int(self._qvel_j[-1]) + 1)
-        self._sens = {m.sensor(i).name: slice(int(m.sensor_adr[i]), int(m.sensor_adr[i] + m.sensor_dim[i]))
-                      for i in range(m.nsensor)}
+        adr = {m.sensor(i).name: int(m.sensor_adr[i]) for i in range(m.nsensor)}
+        # gather indices into sensordata, built once: (2,) touch, (2, 3) positions and velocities
+        self._touch_idx = np.array([adr[f"{s}_touch"] for s in SOLE_SITES])
+        self._foot_pos_idx = np.array([adr[f"{s}_pos"] + np.arange(3) for s in SOLE_SITES])
+        self._foot_vel_idx = np.array([adr[f"{s}_vel"] + np.arange(3) for s in SOLE_SITES])
         # knees (shank origins) near the ground count as a body collision (kneeling, falling)
         self._knee_bodies = np.array([m.body(n).id for n in ("left_shank", "right_shank") if _has_body(m, n)], dtype=int)
         self._hfield = _HeightField(m) if cfg.terrain == "rough" else None
@@ -136,7 +137,8 @@ class LocomotionEnv:
             self.sim.set_const()
         if r.latency:
             lo, hi = r.latency_range
-            self.latency[ids] = np.minimum(rng.integers(lo, hi + 1, size=n), self.decimation)
+            robot_steps = rng.integers(lo, hi + 1, size=n)
+            self.latency[ids] = np.minimum(np.rint(robot_steps * self.robot.sim_dt / self.sim_dt), self.decimation)
 
     # ------------------------------------------------------------------ commands
     def _resample_commands(self, ids: np.ndarray) -> None:
@@ -156,7 +158,8 @@ class LocomotionEnv:
         n, cfg = len(ids), self.cfg
         self.sim.reset(ids, keyframe=0)
         qpos = self.sim.qpos
-        qpos[ids, 3:7] = quat_from_yaw(self.rng.uniform(-np.pi, np.pi, n))
+        if cfg.random_heading:
+            qpos[ids, 3:7] = quat_from_yaw(self.rng.uniform(-np.pi, np.pi, n))
         qpos[ids, self._qp] = np.clip(self.default_pose + self.rng.uniform(-cfg.reset_joint_noise, cfg.reset_joint_noise,
                                                                             (n, self.num_joints)), self.lower, self.upper)
         qvel = self.sim.qvel
@@ -178,7 +181,9 @@ class LocomotionEnv:
         if cfg.obs_history:
             self.history[ids] = 0.0
         if self.state is None:
-            self.state = self._compute_state(np.zeros(self.num_envs, dtype=bool), np.zeros((self.num_envs, 2), bool))
+            self.state = self._compute_state(np.zeros((self.num_envs, 2), bool))
+        elif not cfg.random_heading or self._hfield is not None:
+            self.state = self._compute_state(np.zeros((self.num_envs, 2), bool))
         return self.observations()
 
     # ------------------------------------------------------------------ step
@@ -187,7 +192,9 @@ class LocomotionEnv:
         actions = np.asarray(actions, dtype=np.float64)
         if actions.shape != (self.num_envs, self.num_joints):
             raise ValueError(f"actions must have shape {(self.num_envs, self.num_joints)}, got {actions.shape}")
-        actions = np.clip(np.nan_to_num(actions, nan=0.0), -1.0, 1.0)
+        if not np.isfinite(actions).all():
+            actions = np.nan_to_num(actions, nan=0.0)
+        actions = np.clip(actions, -1.0, 1.0)
         self.last_action[:] = self.action
         self.action[:] = actions
         q = self.sim.qpos[:, self._qp]
@@ -195,10 +202,7 @@ class LocomotionEnv:
         new_target = np.clip(base + self.robot.action_scale * actions, self.lower, self.upper)
 
         if self.cfg.randomization.latency:
-            k = np.arange(self.decimation)[None, :, None]
-            seq = np.where(k < self.latency[:, None, None], self.target[:, None, :], new_target[:, None, :])
-            self.sim.step_with_control_sequence(seq)
-            self.sim.ctrl[:] = new_target
+            self.sim.step_with_latency(self.target, new_target, self.latency, self.decimation)
         else:
             self.sim.ctrl[:] = new_target
             self.sim.step(self.decimation)
@@ -210,13 +214,11 @@ class LocomotionEnv:
             if push.any():
                 self.sim.qvel[push, 0:2] += self.rng.uniform(-1, 1, (int(push.sum()), 2)) * self.cfg.randomization.push_velocity
 
-        contact = self.sim.sensordata[:, [self._sens[f"{s}_touch"].start for s in SOLE_SITES]] > self.cfg.contact_force_threshold
+        contact = self.sim.sensordata[:, self._touch_idx] > self.cfg.contact_force_threshold
         first_contact = (self.feet_air_time > 0) & contact & ~self.last_contact
         self.feet_air_time += self.dt
-        terminated = np.zeros(self.num_envs, dtype=bool)
-        self.state = self._compute_state(terminated, first_contact)
-        terminated = self._fell(self.state)
-        self.state = dataclasses.replace(self.state, terminated=terminated)
+        self.state = self._compute_state(first_contact)
+        terminated = self.state.terminated
         truncated = self.episode_length >= self.max_episode_length
 
         if self.reward_fn is not None:
@@ -250,34 +252,33 @@ class LocomotionEnv:
         return self.observations(), reward, terminated, truncated, info
 
     # ------------------------------------------------------------------ state and observations
-    def _compute_state(self, terminated: np.ndarray, first_contact: np.ndarray) -> RewardState:
-        qpos, qvel, sd = self.sim.qpos, self.sim.qvel, self.sim.sensordata
+    def _compute_state(self, first_contact: np.ndarray) -> RewardState:
+        qpos, qvel, sd, cfg = self.sim.qpos, self.sim.qvel, self.sim.sensordata, self.cfg
         quat = qpos[:, 3:7].copy()
-        gravity = quat_rotate_inverse(quat, np.broadcast_to(GRAVITY_DIR, (self.num_envs, 3)))
+        gravity = projected_gravity(quat)
         lin_vel = quat_rotate_inverse(quat, qvel[:, 0:3])
         joint_vel = qvel[:, self._qv].copy()
-        foot_pos = np.stack([sd[:, self._sens[f"{s}_pos"]] for s in SOLE_SITES], 1)
-        foot_vel = np.stack([sd[:, self._sens[f"{s}_vel"]] for s in SOLE_SITES], 1)
-        force = np.stack([sd[:, self._sens[f"{s}_touch"].start] for s in SOLE_SITES], 1)
-        ground = self._hfield.height(qpos[:, 0], qpos[:, 1]) if self._hfield is not None else 0.0
-        knee_height = self.sim.xpos[:, self._knee_bodies, 2] - np.reshape(ground, (-1, 1))
-        knee_low = knee_height < 0.12
+        foot_pos = sd[:, self._foot_pos_idx]
+        foot_vel = sd[:, self._foot_vel_idx]
+        force = sd[:, self._touch_idx]
+        ground = self._hfield.height(qpos[:, 0], qpos[:, 1]) if self._hfield is not None else np.zeros(self.num_envs)
+        base_height = qpos[:, 2] - ground
+        knee_low = (self.sim.xpos[:, self._knee_bodies, 2] - ground[:, None]) < 0.12
+        body_collision = np.any(knee_low, axis=1)
+        # a fall: pelvis too low, tilted too far, or a knee on the ground
+        terminated = (base_height < cfg.min_base_height) | (-gravity[:, 2] < np.cos(cfg.max_tilt_rad)) | body_collision
         return RewardState(
             dt=self.dt, base_pos=qpos[:, 0:3].copy(), base_quat=quat, base_lin_vel=lin_vel,
-            base_ang_vel=qvel[:, 3:6].copy(), projected_gravity=gravity, base_height=qpos[:, 2] - ground,
+            base_ang_vel=qvel[:, 3:6].copy(), projected_gravity=gravity, base_height=base_height,
             joint_pos=qpos[:, self._qp].copy(), joint_vel=joint_vel,
             joint_acc=(joint_vel - self.last_joint_vel) / self.dt, joint_torque=self.sim.actuator_force.copy(),
             default_joint_pos=self.default_pose, joint_pos_lower=self.lower, joint_pos_upper=self.upper,
             effort_limit=self.robot.effort_limit, foot_pos=foot_pos, foot_vel=foot_vel,
             foot_contact=force > self.cfg.contact_force_threshold, foot_contact_force=force,
             foot_air_time=self.feet_air_time.copy(), first_contact=first_contact,
-            body_collision=np.any(knee_low, axis=1), command=self.command.copy(), gait_phase=self.gait_phase(),
+            body_collision=body_collision, command=self.command.copy(), gait_phase=self.gait_phase(),
             gait_period=self.cfg.gait_period_s, action=self.action.copy(), last_action=self.last_action.copy(),
             terminated=terminated, joint_names=self.robot.joint_names)
-
-    def _fell(self, s: RewardState) -> np.ndarray:
-        upright_cos = -s.projected_gravity[:, 2]
-        return (s.base_height < self.cfg.min_base_height) | (upright_cos < np.cos(self.cfg.max_tilt_rad)) | s.body_collision
 
     def gait_phase(self) -> np.ndarray:
         return np.mod(self.episode_length * self.dt / self.cfg.gait_period_s, 1.0)

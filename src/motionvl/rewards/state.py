@@ -82,6 +82,40 @@ class RewardState:
         return int(self.base_pos.shape[0])
 
 
-STATE_API_DOC = "\n".join(
-    f"state.{f.name}: {(f.metadata.get('doc') or '')}" for f in dataclasses.fields(RewardState)
-)
+def state_api_doc() -> str:
+    """Readable doc of every RewardState field, built from the attribute docstrings in this file.
+
+    The docstrings under each field are the single source of truth (they are not kept at run
+    time, so the source is parsed); the text goes verbatim into the reward synthesizer's prompt.
+    """
+    import ast
+    import inspect
+    import sys
+
+    docs: dict[str, tuple[str, str]] = {}  # field -> (annotation, docstring)
+    module_doc = ""
+    try:
+        tree = ast.parse(inspect.getsource(sys.modules[__name__]))
+    except (OSError, TypeError):  # no source available (e.g. bytecode-only install)
+        tree = ast.Module(body=[], type_ignores=[])
+    else:
+        module_doc = ast.get_docstring(tree) or ""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "RewardState":
+            for field, doc in zip(node.body, node.body[1:]):
+                if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name) \
+                        and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) \
+                        and isinstance(doc.value.value, str):
+                    docs[field.target.id] = (ast.unparse(field.annotation), inspect.cleandoc(doc.value.value))
+    # The conventions paragraph of the module docstring (N, J, frames) heads the field list.
+    conventions = module_doc[module_doc.find("Every array"):] if "Every array" in module_doc else ""
+    lines = ["`state` is a read-only RewardState. " + " ".join(conventions.split())]
+    for f in dataclasses.fields(RewardState):
+        annotation, doc = docs.get(f.name, (str(f.type), "(undocumented)"))
+        kind = {"float": "float", "tuple": "tuple of str"}.get(annotation, "array")
+        lines.append(f"- state.{f.name} [{kind}]: {doc}")
+    lines.append("- state.num_envs [int]: N, the number of environments in the batch.")
+    return "\n".join(lines)
+
+
+STATE_API_DOC = state_api_doc()

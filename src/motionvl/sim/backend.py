@@ -3,7 +3,7 @@
 `MujocoBatchBackend` uses mujoco.batch.Batch (MuJoCo >= 4.0): one persistent MjData per
 simulation, stepped on a thread pool in C. A GPU backend (MuJoCo Warp) can be added behind the
 same small interface: `num_envs`, state views `qpos`/`qvel`/`ctrl`, outputs `sensordata`,
-`actuator_force`, `xpos`, and `step`, `step_with_control_sequence`, `reset`, `forward`,
+`actuator_force`, `xpos`, and `step`, `step_with_latency`, `reset`, `forward`,
 `per_env_model_field`.
 """
 
@@ -47,13 +47,24 @@ class MujocoBatchBackend:
         # persistent batch the next step continues from these stages at no extra cost.
         self.batch.step(nstep=nstep, stage=mujoco.mjtStage.mjSTAGE_VEL)
 
-    def step_with_control_sequence(self, controls: np.ndarray) -> None:
-        """Advance by controls.shape[1] steps, ctrl of env i at substep k = controls[i, k]."""
-        nstep = controls.shape[1]
-        self.batch.rollout(nstep=nstep, control=controls, control_spec=int(mujoco.mjtState.mjSTATE_CTRL),
-                           record=())
-        # make positions, velocities and their sensors current, as step() leaves them
-        self.batch.forward(stage=mujoco.mjtStage.mjSTAGE_VEL)
+    def step_with_latency(self, old_ctrl: np.ndarray, new_ctrl: np.ndarray, latency: np.ndarray, nstep: int) -> None:
+        """Advance nstep physics steps; env i applies new_ctrl[i] from substep latency[i] on.
+
+        Models the delay between a policy output and the motor driver taking it. Envs that share
+        a latency are stepped together: at most two calls per distinct latency.
+        """
+        self.ctrl[:] = old_ctrl
+        for lat in np.unique(latency):
+            ids = np.flatnonzero(latency == lat)
+            lat = int(lat)
+            if lat >= nstep:
+                self.batch.step(ids=ids, nstep=nstep, stage=mujoco.mjtStage.mjSTAGE_VEL)
+                continue
+            if lat > 0:
+                self.batch.step(ids=ids, nstep=lat)
+            self.ctrl[ids] = new_ctrl[ids]
+            self.batch.step(ids=ids, nstep=nstep - lat, stage=mujoco.mjtStage.mjSTAGE_VEL)
+        self.ctrl[:] = new_ctrl
 
     def per_env_model_field(self, name: str) -> np.ndarray:
         """A live (N, ...) per-simulation copy of a model field, for domain randomisation."""

@@ -5,19 +5,38 @@ from __future__ import annotations
 import numpy as np
 
 
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # written out: np.cross's generic axis handling costs more than the arithmetic here
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape))
+    out[:, 0] = a[:, 1] * b[:, 2] - a[:, 2] * b[:, 1]
+    out[:, 1] = a[:, 2] * b[:, 0] - a[:, 0] * b[:, 2]
+    out[:, 2] = a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]
+    return out
+
+
 def quat_rotate_inverse(q: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Rotate world vectors v into the frame whose orientation is q."""
     w = q[:, 0:1]
     u = q[:, 1:4]
-    t = 2.0 * np.cross(u, v)
-    return v - w * t + np.cross(u, t)
+    t = 2.0 * _cross(u, v)
+    return v - w * t + _cross(u, t)
+
+
+def projected_gravity(q: np.ndarray) -> np.ndarray:
+    """World (0, 0, -1) expressed in the frame of orientation q (closed form of quat_rotate_inverse)."""
+    w, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
+    out = np.empty((len(q), 3))
+    out[:, 0] = 2.0 * (w * y - x * z)
+    out[:, 1] = -2.0 * (w * x + y * z)
+    out[:, 2] = -(1.0 - 2.0 * (x * x + y * y))
+    return out
 
 
 def quat_rotate(q: np.ndarray, v: np.ndarray) -> np.ndarray:
     w = q[:, 0:1]
     u = q[:, 1:4]
-    t = 2.0 * np.cross(u, v)
-    return v + w * t + np.cross(u, t)
+    t = 2.0 * _cross(u, v)
+    return v + w * t + _cross(u, t)
 
 
 def yaw_of(q: np.ndarray) -> np.ndarray:

@@ -1,0 +1,76 @@
+# MotionVL: every target sets itself up first (a .venv beside this file), so a fresh clone with
+# only python3 needs nothing else. Set-up is skipped while requirements.txt and setup.py are
+# unchanged (a stamp file named after their hash).
+#
+#   make demo    run the main job on embedded defaults
+#   make test    run the test suite (pytest)
+#   make bench   print measured throughput figures
+#   make setup   only the set-up
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SETUP_HASH := $(shell cat requirements.txt setup.py | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.motionvl-setup-$(SETUP_HASH)
+# Shared libraries MuJoCo's headless (EGL) rendering loads, and the Debian packages providing them.
+EGL_LIBS := libEGL.so.1 libOpenGL.so.0
+APT_PACKAGES := libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri
+
+# Environment of every test and demo run: ROS discovery stays on this machine, each run gets its
+# own DDS domain (1..100, from the shell's PID), rendering is headless, no model hub is contacted.
+RUN_ENV = ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST ROS_DOMAIN_ID=$${ROS_DOMAIN_ID:-$$(( $$$$ % 100 + 1 ))} \
+	MUJOCO_GL=$${MUJOCO_GL:-egl} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+PYTEST_ARGS ?=
+# pip warns once per package about index locations of this machine's pip config that do not
+# exist; hidden so real errors stand out (pip's exit status is kept by pipefail).
+PIP_NOISE := is ignored: it is neither a file nor a directory
+
+.PHONY: help setup system-deps test demo bench clean
+
+help:
+	@echo "make demo   - run the main job on embedded defaults (today: the robot stands in the simulator; see README)"
+	@echo "make test   - run the test suite"
+	@echo "make bench  - benchmarks (motionvl bench sim --envs 64 / 256)"
+	@echo "make setup  - create .venv and install (done by the targets above when needed)"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt setup.py
+	@$(MAKE) --no-print-directory system-deps
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -r requirements.txt 2>&1 | { grep -v "$(PIP_NOISE)" || true; }
+	$(BIN)/python -m pip install -q -e . --no-deps 2>&1 | { grep -v "$(PIP_NOISE)" || true; }
+	@rm -f $(VENV)/.motionvl-setup-*
+	@touch $@
+	@echo "setup done: $(VENV) ($(SETUP_HASH))"
+
+# libEGL for MuJoCo's headless renderer: installed when missing and running as root, else
+# reported (tests that render skip with a reason when EGL is unusable).
+system-deps:
+	@missing=""; for lib in $(EGL_LIBS); do ldconfig -p | grep -q "$$lib" || missing="$$missing $$lib"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing $(APT_PACKAGES) (missing:$$missing)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(APT_PACKAGES); \
+	else \
+		echo "warning: missing$$missing for headless rendering (MUJOCO_GL=egl); install: apt-get install $(APT_PACKAGES)"; \
+	fi
+
+test: setup
+	@set +e; $(RUN_ENV) $(BIN)/python -m pytest tests -q --timeout=600 -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+demo: setup
+	$(RUN_ENV) $(BIN)/motionvl demo
+
+bench: setup
+	$(RUN_ENV) $(BIN)/motionvl bench sim --envs 64
+	$(RUN_ENV) $(BIN)/motionvl bench sim --envs 256
+
+clean:
+	rm -rf build *.egg-info src/*.egg-info out/demo

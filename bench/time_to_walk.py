@@ -1,0 +1,117 @@
+"""Time to walk: train on the reference reward with the paper's randomisation, evaluate as it learns.
+
+Every `--eval-every` minutes of training time the current policy (ONNX, ONNX Runtime) runs
+`--episodes` randomised 10 s episodes at a 0.6 m/s forward command, at the robot config's own
+500 Hz PD rate. Evaluation time is not training time: training resumes from its checkpoint
+after each evaluation. At the end, a velocity-command sweep, pushes and rough terrain are
+evaluated too. Prints a Markdown table and writes curve.json in the run directory.
+
+    .venv/bin/python bench/time_to_walk.py --minutes 60 --eval-every 5 --out runs/time_to_walk
+
+Goals (issue #3): by 10 min >= 95 % of episodes walk >= 5 m without falling; by 20 min swing
+clearance >= 8 cm, stance slip < 0.05 m/s, step frequency within 15 % of the gait frequency,
+double support < 25 %; by 60 min commands tracked with mean error < 0.1 m/s, 0.5 m/s pushes
+survived, on rough terrain as well as flat ground.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from motionvl.rl.evaluate import evaluate
+from motionvl.rl.trainer import train_policy
+
+COMMAND_SWEEP = [(-0.5, 0.0, 0.0), (0.3, 0.0, 0.0), (1.0, 0.0, 0.0), (0.5, 0.3, 0.0), (0.5, -0.3, 0.0),
+                 (0.4, 0.0, 1.0), (0.4, 0.0, -1.0), (0.0, 0.0, 0.0)]
+
+
+def walked(per_episode: list, min_distance: float = 5.0) -> list:
+    return [e for e in per_episode if not e["fell"] and e["forward_distance_m"] >= min_distance]
+
+
+def gait_summary(episodes: list) -> dict:
+    keys = ("swing_clearance_m", "stance_slip_mps", "step_frequency_hz", "double_support_fraction",
+            "knee_angle_stance_deg", "torso_pitch_deg")
+    out = {}
+    for k in keys:
+        values = np.array([float(e[k]) for e in episodes if e.get(k) is not None], dtype=float)
+        values = values[np.isfinite(values)]
+        out[k] = round(float(values.mean()), 4) if values.size else None
+    return out
+
+
+def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int) -> dict:
+    result = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=(0.6, 0.0, 0.0),
+                      seed=seed, return_trajectories=True)
+    per = result.pop("per_episode")
+    result.pop("trajectories")
+    ok = walked(per)
+    return {"walk_5m_fraction": round(len(ok) / len(per), 4), "fell_fraction": result["fell_fraction"],
+            "forward_distance_m": result["forward_distance_m"], "tracking_error_mps": result["tracking_error_mps"],
+            "gait_in_walking_episodes": gait_summary(ok)}
+
+
+def final_eval(policy: Path, episodes: int, seconds: float, seed: int) -> dict:
+    sweep = []
+    for command in COMMAND_SWEEP:
+        r = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=command, seed=seed)
+        sweep.append({"command": list(command), "tracking_error_mps": r["tracking_error_mps"],
+                      "yaw_rate_error_rps": r["yaw_rate_error_rps"], "fell_fraction": r["fell_fraction"]})
+    rough = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, terrain="rough",
+                     command=(0.6, 0.0, 0.0), seed=seed)
+    return {"command_sweep": sweep,
+            "mean_tracking_error_mps": round(float(np.mean([s["tracking_error_mps"] for s in sweep])), 4),
+            "rough_terrain": {k: rough[k] for k in ("forward_distance_m", "fell_fraction", "tracking_error_mps",
+                                                    "success_rate")}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=60.0, help="total training minutes")
+    parser.add_argument("--eval-every", type=float, default=5.0, help="minutes of training between evaluations")
+    parser.add_argument("--episodes", type=int, default=32, help="randomised evaluation episodes")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each evaluation episode")
+    parser.add_argument("--config", default=None, help="training YAML (default: config/training.yaml)")
+    parser.add_argument("--out", default="runs/time_to_walk", help="run directory (resumed if it exists)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    out = Path(args.out)
+    curve_path = out / "curve.json"
+    curve = json.loads(curve_path.read_text()) if curve_path.exists() else []
+    done = curve[-1]["train_minutes"] if curve else 0.0
+    marks = np.arange(args.eval_every, args.minutes + 1e-9, args.eval_every)
+    for mark in [float(m) for m in marks if m > done + 1e-6]:
+        resume = (out / "checkpoints" / "latest.pt").exists()
+        result = train_policy(out, None, None if resume else args.config, minutes=mark,
+                              resume=resume, progress=True)
+        t0 = time.perf_counter()
+        row = {"train_minutes": round(result.elapsed_s / 60.0, 2), "iterations": result.iterations,
+               "policy_steps": result.total_steps, "steps_per_s": round(result.steps_per_s),
+               **checkpoint_eval(result.policy_path, args.episodes, args.seconds, args.seed)}
+        row["eval_s"] = round(time.perf_counter() - t0, 1)
+        curve.append(row)
+        curve_path.write_text(json.dumps(curve, indent=1))
+        print(json.dumps(row), flush=True)
+    final = final_eval(out / "policy.onnx", args.episodes, args.seconds, args.seed)
+    (out / "final_eval.json").write_text(json.dumps(final, indent=1))
+
+    print("\n| train min | iterations | policy steps | walk >= 5 m | fell | distance m | clearance m | slip m/s "
+          "| step Hz | double support |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in curve:
+        g = r["gait_in_walking_episodes"]
+        print(f"| {r['train_minutes']} | {r['iterations']} | {r['policy_steps']} | {r['walk_5m_fraction']:.0%} "
+              f"| {r['fell_fraction']} | {r['forward_distance_m']} | {g['swing_clearance_m']} | {g['stance_slip_mps']} "
+              f"| {g['step_frequency_hz']} | {g['double_support_fraction']} |")
+    print(json.dumps(final))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""ament_python package `motionvl`: installable with pip (pip-only route) or built by colcon."""
+
+from glob import glob
+from pathlib import Path
+
+from setuptools import find_namespace_packages, setup
+
+PACKAGE = "motionvl"
+HERE = Path(__file__).resolve().parent
+
+# The nodes: console script name -> module under motionvl.ros with a main(args=None).
+NODES = (
+    "simulator_node",
+    "camera_renderer_node",
+    "vlm_critic_node",
+    "reward_synthesizer_node",
+    "policy_trainer_node",
+    "deployment_node",
+    "recorder_node",
+)
+
+
+def tree(folder: str) -> list:
+    """data_files entries installing every file under folder to share/motionvl/<same subfolder>."""
+    groups: dict = {}
+    for path in sorted(glob(f"{folder}/**/*", recursive=True)):
+        p = Path(path)
+        if p.is_file() and "__pycache__" not in p.parts:
+            groups.setdefault(str(Path("share") / PACKAGE / p.parent), []).append(path)
+    return sorted(groups.items())
+
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    description="Language-guided humanoid motion learning on ROS 2 (MuJoCo, VLM critic, LLM rewards, PPO, ONNX)",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    package_dir={"": "src"},
+    packages=find_namespace_packages(where="src", include=["motionvl", "motionvl.*"]),
+    include_package_data=False,
+    # dependencies are pinned in requirements.txt (installed first; `pip install -e . --no-deps`)
+    install_requires=[],
+    zip_safe=False,
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
+        ("share/" + PACKAGE, ["package.xml"]),
+        *tree("launch"),
+        *tree("config"),
+        *tree("urdf"),
+    ],
+    entry_points={
+        "console_scripts": [f"{PACKAGE}={PACKAGE}.cli:main"]
+        + [f"{node}={PACKAGE}.ros.{node}:main" for node in NODES],
+    },
+)

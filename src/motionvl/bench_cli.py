@@ -1,0 +1,44 @@
+"""`motionvl bench TARGET ...`: benchmarks that print measured figures (JSON last line).
+
+Targets: `sim` (raw batched MuJoCo vs the locomotion env), `train` (motionvl.rl.bench) and
+`render` (motionvl.render.bench). Each target's module is imported only when it runs, so a
+missing or heavy one does not slow or break the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+
+# target -> (module, add-arguments function, run function, help)
+TARGETS = {
+    "sim": ("motionvl.sim.bench", "add_sim_bench_arguments", "main_sim",
+            "raw batched MuJoCo stepping vs the full LocomotionEnv step"),
+    "train": ("motionvl.rl.bench", "add_train_bench_arguments", "run_train_benchmark",
+              "PPO training throughput"),
+    "render": ("motionvl.render.bench", "add_render_bench_arguments", "run_render_benchmark",
+               "offscreen rendering throughput"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", choices=sorted(TARGETS), help="; ".join(f"{k}: {v[3]}" for k, v in TARGETS.items()))
+    parser.add_argument("options", nargs=argparse.REMAINDER, help="the target's options (motionvl bench TARGET --help)")
+
+
+def run(args: argparse.Namespace) -> int:
+    module_name, add_name, run_name, help_text = TARGETS[args.target]
+    try:
+        module = importlib.import_module(module_name)
+        add, main = getattr(module, add_name), getattr(module, run_name)
+    except (ImportError, AttributeError) as exc:
+        print(f"motionvl bench {args.target}: not available yet ({module_name}: {exc})", flush=True)
+        return 3
+    parser = argparse.ArgumentParser(prog=f"motionvl bench {args.target}", description=help_text)
+    add(parser)
+    result = main(parser.parse_args(args.options))
+    if isinstance(result, dict):  # a target that returns its figures: print them as the JSON last line
+        print(json.dumps(result), flush=True)
+        return 0
+    return int(result or 0)

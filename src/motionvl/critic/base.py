@@ -1,0 +1,161 @@
+"""The critic protocol, a registry of critic backends, and the parse/re-ask protocol.
+
+Every critic (kinematic analysis, a local transformers VLM, an OpenAI-compatible endpoint)
+answers ``critique(frames, times, task, previous_best=None, **kwargs) -> MotionFeedback``.
+Model-backed critics share :func:`critique_with_reask`: ask, parse, and if the answer cannot be
+parsed ask ONCE more with the parse error; if that fails too, return a feedback with
+``valid=False`` and the error. Backend exceptions are caught as well, so the training loop
+never crashes on a critic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from typing import Any, Callable, Protocol, runtime_checkable
+
+from .parsing import apply_token_confidence, parse_feedback
+from .prompts import reask_text
+from .schema import MotionFeedback
+
+
+@runtime_checkable
+class Critic(Protocol):
+    """What the critic node calls. ``frames`` are HxWx3 uint8 RGB images, ``times`` their
+    seconds since the rollout started. Critics that analyse the rollout itself (kinematic)
+    take it as the keyword ``trajectory=`` (a :class:`motionvl.sim.trajectory.Trajectory`);
+    image critics ignore unknown keywords."""
+
+    name: str
+
+    def critique(self, frames: list, times: list[float], task: str, previous_best: str | None = None,
+                 **kwargs: Any) -> MotionFeedback: ...
+
+
+# ----------------------------------------------------------------------------- registry
+
+@dataclasses.dataclass
+class _Entry:
+    factory: Callable[..., Any] | str  # a callable or "module:attribute", resolved on first use
+    spec_arg: str | None  # keyword that receives the part after "name:" in a spec string
+    doc: str
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def register_critic(name: str, factory: Callable[..., Any] | str | None = None, *,
+                    spec_arg: str | None = None, doc: str = ""):
+    """Register a critic factory under ``name`` (usable as a decorator when ``factory`` is None).
+
+    ``factory`` may be a dotted "module:attribute" string so that heavy backends (torch) are
+    imported only when that critic is created.
+    """
+    def _do(f):
+        _REGISTRY[name] = _Entry(f, spec_arg, doc)
+        return f
+
+    return _do if factory is None else _do(factory)
+
+
+def available_critics() -> dict[str, str]:
+    """Registered critic names -> one-line description."""
+    return {k: v.doc for k, v in sorted(_REGISTRY.items())}
+
+
+def create_critic(spec: str, **kwargs: Any) -> Critic:
+    """Build a critic from a name or "name:argument" spec.
+
+    ``create_critic("kinematic")``, ``create_critic("transformers:/models/qwen2-vl", device="cpu")``
+    (the argument is passed as ``model_dir``), ``create_critic("openai:gpt-4o-mini",
+    base_url="http://127.0.0.1:8000")`` (passed as ``model``).
+    """
+    name, _, arg = spec.partition(":")
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        raise KeyError(f"unknown critic {name!r}; available: {sorted(_REGISTRY)}")
+    if arg:
+        if entry.spec_arg is None:
+            raise ValueError(f"critic {name!r} takes no argument in its spec (got {spec!r})")
+        kwargs.setdefault(entry.spec_arg, arg)
+    factory = entry.factory
+    if isinstance(factory, str):
+        mod, _, attr = factory.partition(":")
+        try:
+            factory = getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as e:
+            raise ImportError(f"critic {name!r} is registered as {entry.factory!r}, which cannot be "
+                              f"imported: {e}") from e
+    return factory(**kwargs)
+
+
+register_critic("kinematic", "motionvl.critic.kinematic:KinematicCritic",
+                doc="offline kinematic gait analysis of the rollout (no model; not a VLM)")
+register_critic("transformers", "motionvl.critic.vlm_transformers:TransformersVLMCritic", spec_arg="model_dir",
+                doc="local image-text-to-text model directory run with transformers")
+register_critic("openai", "motionvl.critic.vlm_openai:OpenAICritic", spec_arg="model",
+                doc="OpenAI-compatible /v1/chat/completions endpoint (vLLM, Ollama, transformers serve, ...)")
+
+
+# ----------------------------------------------------------------------------- re-ask protocol
+
+@dataclasses.dataclass
+class Reply:
+    """One model answer as a backend returns it to :func:`critique_with_reask`."""
+
+    text: str
+    token_spans: list[tuple[int, int]] | None = None
+    """Character span of each generated token in ``text`` (for token-probability confidence)."""
+    token_probs: list[float] | None = None
+    """Probability the model gave each generated token."""
+    meta: dict = dataclasses.field(default_factory=dict)
+    """Per-attempt bookkeeping (generated tokens, finish reason, latency, HTTP attempts, ...)."""
+
+
+AskFn = Callable[[list[tuple[str, str]]], Reply]
+"""Backend callback: given follow-up turns [(role, text), ...] to append after the critique
+prompt (empty on the first attempt), return the model's reply."""
+
+
+def critique_with_reask(ask: AskFn, critic: str, task: str, reask: bool = True,
+                        token_confidence_weight: float = 0.5) -> MotionFeedback:
+    """Run the ask -> parse -> (re-ask once) -> feedback protocol; never raises.
+
+    ``meta`` of the result has ``attempts`` (model calls made), ``attempt_log`` (per call: the
+    backend's meta plus ``parse_error`` if any) and ``latency_s``. A transport error (after
+    the backend's own retries) is not re-asked: it ends the critique with ``valid=False``.
+    """
+    t0 = time.monotonic()
+    log: list[dict] = []
+    followups: list[tuple[str, str]] = []
+    last_text: str | None = None
+    error = "no attempt made"
+    for attempt in range(2 if reask else 1):
+        try:
+            reply = ask(list(followups))
+        except Exception as e:  # noqa: BLE001 - a critic must never crash the loop
+            error = f"backend error: {type(e).__name__}: {e}"
+            log.append({"backend_error": error})
+            break
+        text = reply.text if isinstance(reply.text, str) else ("" if reply.text is None else str(reply.text))
+        last_text = text
+        entry = dict(reply.meta)
+        log.append(entry)
+        res = parse_feedback(text, critic, task)
+        if res.ok:
+            fb = res.feedback
+            if reply.token_probs and reply.token_spans:
+                apply_token_confidence(fb, res.raw_labels, reply.token_spans, reply.token_probs,
+                                       token_confidence_weight)
+            fb.meta.update(attempts=len(log), reasked=attempt > 0, attempt_log=log,
+                           latency_s=round(time.monotonic() - t0, 4))
+            return fb
+        error = f"parse error: {res.error}"
+        entry["parse_error"] = res.error
+        followups = [("assistant", text), ("user", reask_text(res.error))]
+    if any("parse_error" in e for e in log) and not log[-1].get("backend_error"):
+        error = f"unusable answer after {len(log)} attempt(s); last {error}"
+    return MotionFeedback.invalid(critic, task, error, raw_text=last_text,
+                                  meta={"attempts": len(log), "reasked": len(log) > 1, "attempt_log": log,
+                                        "latency_s": round(time.monotonic() - t0, 4)})

@@ -1,0 +1,95 @@
+"""`motionvl critique`: roll out a policy, film it and run a motion critic; the feedback JSON is the last line.
+
+    motionvl critique --policy stand --task "stand still with an upright torso"
+    motionvl critique --policy p.onnx --task "walk forward at 0.6 m/s" --critic transformers --model /models/vlm
+    motionvl critique --policy p.onnx --task "..." --critic openai --base-url http://127.0.0.1:8000 --model NAME
+
+The kinematic critic (default; no model, not a VLM) reads the recorded trajectory and needs no
+frames, so it renders only with --out. A VLM critic gets the frames sampled every --every
+seconds; its descriptors are then cross-checked against the kinematic measurements
+(`merge_measurements`: stated numbers that disagree are flagged as contradictions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
+    os.environ["MUJOCO_GL"] = "egl"
+
+from motionvl.render.cli import add_common_rollout_arguments  # noqa: E402
+
+CRITICS = ("kinematic", "transformers", "openai")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_rollout_arguments(parser)
+    parser.add_argument("--task", required=True, help='the task sentence, e.g. "walk forward with straight knees at 0.6 m/s"')
+    parser.add_argument("--critic", choices=CRITICS, default="kinematic",
+                        help="kinematic (offline gait analysis, default), transformers (local VLM) or openai (HTTP endpoint)")
+    parser.add_argument("--model", default=None,
+                        help="transformers: the local model directory; openai: the model name the server expects")
+    parser.add_argument("--base-url", default=None, help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--device", default="auto", help="transformers: auto, cpu, cuda:0, ...")
+    parser.add_argument("--contact-sheet", action="store_true", help="VLM: send one timestamped grid image")
+    parser.add_argument("--previous-best", default=None, help="a previous feedback JSON file to judge against")
+    parser.add_argument("--out", default=None, help="also write rollout.mp4, contact_sheet.png, trajectory.npz, feedback.json here")
+
+
+def make_vlm_critic(args):
+    """The VLM backend named by the arguments (imported lazily: torch / HTTP client only when used)."""
+    from motionvl.critic.base import create_critic
+
+    if args.critic == "transformers":
+        if not args.model:
+            raise SystemExit("motionvl critique: --critic transformers needs --model DIR")
+        return create_critic("transformers", model_dir=args.model, device=args.device,
+                             use_contact_sheet=args.contact_sheet)
+    if not (args.base_url and args.model):
+        raise SystemExit("motionvl critique: --critic openai needs --base-url URL and --model NAME")
+    return create_critic("openai", base_url=args.base_url, model=args.model, use_contact_sheet=args.contact_sheet)
+
+
+def run(args: argparse.Namespace) -> int:
+    from motionvl.critic.kinematic import KinematicCritic
+    from motionvl.critic.schema import MotionFeedback, merge_measurements
+    from motionvl.render.cli import render_from_args, rollout_from_args, write_outputs
+
+    t0 = time.perf_counter()
+    robot, traj, name, command = rollout_from_args(args)
+    timings = {"rollout_s": round(time.perf_counter() - t0, 3)}
+    previous = None
+    if args.previous_best:
+        previous = Path(args.previous_best).read_text()
+    kinematic = KinematicCritic()
+    frames = times = None
+    if args.critic != "kinematic" or args.out:
+        frames, times, t_render = render_from_args(args, robot, traj)
+        timings["render_s"] = round(t_render, 3)
+    t1 = time.perf_counter()
+    if args.critic == "kinematic":
+        fb = kinematic.critique(traj, args.task, previous_best=previous)
+    else:
+        critic = make_vlm_critic(args)
+        prev_text = None
+        if previous is not None:
+            try:  # VLM backends take the best motion so far as text
+                prev_text = json.dumps(MotionFeedback.from_json(previous).to_dict()["descriptors"])
+            except Exception:  # noqa: BLE001 - a plain description text
+                prev_text = previous
+        fb = critic.critique(frames, times, args.task, previous_best=prev_text)
+        if fb.valid:
+            fb = merge_measurements(fb, kinematic.measure(traj))
+    timings["critique_s"] = round(time.perf_counter() - t1, 3)
+    fb.meta.update(policy=name, command=list(command), seconds=args.seconds, **timings)
+    if args.out:
+        files = write_outputs(Path(args.out), frames, times, traj, args.every)
+        (Path(args.out) / "feedback.json").write_text(fb.to_json(indent=2))
+        fb.meta["files"] = files
+    print(fb.to_json())
+    return 0 if fb.valid else 1

@@ -1,0 +1,301 @@
+"""Region-aware critic prompts (MotionVL) with temporal-continuity cues and the MoVLR judge.
+
+A prompt is backend-neutral: a system text plus an ordered list of :class:`PromptPart` (text or
+an RGB image). The transformers backend turns image parts into processor images, the OpenAI
+backend into base64 data URLs. Two layouts:
+
+* :func:`build_frames_prompt`: one image per sampled frame, each preceded by a caption
+  "Frame k at t=... s (follows frame k-1 by ... s)";
+* :func:`build_contact_sheet_prompt`: one grid image (:func:`make_contact_sheet`) whose tiles
+  carry their frame index and time, for models that accept a single image or to save tokens.
+
+The model must answer with one JSON object following :data:`ANSWER_SCHEMA`; features are not
+asked for, they are derived from the descriptors with :func:`motionvl.critic.schema.discretise`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+
+from .schema import DIRECTIONS, FEATURE_LABELS, QUANTITIES, REGIONS
+
+FRAME_PERIOD_S = 0.1
+"""The paper samples one frame every 0.1 s."""
+
+REGION_GUIDE: dict[str, str] = {
+    "knees": "flexion in stance and swing (straight vs. bent), how high the swing knee lifts, "
+             "whether left and right knees behave alike",
+    "ankles": "dorsiflexion in swing, push-off from the toes, heel or flat-foot landing, stiffness",
+    "hips": "pelvis level or swaying/dropping, hip extension at the end of stance, stance width",
+    "torso": "upright or leaning forward/backward/sideways, wobbling, steady heading",
+}
+"""What to look at per region (the paper's four regions)."""
+
+ANSWER_SCHEMA: dict = {
+    "type": "object",
+    "required": ["descriptors", "alignment_score", "suggestions", "better_than_best", "unjudged"],
+    "properties": {
+        "descriptors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["label", "region", "confidence"],
+                "properties": {
+                    "label": {"type": "string", "description": "a feature label or a quantity name"},
+                    "region": {"enum": list(REGIONS)},
+                    "value": {"type": ["number", "null"]},
+                    "unit": {"type": ["string", "null"]},
+                    "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                    "note": {"type": "string"},
+                },
+            },
+        },
+        "alignment_score": {"type": "number", "minimum": 0, "maximum": 1},
+        "suggestions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["term", "direction"],
+                "properties": {
+                    "term": {"type": "string"},
+                    "direction": {"enum": list(DIRECTIONS)},
+                    "reason": {"type": "string"},
+                },
+            },
+        },
+        "better_than_best": {"type": ["boolean", "null"]},
+        "unjudged": {"type": "array", "items": {"type": "string"}},
+    },
+}
+"""JSON schema of the answer the model must produce (also usable as an API response_format)."""
+
+ANSWER_EXAMPLE: dict = {
+    "descriptors": [
+        {"label": "knee_flexion", "region": "knees", "value": 35, "unit": "deg", "confidence": 0.7,
+         "note": "both knees stay bent through stance from t=0.2 s on"},
+        {"label": "torso_leaning_forward", "region": "torso", "value": None, "unit": None, "confidence": 0.8,
+         "note": "trunk pitched forward in every frame"},
+    ],
+    "alignment_score": 0.35,
+    "suggestions": [{"term": "knee_extension", "direction": "increase", "reason": "the task asks for straight knees"}],
+    "better_than_best": None,
+    "unjudged": ["exact walking speed"],
+}
+
+
+@dataclasses.dataclass
+class PromptPart:
+    """One piece of the user turn: text or an RGB uint8 image (H, W, 3)."""
+
+    kind: str  # "text" | "image"
+    text: str | None = None
+    image: np.ndarray | None = None
+
+    @staticmethod
+    def of_text(text: str) -> "PromptPart":
+        return PromptPart("text", text=text)
+
+    @staticmethod
+    def of_image(image: np.ndarray) -> "PromptPart":
+        return PromptPart("image", image=image)
+
+
+@dataclasses.dataclass
+class CritiquePrompt:
+    system: str
+    parts: list[PromptPart]
+    times: list[float]
+    """Times (s) of the frames actually shown."""
+
+    @property
+    def images(self) -> list[np.ndarray]:
+        return [p.image for p in self.parts if p.kind == "image"]
+
+    @property
+    def text(self) -> str:
+        """The user turn's text with images shown as "<image>" (for logs)."""
+        return "".join(p.text if p.kind == "text" else "<image>" for p in self.parts)
+
+
+def _check_frames(frames, times) -> tuple[list[np.ndarray], list[float]]:
+    frames = list(frames)
+    times = [float(t) for t in times]
+    if not frames:
+        raise ValueError("no frames to critique")
+    if len(frames) != len(times):
+        raise ValueError(f"{len(frames)} frames but {len(times)} times")
+    out = []
+    for i, f in enumerate(frames):
+        a = np.asarray(f)
+        if a.ndim == 2:
+            a = np.repeat(a[:, :, None], 3, axis=2)
+        if a.ndim != 3 or a.shape[2] not in (3, 4):
+            raise ValueError(f"frame {i}: expected an HxWx3 RGB image, got shape {a.shape}")
+        if a.shape[2] == 4:
+            a = a[:, :, :3]
+        if a.dtype != np.uint8:
+            a = np.clip(a * (255.0 if a.dtype.kind == "f" and a.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8)
+        out.append(np.ascontiguousarray(a))
+    return out, times
+
+
+def select_frames(frames, times, period_s: float = FRAME_PERIOD_S, max_frames: int | None = 16
+                  ) -> tuple[list[np.ndarray], list[float]]:
+    """Keep one frame per ``period_s`` (the first at or after each tick), then at most ``max_frames``
+    evenly spread (first and last kept)."""
+    frames, times = _check_frames(frames, times)
+    order = sorted(range(len(times)), key=lambda i: times[i])
+    keep: list[int] = []
+    next_t = -math.inf
+    for i in order:
+        if times[i] >= next_t - 1e-9:
+            keep.append(i)
+            next_t = times[i] + period_s
+    if max_frames is not None and len(keep) > max_frames:
+        if max_frames <= 1:
+            keep = keep[:1]
+        else:
+            idx = np.linspace(0, len(keep) - 1, max_frames).round().astype(int)
+            keep = [keep[j] for j in sorted(set(idx.tolist()))]
+    return [frames[i] for i in keep], [times[i] for i in keep]
+
+
+def resize_longest(image: np.ndarray, longest: int | None) -> np.ndarray:
+    """Downscale so that the longest side is at most ``longest`` pixels (never upscales)."""
+    if longest is None or max(image.shape[:2]) <= longest:
+        return image
+    import cv2
+
+    h, w = image.shape[:2]
+    s = longest / max(h, w)
+    return cv2.resize(image, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
+
+
+def make_contact_sheet(frames, times, cols: int = 4, tile_longest: int | None = 256,
+                       label: bool = True, border: int = 2) -> np.ndarray:
+    """Tile frames row-major into one RGB image; each tile is captioned "k t=..s" (top-left)."""
+    import cv2
+
+    frames, times = _check_frames(frames, times)
+    frames = [resize_longest(f, tile_longest) for f in frames]
+    th = max(f.shape[0] for f in frames)
+    tw = max(f.shape[1] for f in frames)
+    cols = max(1, min(cols, len(frames)))
+    rows = math.ceil(len(frames) / cols)
+    sheet = np.full((rows * (th + border) + border, cols * (tw + border) + border, 3), 255, np.uint8)
+    for k, (f, t) in enumerate(zip(frames, times)):
+        r, c = divmod(k, cols)
+        y, x = border + r * (th + border), border + c * (tw + border)
+        sheet[y:y + f.shape[0], x:x + f.shape[1]] = f
+        if label:
+            scale = max(0.3, th / 256.0 * 0.6)
+            thick = max(1, round(scale * 2))
+            txt = f"{k} t={t:.1f}s"
+            (w_txt, h_txt), base = cv2.getTextSize(txt, cv2.FONT_HERSHEY_SIMPLEX, scale, thick)
+            cv2.rectangle(sheet, (x, y), (x + w_txt + 4, y + h_txt + base + 4), (0, 0, 0), -1)
+            cv2.putText(sheet, txt, (x + 2, y + h_txt + 2), cv2.FONT_HERSHEY_SIMPLEX, scale,
+                        (255, 255, 255), thick, cv2.LINE_AA)
+    return sheet
+
+
+def system_prompt() -> str:
+    """The critic's role and the answer format."""
+    feats = ", ".join(FEATURE_LABELS)
+    quants = "; ".join(f"{k} ({q.unit or 'unitless'}: {q.meaning})" for k, q in QUANTITIES.items())
+    return (
+        "You are a biomechanics expert who watches a simulated humanoid robot and reports precisely "
+        "what its body did. Report only what is visible in the frames; when something cannot be "
+        "judged from the images, list it under \"unjudged\" instead of guessing.\n"
+        "Answer with ONE JSON object and nothing else (no prose, no code fence), following this "
+        f"JSON schema:\n{json.dumps(ANSWER_SCHEMA, separators=(',', ':'))}\n"
+        f"Example answer:\n{json.dumps(ANSWER_EXAMPLE)}\n"
+        f"Descriptor labels: prefer these feature labels: {feats}. "
+        f"For numeric estimates use these quantity names with \"value\" and \"unit\": {quants}. "
+        f"Regions: {', '.join(REGIONS)}. Confidences are numbers in [0, 1]. "
+        "alignment_score in [0, 1] says how well the motion fulfils the task. "
+        f"Suggestions name a reward term and a direction ({', '.join(DIRECTIONS)}) with a short "
+        "biomechanical reason."
+    )
+
+
+def _region_text() -> str:
+    lines = [f"- {r}: {g}" for r, g in REGION_GUIDE.items()]
+    return ("Describe the motion region by region, and give at least one descriptor for each of "
+            "knees, ankles, hips and torso:\n" + "\n".join(lines) + "\n"
+            "- whole_body: direction of travel, speed relative to the task, falls or stumbles, "
+            "symmetry between left and right steps.\n")
+
+
+def _task_text(task: str, previous_best: str | None, n: int, times: list[float]) -> str:
+    span = f"{times[0]:.2f} s to {times[-1]:.2f} s" if times else ""
+    s = (f"Task the robot was asked to perform: \"{task}\".\n"
+         f"You see {n} frames of one rollout in time order, from {span}. Use temporal continuity: "
+         "each frame follows the previous one, so track each limb from frame to frame and describe "
+         "motion (what changes), not single poses.\n" + _region_text())
+    if previous_best:
+        s += ("\nThe best motion so far was described as:\n"
+              f"\"\"\"{previous_best.strip()}\"\"\"\n"
+              "Judge whether the motion shown here fulfils the task better than that best motion: "
+              "set \"better_than_best\" to true or false, and write suggestions that would fix what "
+              "still falls short.\n")
+    else:
+        s += "\nThere is no previous best motion: set \"better_than_best\" to null.\n"
+    s += "Answer now with the JSON object only."
+    return s
+
+
+def frame_caption(k: int, times: list[float]) -> str:
+    """The temporal-continuity cue placed before frame ``k``."""
+    if k == 0:
+        return f"Frame 0 at t={times[0]:.2f} s (start of the rollout):"
+    return (f"Frame {k} at t={times[k]:.2f} s, follows frame {k - 1} "
+            f"(+{times[k] - times[k - 1]:.2f} s):")
+
+
+def build_frames_prompt(frames, times, task: str, previous_best: str | None = None,
+                        period_s: float = FRAME_PERIOD_S, max_frames: int | None = 16,
+                        image_longest: int | None = None) -> CritiquePrompt:
+    """One image per sampled frame, each with its temporal-continuity caption."""
+    frames, times = select_frames(frames, times, period_s, max_frames)
+    parts = [PromptPart.of_text(f"A rollout of \"{task}\" follows, one frame every {period_s:.2f} s.\n")]
+    for k, f in enumerate(frames):
+        parts.append(PromptPart.of_text(frame_caption(k, times) + "\n"))
+        parts.append(PromptPart.of_image(resize_longest(f, image_longest)))
+        parts.append(PromptPart.of_text("\n"))
+    parts.append(PromptPart.of_text(_task_text(task, previous_best, len(frames), times)))
+    return CritiquePrompt(system_prompt(), parts, times)
+
+
+def build_contact_sheet_prompt(frames, times, task: str, previous_best: str | None = None,
+                               period_s: float = FRAME_PERIOD_S, max_frames: int | None = 16,
+                               cols: int = 4, tile_longest: int | None = 256) -> CritiquePrompt:
+    """One contact-sheet image (tiles captioned with index and time) plus the text."""
+    frames, times = select_frames(frames, times, period_s, max_frames)
+    sheet = make_contact_sheet(frames, times, cols=cols, tile_longest=tile_longest)
+    cols_eff = max(1, min(cols, len(frames)))
+    layout = (f"The image is a contact sheet of {len(frames)} frames in a grid of {cols_eff} columns, "
+              "read left to right, top to bottom; each tile is labelled with its frame index and time. "
+              + " ".join(frame_caption(k, times).rstrip(":") + "." for k in range(len(frames))) + "\n")
+    parts = [PromptPart.of_image(sheet), PromptPart.of_text(layout + _task_text(task, previous_best, len(frames), times))]
+    return CritiquePrompt(system_prompt(), parts, times)
+
+
+def build_prompt(frames, times, task: str, previous_best: str | None = None, use_contact_sheet: bool = False,
+                 **kwargs) -> CritiquePrompt:
+    if use_contact_sheet:
+        return build_contact_sheet_prompt(frames, times, task, previous_best, **kwargs)
+    kwargs.pop("cols", None)
+    kwargs.pop("tile_longest", None)
+    return build_frames_prompt(frames, times, task, previous_best, **kwargs)
+
+
+def reask_text(error: str) -> str:
+    """The single follow-up turn after an unparsable answer."""
+    return (f"Your previous answer could not be used: {error}\n"
+            "Reply again with ONLY one valid JSON object that follows the schema given in the "
+            "instructions: double-quoted keys and strings, numbers for confidences in [0, 1], "
+            "no comments, no trailing commas, no text outside the object.")

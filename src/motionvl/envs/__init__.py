@@ -1,0 +1,1 @@
+"""Batched locomotion environments over the physics backends (no ROS)."""

@@ -1,0 +1,1 @@
+"""Offscreen rendering of rollouts: camera frames, videos, contact sheets (no ROS)."""

@@ -1,0 +1,45 @@
+"""`motionvl reward ...`: tools for generated reward code.
+
+  motionvl reward check FILE   validate FILE like a synthesizer candidate (exit 0 ok, 1 rejected, 2 no file)
+  motionvl reward doc          print the reward code format, the np namespace and the state fields
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="reward_command", metavar="ACTION", required=True)
+    check = sub.add_parser("check", help="validate a reward code file (static rules + isolated test run)")
+    check.add_argument("file", type=Path, help="Python source with _reward_<name>/_cost_<name> functions")
+    check.add_argument("--num-envs", type=int, default=64, help="test batch size (default 64)")
+    check.add_argument("--timeout", type=float, default=5.0, help="wall-time limit of the test run, s")
+    check.add_argument("--seed", type=int, default=0)
+    sub.add_parser("doc", help="print the reward code format and the state API (the LLM's reference)")
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here so `motionvl --help` stays light.
+    from motionvl.rewards import sandbox
+
+    if args.reward_command == "doc":
+        print(sandbox.reward_code_api_doc())
+        return 0
+    try:
+        source = args.file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"motionvl reward check: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        terms = sandbox.check_reward_code(source, num_envs=args.num_envs, timeout_s=args.timeout, seed=args.seed)
+    except sandbox.RewardCodeError as exc:
+        print(f"{args.file}: rejected ({len(exc.problems)} problem(s)):", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    listed = ", ".join(f"{'+' if t.sign > 0 else '-'}{name}" for name, t in terms.items())
+    print(f"OK: terms: {listed}")
+    return 0

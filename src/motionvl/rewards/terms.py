@@ -1,0 +1,349 @@
+"""Library of named, batched reward terms (the hand-written building blocks of a reward spec).
+
+Every term is a plain function of a `RewardState` plus keyword parameters and returns an (N,)
+array normalised to roughly [0, 1]: tracking terms use exp kernels (1 = perfect), costs are
+ratios to a limit or a reference scale, squared and clipped per element (1 = at or beyond it).
+The prefix carries the sign: `_reward_<name>` adds, `_cost_<name>` subtracts. Because of the
+normalisation a spec weight in [0, 1] means the same thing for every term.
+
+`REGISTRY` maps each name to `LibraryTerm(fn, sign, params, doc)`; it is built from the
+functions below, so a term's default parameters are its keyword defaults and its doc is the
+first line of its docstring.
+
+Gait convention (from `RewardState.gait_phase`): left foot in stance for phase < 0.5, right
+foot for phase >= 0.5. With a (near) zero command both feet are expected in stance.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from motionvl.rewards.state import RewardState
+
+
+class LibraryTerm(NamedTuple):
+    fn: Callable
+    sign: int
+    params: dict
+    doc: str
+
+
+# ----------------------------------------------------------------------------- helpers
+def _sq_ratio(x: np.ndarray, scale: float) -> np.ndarray:
+    """(x / scale)^2 clipped to 1 per element."""
+    return np.minimum(np.square(x / scale), 1.0)
+
+
+@functools.lru_cache(maxsize=256)
+def _select_joints(joint_names: tuple, patterns: tuple) -> np.ndarray:
+    if "all" in patterns:
+        return np.arange(len(joint_names))
+    ids = [i for i, n in enumerate(joint_names) if any(p in n for p in patterns)]
+    if not ids:
+        raise ValueError(f"no joint name contains any of {list(patterns)}; joints are {list(joint_names)}")
+    return np.array(ids)
+
+
+@functools.lru_cache(maxsize=64)
+def _leg_pair(joint_names: tuple, joint: str) -> np.ndarray:
+    """Indices [left, right] of one joint type, e.g. 'knee' -> (left_knee, right_knee)."""
+    pair = []
+    for side in ("left", "right"):
+        ids = [i for i, n in enumerate(joint_names) if side in n and n.endswith(joint)]
+        if len(ids) != 1:
+            raise ValueError(f"expected one '{side}' joint ending in '{joint}', found {[joint_names[i] for i in ids]}")
+        pair.append(ids[0])
+    return np.array(pair)
+
+
+def _joint_pair(state: RewardState, joint: str) -> np.ndarray:
+    """(N, 2) positions of the left and right `joint`."""
+    return state.joint_pos[:, _leg_pair(tuple(state.joint_names), joint)]
+
+
+def moving(state: RewardState, stand_below: float = 0.1) -> np.ndarray:
+    """(N,) bool: the command asks for motion (any component above `stand_below`)."""
+    return np.any(np.abs(state.command) > stand_below, axis=1)
+
+
+def expected_stance(state: RewardState, stand_below: float = 0.1) -> np.ndarray:
+    """(N, 2) bool: which foot the gait clock puts in stance (both when standing)."""
+    left = state.gait_phase < 0.5
+    stance = np.stack([left, ~left], axis=1)
+    stance[~moving(state, stand_below)] = True
+    return stance
+
+
+def swing_progress(state: RewardState) -> np.ndarray:
+    """(N, 2) progress through the current half cycle in [0, 1) for each foot."""
+    p = np.mod(2.0 * state.gait_phase, 1.0)
+    return np.stack([p, p], axis=1)
+
+
+def foot_height(state: RewardState) -> np.ndarray:
+    """(N, 2) sole height above the lower sole.
+
+    Relative to the other foot rather than the world so it works on rough terrain, where the
+    state carries no ground height under the feet; on flat ground it equals the sole height
+    whenever one foot stands.
+    """
+    z = state.foot_pos[:, :, 2]
+    return z - z.min(axis=1, keepdims=True)
+
+
+def _base_yaw(state: RewardState) -> np.ndarray:
+    w, x, y, z = state.base_quat.T
+    return np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def _stance_mean(values: np.ndarray, stance: np.ndarray) -> np.ndarray:
+    """Mean of (N, 2) `values` over feet in stance; 0 when no foot is."""
+    n = stance.sum(axis=1)
+    return np.where(n > 0, (values * stance).sum(axis=1) / np.maximum(n, 1), 0.0)
+
+
+# ----------------------------------------------------------------------------- task tracking
+def _reward_tracking_lin_vel(state: RewardState, *, sigma: float = 0.25) -> np.ndarray:
+    """exp(-|cmd_xy - v_xy|^2 / sigma): forward/lateral velocity tracking in the body frame."""
+    err = np.sum(np.square(state.command[:, :2] - state.base_lin_vel[:, :2]), axis=1)
+    return np.exp(-err / sigma)
+
+
+def _reward_tracking_ang_vel(state: RewardState, *, sigma: float = 0.25) -> np.ndarray:
+    """exp(-(cmd_yaw - w_z)^2 / sigma): yaw-rate tracking."""
+    return np.exp(-np.square(state.command[:, 2] - state.base_ang_vel[:, 2]) / sigma)
+
+
+def _reward_alive(state: RewardState) -> np.ndarray:
+    """1 every step the robot has not fallen (survival bonus)."""
+    return (~state.terminated).astype(np.float64)
+
+
+def _cost_termination(state: RewardState) -> np.ndarray:
+    """1 on the step the episode ends by a fall (not by time-out)."""
+    return state.terminated.astype(np.float64)
+
+
+# ----------------------------------------------------------------------------- base
+def _cost_orientation(state: RewardState, *, tilt_scale: float = 0.4) -> np.ndarray:
+    """Base tilt: |gravity_xy|^2 / sin(tilt_scale)^2, clipped to 1 (flat pelvis)."""
+    return np.minimum(np.sum(np.square(state.projected_gravity[:, :2]), axis=1) / np.sin(tilt_scale) ** 2, 1.0)
+
+
+def _cost_base_height(state: RewardState, *, target: float = 0.82, scale: float = 0.1) -> np.ndarray:
+    """((h - target) / scale)^2 clipped: pelvis height above the ground."""
+    return _sq_ratio(state.base_height - target, scale)
+
+
+def _cost_lin_vel_z(state: RewardState, *, scale: float = 0.5) -> np.ndarray:
+    """(v_z / scale)^2 clipped: vertical bouncing of the pelvis."""
+    return _sq_ratio(state.base_lin_vel[:, 2], scale)
+
+
+def _cost_ang_vel_xy(state: RewardState, *, scale: float = 2.0) -> np.ndarray:
+    """Mean over roll/pitch rates of (w / scale)^2 clipped: pelvis wobble."""
+    return _sq_ratio(state.base_ang_vel[:, :2], scale).mean(axis=1)
+
+
+# ----------------------------------------------------------------------------- feet and gait
+def _reward_contact_phase(state: RewardState, *, double_support: float = 0.1, stand_below: float = 0.1) -> np.ndarray:
+    """Fraction of feet whose contact matches the gait clock (1 = in phase, 0 = swapped).
+
+    The swing foot may still touch the ground in the first and last `double_support` fraction
+    of its swing (lift-off lag, early touchdown), so a real gait with short double support can
+    reach 1.
+    """
+    stance = expected_stance(state, stand_below)
+    progress = swing_progress(state)
+    lenient = ~stance & ((progress < double_support) | (progress > 1.0 - double_support))
+    match = (state.foot_contact == stance) | lenient
+    return match.mean(axis=1)
+
+
+def _reward_feet_clearance(state: RewardState, *, height: float = 0.08, stand_below: float = 0.1) -> np.ndarray:
+    """Clock's swing foot lift: height above the stance sole / height, capped at 1 (0 = dragging).
+
+    A saturating ramp, not a reference arc: an arc pays a dragging foot near the swing's ends
+    and punishes lifting early, which kept a trained policy in a sliding shuffle. When standing
+    the score is how well both feet stay down.
+    """
+    lift = np.minimum(foot_height(state) / height, 1.0)
+    stance = expected_stance(state, stand_below)
+    swing_lift = np.where(stance, 0.0, lift).sum(axis=1)
+    return np.where(moving(state, stand_below), swing_lift, 1.0 - lift.mean(axis=1))
+
+
+def _reward_feet_air_time(state: RewardState, *, target_air_time: float | None = None,
+                          stand_below: float = 0.1) -> np.ndarray:
+    """On touchdown, (air time / target)^2 capped at 1 (target default 0.4 x gait period).
+
+    Squared so that many short shuffling steps earn less than fewer full steps.
+    """
+    target = 0.4 * state.gait_period if target_air_time is None else target_air_time
+    per_foot = np.square(np.minimum(state.foot_air_time / target, 1.0)) * state.first_contact
+    return np.minimum(per_foot.sum(axis=1), 1.0) * moving(state, stand_below)
+
+
+def _cost_foot_slip(state: RewardState, *, speed_scale: float = 0.5) -> np.ndarray:
+    """Mean over feet of contact x |v_xy foot| / speed_scale (clipped): sliding stance feet.
+
+    Linear, not squared, so that small slips near zero still cost something.
+    """
+    speed = np.linalg.norm(state.foot_vel[:, :, :2], axis=2)
+    return (state.foot_contact * np.minimum(speed / speed_scale, 1.0)).mean(axis=1)
+
+
+def _cost_feet_contact_forces(state: RewardState, *, limit: float = 500.0) -> np.ndarray:
+    """Mean over feet of (F - limit) / limit, clipped to [0, 1]: hard impacts (robot weighs ~385 N)."""
+    excess = np.clip((state.foot_contact_force - limit) / limit, 0.0, 1.0)
+    return excess.mean(axis=1)
+
+
+def _cost_feet_distance(state: RewardState, *, min_dist: float = 0.12, max_dist: float = 0.30,
+                        tolerance: float = 0.1) -> np.ndarray:
+    """Lateral sole spacing (heading frame) outside [min_dist, max_dist], / tolerance, clipped."""
+    yaw = _base_yaw(state)
+    d = state.foot_pos[:, 0, :2] - state.foot_pos[:, 1, :2]
+    lateral = -np.sin(yaw) * d[:, 0] + np.cos(yaw) * d[:, 1]
+    out = np.maximum(min_dist - lateral, 0.0) + np.maximum(lateral - max_dist, 0.0)
+    return np.minimum(out / tolerance, 1.0)
+
+
+def _cost_knee_distance(state: RewardState, *, min_dist: float = 0.12, max_dist: float = 0.30,
+                        tolerance: float = 0.1, hip_width: float = 0.18,
+                        thigh_length: float = 0.34) -> np.ndarray:
+    """Estimated lateral knee spacing outside [min_dist, max_dist], / tolerance, clipped.
+
+    Knee positions are not in the state: spacing ~ hip_width + thigh_length * (sin(left hip
+    roll) - sin(right hip roll)) (both roll axes +x, so +roll moves a leg to the left), which
+    ignores the small hip-yaw coupling of a bent knee. Defaults match urdf/mvl_biped.urdf.
+    """
+    roll = _joint_pair(state, "hip_roll")
+    spacing = hip_width + thigh_length * (np.sin(roll[:, 0]) - np.sin(roll[:, 1]))
+    out = np.maximum(min_dist - spacing, 0.0) + np.maximum(spacing - max_dist, 0.0)
+    return np.minimum(out / tolerance, 1.0)
+
+
+# ----------------------------------------------------------------------------- posture and gait style
+def _cost_default_pose(state: RewardState, *, joints: tuple = ("hip_yaw", "hip_roll"), scale: float = 0.3) -> np.ndarray:
+    """Mean over `joints` (name substrings, or 'all') of ((q - q_default) / scale)^2 clipped."""
+    ids = _select_joints(tuple(state.joint_names), tuple(joints))
+    return _sq_ratio(state.joint_pos[:, ids] - state.default_joint_pos[ids], scale).mean(axis=1)
+
+
+def _reward_knee_extension(state: RewardState, *, min_angle: float = 0.0, max_angle: float = 0.2,
+                           sigma: float = 0.2) -> np.ndarray:
+    """Stance knees within [min_angle, max_angle] rad (straight-leg walking); exp kernel outside, 0 if airborne."""
+    knee = _joint_pair(state, "knee")
+    outside = np.maximum(knee - max_angle, 0.0) + np.maximum(min_angle - knee, 0.0)
+    return _stance_mean(np.exp(-np.square(outside / sigma)), state.foot_contact)
+
+
+def _reward_ankle_stance(state: RewardState, *, sigma: float = 0.15) -> np.ndarray:
+    """Stance feet flat: exp(-(foot pitch^2 + roll^2) / sigma^2), 0 if airborne.
+
+    Foot orientation is not in the state; it is estimated from the sagittal and frontal joint
+    chains (pitch = base pitch + hip pitch + knee + ankle pitch, roll = base roll + hip roll +
+    ankle roll, all parallel axes on this robot), within a few hundredths of a rad for moderate
+    hip yaw. The default pose has a flat foot.
+    """
+    g = state.projected_gravity
+    pitch = np.arcsin(np.clip(g[:, 0:1], -1, 1)) + _joint_pair(state, "hip_pitch") + _joint_pair(state, "knee") \
+        + _joint_pair(state, "ankle_pitch")
+    roll = -np.arcsin(np.clip(g[:, 1:2], -1, 1)) + _joint_pair(state, "hip_roll") + _joint_pair(state, "ankle_roll")
+    return _stance_mean(np.exp(-(np.square(pitch) + np.square(roll)) / sigma ** 2), state.foot_contact)
+
+
+def _reward_toe_direction(state: RewardState, *, toe_out: float = 0.0, sigma: float = 0.15) -> np.ndarray:
+    """Feet point along the base heading: exp(-mean((hip yaw - target)^2) / sigma^2).
+
+    Foot yaw relative to the pelvis is taken as the hip yaw angle (foot orientation is not in
+    the state). `toe_out` > 0 asks for toes turned outward by that angle on both feet.
+    """
+    yaw = _joint_pair(state, "hip_yaw")
+    err = np.square(yaw[:, 0] - toe_out) + np.square(yaw[:, 1] + toe_out)
+    return np.exp(-0.5 * err / sigma ** 2)
+
+
+# ----------------------------------------------------------------------------- smoothness and limits
+def _cost_action_rate(state: RewardState, *, scale: float = 0.5) -> np.ndarray:
+    """Mean over joints of ((a - a_prev) / scale)^2 clipped: action smoothness."""
+    return _sq_ratio(state.action - state.last_action, scale).mean(axis=1)
+
+
+def _cost_torques(state: RewardState) -> np.ndarray:
+    """Mean over joints of (torque / effort limit)^2."""
+    return np.minimum(np.square(state.joint_torque / state.effort_limit), 1.0).mean(axis=1)
+
+
+def _cost_joint_vel(state: RewardState, *, scale: float = 10.0) -> np.ndarray:
+    """Mean over joints of (qdot / scale)^2 clipped."""
+    return _sq_ratio(state.joint_vel, scale).mean(axis=1)
+
+
+def _cost_joint_acc(state: RewardState, *, scale: float = 300.0) -> np.ndarray:
+    """Mean over joints of (qddot / scale)^2 clipped."""
+    return _sq_ratio(state.joint_acc, scale).mean(axis=1)
+
+
+def _cost_joint_limits(state: RewardState, *, soft_fraction: float = 0.9) -> np.ndarray:
+    """Mean over joints of how far past the soft range (soft_fraction of the hard range) a joint is, 1 at the hard limit."""
+    mid = 0.5 * (state.joint_pos_upper + state.joint_pos_lower)
+    half = 0.5 * (state.joint_pos_upper - state.joint_pos_lower)
+    margin = np.maximum((1.0 - soft_fraction) * half, 1e-6)
+    over = np.maximum(np.abs(state.joint_pos - mid) - soft_fraction * half, 0.0)
+    return np.minimum(over / margin, 1.0).mean(axis=1)
+
+
+def _cost_collision(state: RewardState) -> np.ndarray:
+    """1 when a non-foot body part touches the ground."""
+    return state.body_collision.astype(np.float64)
+
+
+# ----------------------------------------------------------------------------- registry
+def _build_registry() -> dict:
+    registry = {}
+    for fn_name, fn in vars(sys.modules[__name__]).items():
+        for prefix, sign in (("_reward_", 1), ("_cost_", -1)):
+            if fn_name.startswith(prefix) and callable(fn):
+                params = {p.name: p.default for p in inspect.signature(fn).parameters.values()
+                          if p.kind is inspect.Parameter.KEYWORD_ONLY}
+                doc = (fn.__doc__ or "").strip().splitlines()[0]
+                registry[fn_name[len(prefix):]] = LibraryTerm(fn, sign, params, doc)
+    return registry
+
+
+REGISTRY: dict[str, LibraryTerm] = _build_registry()
+"""name -> LibraryTerm(fn, sign (+1 reward / -1 cost), default params, one-line doc)."""
+
+ALIASES = {
+    "reference_gait": "contact_phase",
+    "feet_contact": "contact_phase",
+    "feet_swing_height": "feet_clearance",
+    "survival": "alive",
+    "body_collision": "collision",
+    "dof_pos_limits": "joint_limits",
+    "hip_pos": "default_pose",
+    "feet_slip": "foot_slip",
+    "straight_knees": "knee_extension",
+    "flat_foot": "ankle_stance",
+}
+"""Names used in other code bases / the paper, resolved to library names by the spec loader."""
+
+POSITIVE_PARAMS = frozenset({"sigma", "scale", "tilt_scale", "height", "speed_scale", "limit", "tolerance",
+                             "target_air_time", "hip_width", "thigh_length", "target"})
+"""Parameters that divide or set a length: they must be > 0."""
+
+
+def describe_library() -> str:
+    """One line per library term (sign, name, default params, doc) for the LLM prompt."""
+    lines = []
+    for name, t in REGISTRY.items():
+        params = ", ".join(f"{k}={v!r}" for k, v in t.params.items())
+        lines.append(f"{'+' if t.sign > 0 else '-'} {name}({params}): {t.doc}")
+    return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""`motionvl bench train`: training throughput on this machine, three ways, one process, same model.
+
+1. raw batched physics: `backend.step(decimation)` alone with the controls held;
+2. env only: `LocomotionEnv.step` with random actions (PD targets, physics, state, reward, resets);
+3. whole training loop: rsl_rl rollout (policy inference + env + storage) and the PPO update.
+
+Returns the figures as a dict (the bench CLI prints it as the JSON last line), with the ratio
+against the measured SB3 PPO baseline on this machine kind (731 policy steps/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+import numpy as np
+
+from motionvl.rl.config import TrainConfig, add_dataclass_arguments, args_to_dataclass
+
+SB3_BASELINE_STEPS_PER_S = 731.0
+GOAL_STEPS_PER_S = 12_000.0
+
+
+@dataclasses.dataclass
+class TrainBenchArgs:
+    envs: int | None = dataclasses.field(default=None, metadata={"type": int})
+    """Parallel environments (default: the training config's env.num_envs)."""
+    seconds: float = 10.0
+    """Seconds of each of the three measurements (after a short warm-up)."""
+    config: str | None = None
+    """Training YAML (default: config/training.yaml)."""
+    reward: str | None = None
+    """Reward spec (default: the reference spec)."""
+    physics_threads: int | None = dataclasses.field(default=None, metadata={"type": int})
+    """MuJoCo threads (default: all cores this process may use)."""
+    torch_threads: int | None = dataclasses.field(default=None, metadata={"type": int})
+    """torch intra-op threads (default: the training config's, else torch's)."""
+
+
+def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    add_dataclass_arguments(parser, TrainBenchArgs)
+
+
+def _timed(fn, seconds: float, warmup: int = 2) -> tuple[int, float]:
+    for _ in range(warmup):
+        fn()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        fn()
+        n += 1
+    return n, time.perf_counter() - t0
+
+
+def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0, log=print) -> dict:
+    """Measure the three throughputs for `train_cfg` (see the module docstring)."""
+    import torch
+
+    from motionvl.rl.trainer import build_runner, run_iteration
+
+    vec, runner = build_runner(train_cfg, reward_fn)
+    env, N = vec.env, vec.num_envs
+    log(f"bench train: {N} envs, sim_dt {env.sim_dt} x {env.decimation}, {env.sim.num_threads} physics threads, "
+        f"{torch.get_num_threads()} torch threads, device {runner.device}")
+
+    calls, t = _timed(lambda: env.sim.step(env.decimation), seconds)
+    raw_policy = calls * N / t
+    log(f"  raw physics: {raw_policy * env.decimation:,.0f} physics steps/s ({raw_policy:,.0f} policy steps/s)")
+
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1.0, 1.0, (64, N, env.num_joints))
+    k = iter(range(10**12))
+    calls, t = _timed(lambda: env.step(actions[next(k) % 64]), seconds)
+    env_sps = calls * N / t
+    log(f"  env only (random actions, reward included): {env_sps:,.0f} policy steps/s")
+
+    env.reset()
+    vec.sync_observations()
+    infos: list[dict] = []
+    iters, t = _timed(lambda: infos.append(run_iteration(runner, vec)), seconds, warmup=1)
+    infos = infos[1:]
+    collect, learn = sum(i["collect_s"] for i in infos), sum(i["learn_s"] for i in infos)
+    train_sps = sum(i["steps"] for i in infos) / t
+    log(f"  whole training loop: {train_sps:,.0f} policy steps/s over {iters} iterations "
+        f"(rollout {collect / t:.0%}, PPO update {learn / t:.0%})")
+    p = train_cfg.ppo
+    return {
+        "envs": N, "sim_dt": env.sim_dt, "decimation": env.decimation, "physics_threads": env.sim.num_threads,
+        "torch_threads": torch.get_num_threads(), "device": str(runner.device),
+        "raw_physics_steps_per_s": round(raw_policy * env.decimation), "raw_policy_steps_per_s": round(raw_policy),
+        "env_steps_per_s": round(env_sps), "train_steps_per_s": round(train_sps),
+        "train_rollout_fraction": round(collect / t, 3), "train_update_fraction": round(learn / t, 3),
+        "iterations": iters,
+        "ppo": {"num_steps_per_env": p.num_steps_per_env, "num_learning_epochs": p.num_learning_epochs,
+                "num_mini_batches": p.num_mini_batches, "actor_hidden_dims": list(p.actor_hidden_dims),
+                "critic_hidden_dims": list(p.critic_hidden_dims)},
+        "sb3_baseline_steps_per_s": SB3_BASELINE_STEPS_PER_S,
+        "vs_sb3_baseline": round(train_sps / SB3_BASELINE_STEPS_PER_S, 2),
+        "goal_steps_per_s": GOAL_STEPS_PER_S, "meets_goal": bool(train_sps >= GOAL_STEPS_PER_S),
+    }
+
+
+def run_train_benchmark(args: argparse.Namespace) -> dict:
+    """Entry point of `motionvl bench train`: returns the figures (the bench CLI prints them as JSON)."""
+    from motionvl.rewards.spec import load_reward_spec
+
+    a = args_to_dataclass(args, TrainBenchArgs)
+    cfg = TrainConfig.from_yaml(a.config)
+    if a.envs is not None:
+        cfg.env.num_envs = a.envs
+    if a.physics_threads is not None:
+        cfg.env.num_threads = a.physics_threads
+    if a.torch_threads is not None:
+        cfg.torch_threads = a.torch_threads
+    cfg.validate()
+    return benchmark_training(cfg, load_reward_spec(a.reward), seconds=a.seconds,
+                              log=lambda msg: print(msg, file=sys.stderr, flush=True))

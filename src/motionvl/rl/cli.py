@@ -1,0 +1,81 @@
+"""`motionvl train-policy`: train a PPO policy on a reward spec, export it, evaluate it (no ROS).
+
+Prints the run directory, then as the last stdout line the evaluation JSON (see `motionvl eval`)
+with the run's training figures added (run_dir, iterations, total_steps, train_steps_per_s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from motionvl.rl.config import TrainConfig, add_dataclass_arguments, args_to_dataclass
+
+
+@dataclasses.dataclass
+class TrainPolicyArgs:
+    out: str | None = dataclasses.field(default=None, metadata={"required": True, "metavar": "RUN_DIR"})
+    """Run directory (checkpoints, logs, policy.onnx)."""
+    minutes: float | None = dataclasses.field(default=None, metadata={"type": float})
+    """Training wall-time budget of the whole run (default: the training config's)."""
+    reward: str | None = dataclasses.field(default=None, metadata={"metavar": "SPEC"})
+    """Reward spec file (default: the reference spec; with --resume: the run's own)."""
+    config: str | None = None
+    """Training YAML (default: config/training.yaml; with --resume: the run's config.yaml)."""
+    resume: bool = False
+    """Continue the run in --out from its latest checkpoint."""
+    num_envs: int | None = dataclasses.field(default=None, metadata={"type": int})
+    """Override env.num_envs of the training config."""
+    seed: int | None = dataclasses.field(default=None, metadata={"type": int})
+    """Override the seed of the training config."""
+    max_iterations: int | None = dataclasses.field(default=None, metadata={"type": int})
+    """Stop after this many PPO iterations in total."""
+    eval_episodes: int = 16
+    """Episodes of the final evaluation (0 skips it)."""
+    eval_seconds: float = 10.0
+    """Seconds per episode of the final evaluation."""
+    progress: bool = True
+    """Show a progress bar on stderr."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_dataclass_arguments(parser, TrainPolicyArgs)
+
+
+def run(args: argparse.Namespace) -> int:
+    from motionvl.rl.evaluate import evaluate
+    from motionvl.rl.trainer import train_policy
+    from motionvl.robot import ConfigError
+
+    a = args_to_dataclass(args, TrainPolicyArgs)
+    out = Path(a.out)
+    try:
+        if a.config is not None:
+            cfg = TrainConfig.from_yaml(a.config)
+        elif a.resume and (out / "config.yaml").exists():
+            cfg = TrainConfig.from_yaml(out / "config.yaml")
+        else:
+            cfg = TrainConfig.from_yaml()
+        if a.num_envs is not None:
+            cfg.env.num_envs = a.num_envs
+        if a.seed is not None:
+            cfg.seed = a.seed
+        cfg.validate()
+        result = train_policy(out, reward_spec=a.reward, train_cfg=cfg, minutes=a.minutes, resume=a.resume,
+                              progress=a.progress, max_iterations=a.max_iterations)
+    except (ConfigError, FileNotFoundError, FileExistsError) as exc:
+        print(f"motionvl train-policy: {exc}", file=sys.stderr)
+        return 2
+    print(f"run dir: {result.run_dir}")
+    print(f"{result.iterations} iterations, {result.total_steps} steps, {result.steps_per_s:.0f} steps/s "
+          f"(stopped: {result.stop_reason}); policy: {result.policy_path}")
+    summary = {"run_dir": str(result.run_dir), "iterations": result.iterations, "total_steps": result.total_steps,
+               "train_steps_per_s": round(result.steps_per_s, 1), "train_minutes": round(result.elapsed_s / 60, 2)}
+    if a.eval_episodes > 0:
+        summary.update(evaluate(result.policy_path, seconds=a.eval_seconds, episodes=a.eval_episodes))
+        (out / "eval.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,251 @@
+"""Training configuration: one nested dataclass (env + PPO + run), loadable from config/training.yaml.
+
+`TrainConfig.to_rsl_rl()` turns it into the one nested dict that rsl_rl's `OnPolicyRunner` expects.
+The helpers at the end build argparse options from a dataclass whose fields carry docstrings
+(CleanRL style: the CLI arguments are a dataclass, the help text is the field's docstring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import textwrap
+from pathlib import Path
+
+import yaml
+
+from motionvl.envs.config import EnvConfig
+from motionvl.robot import ConfigError, package_root
+
+DEFAULT_TRAINING_CONFIG = "config/training.yaml"
+
+
+@dataclasses.dataclass
+class PPOConfig:
+    """rsl_rl PPO, actor/critic and rollout settings (tuned for CPU throughput, see training.yaml)."""
+
+    num_steps_per_env: int = 24
+    """Policy steps each environment collects per iteration (rollout length)."""
+    num_learning_epochs: int = 5
+    """Passes over the rollout per PPO update."""
+    num_mini_batches: int = 4
+    """Mini-batches per epoch (mini-batch size = num_envs * num_steps_per_env / num_mini_batches)."""
+    learning_rate: float = 1.0e-3
+    """Adam learning rate (initial value when schedule is 'adaptive')."""
+    schedule: str = "adaptive"
+    """'adaptive' (adjust the learning rate to keep the KL near desired_kl) or 'fixed'."""
+    desired_kl: float = 0.01
+    """Target KL divergence between consecutive policies for the adaptive schedule."""
+    clip_param: float = 0.2
+    """PPO ratio clip."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lam: float = 0.95
+    """GAE lambda."""
+    entropy_coef: float = 0.01
+    """Entropy bonus weight."""
+    value_loss_coef: float = 1.0
+    """Value loss weight."""
+    max_grad_norm: float = 1.0
+    """Gradient norm clip."""
+    actor_hidden_dims: tuple = (256, 128, 64)
+    """Hidden layer sizes of the actor MLP."""
+    critic_hidden_dims: tuple = (256, 128, 64)
+    """Hidden layer sizes of the critic MLP."""
+    activation: str = "elu"
+    """Activation of both MLPs (rsl_rl names: elu, relu, tanh, ...)."""
+    init_std: float = 1.0
+    """Initial standard deviation of the Gaussian action noise."""
+    obs_normalization: bool = True
+    """Empirical observation normalisation in actor and critic (baked into the exported ONNX graph)."""
+    init_at_random_ep_len: bool = True
+    """Start episodes at random lengths so that time-outs do not happen in lock step."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything a training run needs apart from the reward spec and the robot config."""
+
+    seed: int = 0
+    """Seed of torch and of the environment (overrides env.seed)."""
+    device: str = "auto"
+    """'auto' (CUDA when torch sees a GPU, else CPU), 'cpu', 'cuda' or 'cuda:N'."""
+    minutes: float = 10.0
+    """Wall-clock budget of the whole run in minutes (summed over resumed sessions)."""
+    max_iterations: int | None = None
+    """Stop after this many PPO iterations in total (None: only the time budget counts)."""
+    save_interval: int = 50
+    """Iterations between checkpoints (a killed run loses at most this many iterations)."""
+    torch_threads: int | None = None
+    """torch intra-op threads (None: leave torch's default)."""
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
+    """Environment used for training (env section of the YAML)."""
+    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
+    """PPO / network / rollout settings (ppo section of the YAML)."""
+
+    # ------------------------------------------------------------------ I/O
+    @classmethod
+    def from_dict(cls, raw: dict | None, where: str = "training config") -> "TrainConfig":
+        if raw is not None and not isinstance(raw, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+        raw = dict(raw or {})
+        env = EnvConfig.from_dict(raw.pop("env", None), f"{where}: env")
+        ppo = _typed_from_dict(PPOConfig, raw.pop("ppo", None) or {}, f"{where}: ppo")
+        cfg = _typed_from_dict(cls, raw, where, skip=("env", "ppo"))
+        cfg.env, cfg.ppo = env, ppo
+        cfg.validate(where)
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, path: str | Path | None = None) -> "TrainConfig":
+        """Read a training YAML (default: the package's config/training.yaml)."""
+        path = Path(path) if path is not None else package_root() / DEFAULT_TRAINING_CONFIG
+        if not path.exists():
+            raise ConfigError(f"training config not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        return cls.from_dict(raw, str(path))
+
+    def to_dict(self) -> dict:
+        return _plain(dataclasses.asdict(self))
+
+    def validate(self, where: str = "training config") -> None:
+        p = self.ppo
+        batch = self.env.num_envs * p.num_steps_per_env
+        checks = [
+            (self.env.num_envs >= 1, "env.num_envs must be >= 1"),
+            (p.num_steps_per_env >= 1 and p.num_learning_epochs >= 1, "ppo.num_steps_per_env and num_learning_epochs must be >= 1"),
+            (1 <= p.num_mini_batches <= batch, f"ppo.num_mini_batches must be in [1, num_envs*num_steps_per_env={batch}]"),
+            (p.schedule in ("adaptive", "fixed"), "ppo.schedule must be 'adaptive' or 'fixed'"),
+            (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
+            (self.save_interval >= 1, "save_interval must be >= 1"),
+            (self.minutes > 0, "minutes must be > 0"),
+            (self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"), "device must be auto, cpu or cuda[:N]"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ConfigError(f"{where}: {msg}")
+
+    # ------------------------------------------------------------------ rsl_rl
+    def resolved_device(self) -> str:
+        import torch
+
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return self.device
+
+    def to_rsl_rl(self) -> dict:
+        """The nested train_cfg dict of rsl_rl's OnPolicyRunner (rsl-rl-lib 5.x)."""
+        p = self.ppo
+        model = lambda dims, dist: {  # noqa: E731
+            "class_name": "rsl_rl.models.MLPModel", "hidden_dims": list(dims), "activation": p.activation,
+            "obs_normalization": p.obs_normalization,
+            **({"distribution_cfg": {"class_name": "rsl_rl.modules.GaussianDistribution", "init_std": p.init_std,
+                                     "std_type": "scalar"}} if dist else {})}
+        return {
+            "num_steps_per_env": p.num_steps_per_env,
+            "save_interval": self.save_interval,
+            "obs_groups": {"actor": ["policy"], "critic": ["critic"]},
+            "check_for_nan": True,
+            "logger": "tensorboard",
+            "actor": model(p.actor_hidden_dims, True),
+            "critic": model(p.critic_hidden_dims, False),
+            "algorithm": {
+                "class_name": "rsl_rl.algorithms.PPO", "num_learning_epochs": p.num_learning_epochs,
+                "num_mini_batches": p.num_mini_batches, "clip_param": p.clip_param, "gamma": p.gamma, "lam": p.lam,
+                "value_loss_coef": p.value_loss_coef, "entropy_coef": p.entropy_coef, "learning_rate": p.learning_rate,
+                "max_grad_norm": p.max_grad_norm, "use_clipped_value_loss": True, "schedule": p.schedule,
+                "desired_kl": p.desired_kl,
+            },
+        }
+
+
+# ---------------------------------------------------------------------- dict <-> dataclass
+def _typed_from_dict(cls, raw: dict, where: str, skip: tuple = ()):
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in skip}
+    unknown = set(raw) - set(fields)
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(fields) + list(skip)})")
+    obj = cls()
+    for name, value in raw.items():
+        default = getattr(obj, name)
+        setattr(obj, name, _coerce(value, default, f"{where}: {name}"))
+    return obj
+
+
+def _coerce(value, default, where: str):
+    if value is None or default is None:
+        return value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if isinstance(default, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if isinstance(default, int) and not isinstance(default, bool) and float(value) != int(value):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return type(default)(value)
+    if isinstance(default, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(value)
+    if isinstance(default, str) and not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def _plain(obj):
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+# ---------------------------------------------------------------------- dataclass -> argparse
+def field_docs(cls) -> dict:
+    """{field name: docstring} from the string literal under each field of a dataclass."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body, docs = tree.body[0].body, {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls) -> None:
+    """One --option per dataclass field: type from the default, help from the field docstring.
+
+    Field metadata may set "flags" (option strings), "nargs", "type", "choices", "metavar", "required".
+    """
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        flags = f.metadata.get("flags") or (f"--{f.name.replace('_', '-')}",)
+        kw = {"dest": f.name, "default": default, "help": docs.get(f.name, "")}
+        if isinstance(default, bool):
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            for key in ("nargs", "type", "choices", "metavar", "required"):
+                if key in f.metadata:
+                    kw[key] = f.metadata[key]
+            if "type" not in kw and default is not None and not isinstance(default, (tuple, list)):
+                kw["type"] = type(default)
+        if default is not None and not isinstance(default, bool):
+            kw["help"] += f" (default: {default})"
+        parser.add_argument(*flags, **kw)
+
+
+def args_to_dataclass(args: argparse.Namespace, cls):
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)})

@@ -1,0 +1,60 @@
+"""`motionvl eval`: run an ONNX policy in the simulator and print a reward-free task score.
+
+The last line of stdout is the JSON summary (see `motionvl.rl.evaluate.evaluate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from motionvl.rl.config import add_dataclass_arguments, args_to_dataclass
+
+
+@dataclasses.dataclass
+class EvalArgs:
+    policy: str | None = dataclasses.field(default=None, metadata={"required": True, "metavar": "FILE.onnx"})
+    """Exported policy to evaluate."""
+    seconds: float = 10.0
+    """Length of each episode in seconds."""
+    terrain: str = dataclasses.field(default="flat", metadata={"choices": ("flat", "rough")})
+    """Ground to walk on."""
+    episodes: int = 16
+    """Parallel episodes (noisy starts, random headings)."""
+    randomize: bool = False
+    """Turn on the training domain randomisation (friction, gains, pushes, latency)."""
+    command: tuple = dataclasses.field(default=(0.5, 0.0, 0.0), metadata={"nargs": 3, "type": float,
+                                                                         "metavar": ("VX", "VY", "YAW")})
+    """Velocity command: forward m/s, lateral m/s, yaw rate rad/s."""
+    robot_dt: bool = True
+    """Simulate at the robot config's sim_dt/decimation (500 Hz PD); --no-robot-dt uses the training dt."""
+    seed: int = 0
+    """Seed of the initial states."""
+    robot: str | None = None
+    """Robot config YAML (default: the package's config/robot.yaml)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_dataclass_arguments(parser, EvalArgs)
+
+
+def run(args: argparse.Namespace) -> int:
+    from motionvl.rl.evaluate import evaluate
+    from motionvl.rl.export import ContractError
+    from motionvl.robot import ConfigError, load_robot_config
+
+    a = args_to_dataclass(args, EvalArgs)
+    try:
+        result = evaluate(a.policy, seconds=a.seconds, terrain=a.terrain, episodes=a.episodes, randomize=a.randomize,
+                          command=tuple(a.command), robot_dt=a.robot_dt, seed=a.seed,
+                          robot=load_robot_config(a.robot) if a.robot else None)
+    except (FileNotFoundError, ContractError, ConfigError) as exc:
+        print(f"motionvl eval: {exc}", file=sys.stderr)
+        return 2
+    print(f"{result['episodes']} episodes x {result['seconds']:g} s, command {result['command']}: "
+          f"distance {result['forward_distance_m']} m, fell {result['fell_fraction']}, success {result['success_rate']}",
+          file=sys.stderr)
+    print(json.dumps(result))
+    return 0

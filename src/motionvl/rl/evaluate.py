@@ -1,0 +1,106 @@
+"""Evaluate an exported ONNX policy (ONNX Runtime, not torch) in the simulator: a reward-free task score.
+
+N parallel episodes with a fixed velocity command, no resets: each episode is recorded until it
+falls or the time is up. By default the robot config's own sim_dt/decimation (500 Hz PD) is used,
+not the coarser training physics step, to show that the policy transfers; domain randomisation
+is off unless asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from motionvl.envs.config import CommandConfig, EnvConfig, RandomizationConfig
+from motionvl.envs.locomotion import LocomotionEnv
+from motionvl.rl.export import OnnxPolicy, check_contract, load_policy
+from motionvl.rl.gait_metrics import GAIT_KEYS, gait_metrics, truncate_at_fall, yaw
+from motionvl.robot import ConfigError, RobotConfig, load_robot_config
+from motionvl.sim.trajectory import Trajectory
+
+
+def episode_metrics(traj: Trajectory, command, seconds: float) -> dict:
+    """Task numbers of one recorded episode (cut at its fall) for a fixed (vx, vy, yaw_rate) command.
+
+    forward_distance_m: progress along the commanded direction (for a zero yaw-rate command the
+    displacement along the initial commanded heading, else the path integral of the heading-frame
+    velocity along the command); with a zero velocity command, along the body's forward axis.
+    """
+    cmd = np.asarray(command, dtype=float)
+    traj = truncate_at_fall(traj)
+    fell = bool(np.any(traj.fell))
+    duration = max(len(traj.time) - 1, 0) * traj.dt
+    speed_cmd = float(np.linalg.norm(cmd[:2]))
+    direction = cmd[:2] / speed_cmd if speed_cmd > 1e-9 else np.array([1.0, 0.0])
+    heading = yaw(traj.base_quat)
+    c, s = np.cos(heading), np.sin(heading)
+    v_world = traj.qvel[:, 0:2]
+    v_heading = np.stack([c * v_world[:, 0] + s * v_world[:, 1], -s * v_world[:, 0] + c * v_world[:, 1]], 1)
+    if abs(cmd[2]) < 1e-9:
+        d0 = np.array([[c[0], -s[0]], [s[0], c[0]]]) @ direction
+        distance = float((traj.base_pos[-1, :2] - traj.base_pos[0, :2]) @ d0)
+    else:
+        distance = float(np.sum(v_heading[1:] @ direction) * traj.dt)
+    target = speed_cmd * seconds
+    return {
+        "forward_distance_m": distance,
+        "mean_speed_mps": distance / duration if duration > 0 else 0.0,
+        "tracking_error_mps": float(np.mean(np.linalg.norm(v_heading - cmd[:2], axis=1))),
+        "yaw_rate_error_rps": float(np.mean(np.abs(traj.qvel[:, 5] - cmd[2]))),
+        "fell": fell,
+        "time_upright_s": duration if fell else seconds,
+        "success": (not fell) and distance >= 0.9 * target,
+        "task_score": float(np.clip(distance / target, 0.0, 1.0) if target > 0 else 1.0) * (duration if fell else seconds) / seconds,
+        **gait_metrics(traj),
+    }
+
+
+def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: str = "flat", episodes: int = 16,
+             randomize: bool = False, command=(0.5, 0.0, 0.0), robot_dt: bool = True, seed: int = 0,
+             robot: RobotConfig | None = None, return_trajectories: bool = False) -> dict:
+    """Run `episodes` parallel episodes of `seconds` and return the summary dict (means over episodes).
+
+    task_score: mean over episodes of min(1, distance / commanded distance) x (time upright / seconds).
+    success_rate: share of episodes without a fall that covered >= 90 % of the commanded distance.
+    """
+    policy = policy if isinstance(policy, OnnxPolicy) else load_policy(policy)
+    robot = robot or load_robot_config()
+    check_contract(policy.contract, robot.contract())
+    meta = policy.metadata
+    dt_kw = {"sim_dt": None, "decimation": None} if robot_dt else {
+        "sim_dt": meta.get("train_sim_dt"), "decimation": meta.get("train_decimation")}
+    cfg = EnvConfig(num_envs=int(episodes), episode_length_s=float(seconds) + 1.0, terrain=terrain, seed=seed,
+                    gait_period_s=float(policy.gait_period or EnvConfig.gait_period_s), obs_history=policy.obs_history,
+                    commands=CommandConfig(fixed=tuple(float(c) for c in command), resample_s=1e9),
+                    randomization=RandomizationConfig() if randomize else RandomizationConfig.disabled(), **dt_kw)
+    env = LocomotionEnv(robot, cfg)
+    if env.num_obs != policy.num_obs:
+        raise ConfigError(f"policy expects {policy.num_obs} observations, the environment gives {env.num_obs}")
+    obs = env.observations()  # the state after the constructor's reset
+    recorders = [env.record(i) for i in range(env.num_envs)]
+    for _ in range(int(round(seconds / env.dt))):
+        obs, *_ = env.step(policy(obs))
+    trajs = [env.stop_recording(r) for r in recorders]
+    per_episode = [episode_metrics(t, command, seconds) for t in trajs]
+
+    def mean(key: str) -> float | None:
+        values = np.array([float(e[key]) for e in per_episode])
+        values = values[np.isfinite(values)]
+        return round(float(values.mean()), 4) if values.size else None
+
+    result = {
+        "policy": str(policy.path), "terrain": terrain, "episodes": int(episodes), "seconds": float(seconds),
+        "command": [float(c) for c in command], "sim_dt": env.sim_dt, "decimation": env.decimation,
+        "randomize": bool(randomize),
+        "forward_distance_m": mean("forward_distance_m"),
+        "forward_distance_min_m": round(min(e["forward_distance_m"] for e in per_episode), 4),
+        "mean_speed_mps": mean("mean_speed_mps"), "tracking_error_mps": mean("tracking_error_mps"),
+        "yaw_rate_error_rps": mean("yaw_rate_error_rps"), "fell_fraction": mean("fell"),
+        "time_upright_s": mean("time_upright_s"), "success_rate": mean("success"), "task_score": mean("task_score"),
+        **{k: mean(k) for k in GAIT_KEYS},
+    }
+    if return_trajectories:
+        return {**result, "trajectories": trajs, "per_episode": per_episode}
+    return result
+

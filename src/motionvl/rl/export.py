@@ -1,0 +1,192 @@
+"""ONNX export of the actor with the deployment contract in the file, and loading it back.
+
+The exported graph maps the environment's actor observation "obs" [batch, num_obs] (already
+scaled as in `obs_layout`) to "actions" [batch, num_joints] in [-1, 1]: observation
+normalisation, the MLP and the action clip are all inside the graph. Metadata props (each a
+JSON string) carry the robot contract (`RobotConfig.contract()`: joint order, default pose,
+Kp/Kd, effort limits, action scale/mode, control period, robot name) plus the observation layout,
+history length and gait period, so a deployment node can refuse a policy that does not fit.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+try:  # torch is needed to export, not to run a policy (the robot computer has onnxruntime only)
+    import torch
+    from torch import nn
+except ImportError:  # pragma: no cover
+    torch = None
+
+ONNX_OPSET = 18
+FORMAT = "motionvl-policy/1"
+CONTRACT_KEYS = ("robot_name", "joint_names", "default_pose", "kp", "kd", "effort_limit", "action_scale",
+                 "action_mode", "control_dt")
+_EXACT_KEYS = ("robot_name", "joint_names", "action_mode")
+
+
+class ContractError(ValueError):
+    """A policy's contract does not match the robot it is meant to drive."""
+
+
+class PolicyExportWrapper(torch.nn.Module if torch is not None else object):
+    """Deterministic actor for export: normaliser -> MLP -> mean action -> clip (copies, not views)."""
+
+    def __init__(self, actor, action_clip: float = 1.0):
+        super().__init__()
+        self.obs_normalizer = copy.deepcopy(actor.obs_normalizer).cpu()
+        self.mlp = copy.deepcopy(actor.mlp).cpu()
+        dist = getattr(actor, "distribution", None)
+        self.deterministic_output = dist.as_deterministic_output_module() if dist is not None else torch.nn.Identity()
+        self.action_clip = float(action_clip)
+        self.num_obs = int(actor.obs_dim)
+
+    def forward(self, obs):
+        out = self.deterministic_output(self.mlp(self.obs_normalizer(obs)))
+        return torch.clamp(out, -self.action_clip, self.action_clip)
+
+
+def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0) -> dict:
+    """The metadata dict (plain values) written into the ONNX file for `robot` trained with `env_cfg`."""
+    from motionvl.envs.locomotion import obs_layout
+
+    J = robot.num_joints
+    layout = [{"name": n, "size": int(s), "scale": np.broadcast_to(np.asarray(sc, float), (s,)).tolist()}
+              for n, s, sc in obs_layout(J)]
+    if env_cfg.obs_history:
+        frame = [{"name": "base_ang_vel", "size": 3, "scale": 0.25}, {"name": "projected_gravity", "size": 3, "scale": 1.0},
+                 {"name": "joint_pos_rel", "size": J, "scale": 1.0}, {"name": "joint_vel", "size": J, "scale": 0.05},
+                 {"name": "last_action", "size": J, "scale": 1.0}]
+        layout.append({"name": "history", "size": env_cfg.obs_history * (3 + 3 + 3 * J), "frames": env_cfg.obs_history,
+                       "order": "newest first", "frame": frame})
+    return {
+        **robot.contract(),
+        "format": FORMAT,
+        "num_obs": int(num_obs),
+        "num_actions": J,
+        "obs_layout": layout,
+        "obs_history": int(env_cfg.obs_history),
+        "gait_period": float(env_cfg.gait_period_s),
+        "action_clip": float(action_clip),
+        "train_sim_dt": float(env_cfg.sim_dt or robot.sim_dt),
+        "train_decimation": int(env_cfg.decimation or robot.decimation),
+    }
+
+
+def export_policy(actor, path: str | Path, metadata: dict, action_clip: float = 1.0) -> Path:
+    """Write `actor` (an rsl_rl MLPModel) to ONNX at `path` with `metadata` as JSON metadata props."""
+    import onnx
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    wrapper = PolicyExportWrapper(actor, action_clip).eval()
+    dummy = torch.zeros(2, wrapper.num_obs)
+    tmp = path.with_suffix(".tmp.onnx")
+    quiet = logging.getLogger("torch.onnx")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "torchvision is not installed" notices of the exporter
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(wrapper, (dummy,), str(tmp), input_names=["obs"], output_names=["actions"],
+                          opset_version=ONNX_OPSET, dynamo=True, external_data=False, verbose=False,
+                          dynamic_shapes=({0: torch.export.Dim("batch")},))
+    quiet.setLevel(level)
+    model = onnx.load(str(tmp))
+    onnx.helper.set_model_props(model, {k: json.dumps(v) for k, v in metadata.items()})
+    model.producer_name = "motionvl"
+    onnx.checker.check_model(model)
+    onnx.save(model, str(tmp))
+    tmp.replace(path)
+    return path
+
+
+class OnnxPolicy:
+    """An exported policy run with ONNX Runtime: `policy(obs) -> actions` on numpy arrays."""
+
+    def __init__(self, path: str | Path, threads: int = 1):
+        import onnxruntime as ort
+
+        self.path = Path(path)
+        if not self.path.exists():
+            raise FileNotFoundError(f"policy not found: {self.path}")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
+        raw = self.session.get_modelmeta().custom_metadata_map
+        self.metadata = {k: _json_or_str(v) for k, v in raw.items()}
+        missing = [k for k in CONTRACT_KEYS if k not in self.metadata]
+        if missing:
+            raise ContractError(f"{self.path}: not a MotionVL policy, metadata lacks {missing}")
+        self.contract = {k: self.metadata[k] for k in CONTRACT_KEYS}
+        self.input_name = self.session.get_inputs()[0].name
+        self.num_obs = int(self.metadata.get("num_obs") or self.session.get_inputs()[0].shape[1])
+        self.num_actions = len(self.contract["joint_names"])
+
+    @property
+    def obs_history(self) -> int:
+        return int(self.metadata.get("obs_history", 0))
+
+    @property
+    def gait_period(self) -> float | None:
+        return self.metadata.get("gait_period")
+
+    @property
+    def obs_layout(self) -> list:
+        return self.metadata.get("obs_layout", [])
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, dtype=np.float32)
+        single = x.ndim == 1
+        x = x[None] if single else x
+        if x.shape[-1] != self.num_obs:
+            raise ValueError(f"policy expects {self.num_obs} observations, got {x.shape[-1]}")
+        out = self.session.run(None, {self.input_name: np.ascontiguousarray(x)})[0]
+        return out[0] if single else out
+
+
+def load_policy(path: str | Path, threads: int = 1) -> OnnxPolicy:
+    return OnnxPolicy(path, threads)
+
+
+def check_contract(policy_contract: dict, robot_contract: dict, rtol: float = 1e-6, atol: float = 1e-9) -> None:
+    """Raise ContractError listing every difference between a policy's contract and a robot's.
+
+    Every key of `robot_contract` must be in `policy_contract`; names and modes must be equal,
+    numbers and arrays equal within tolerance.
+    """
+    problems = []
+    for key, want in robot_contract.items():
+        if key not in policy_contract:
+            problems.append(f"{key}: missing from the policy")
+            continue
+        have = policy_contract[key]
+        if key == "joint_names":
+            have, want = list(have), list(want)
+            if len(have) != len(want):
+                problems.append(f"joint count: policy has {len(have)} joints, robot has {len(want)}")
+            elif have != want:
+                diffs = [f"#{i} policy {a!r} vs robot {b!r}" for i, (a, b) in enumerate(zip(have, want)) if a != b]
+                problems.append("joint order differs: " + ", ".join(diffs))
+        elif key in _EXACT_KEYS or isinstance(want, str):
+            if have != want:
+                problems.append(f"{key}: policy {have!r} vs robot {want!r}")
+        else:
+            a, b = np.asarray(have, dtype=float), np.asarray(want, dtype=float)
+            if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol):
+                problems.append(f"{key}: policy {np.round(a, 6).tolist()} vs robot {np.round(b, 6).tolist()}")
+    if problems:
+        raise ContractError("policy does not match the robot: " + "; ".join(problems))
+
+
+def _json_or_str(value: str):
+    try:
+        return json.loads(value)
+    except (TypeError, ValueError):
+        return value

@@ -1,0 +1,362 @@
+"""PPO training of a locomotion policy on a reward spec, with rsl_rl's runner and PPO.
+
+Run directory layout (everything a later step needs, nothing else):
+
+    RUN_DIR/config.yaml            the TrainConfig used (env + ppo + run settings)
+    RUN_DIR/reward_spec.yaml       the reward spec trained on (its to_dict())
+    RUN_DIR/tb/                    TensorBoard event files
+    RUN_DIR/checkpoints/model_<it>.pt, latest.pt   rsl_rl checkpoints (+ our counters in "infos")
+    RUN_DIR/history.jsonl          one JSON record per PPO iteration
+    RUN_DIR/term_stats.json        per-term episode reward mean/min/max/last over training
+                                   (the "reward reflection" fed back to the LLM)
+    RUN_DIR/policy.onnx            the exported actor with the deployment contract
+
+`train_policy(...)` runs until the time budget (summed over resumed sessions) or the iteration
+limit is reached, the `on_iteration` callback returns False or SIGINT arrives; it then saves,
+exports and returns a `TrainResult`. A killed run resumes from checkpoints/latest.pt
+(`resume=True`) and loses at most `save_interval` iterations.
+
+A history record (one line of history.jsonl, and the argument of `on_iteration`) holds:
+iteration, total_steps, elapsed_s, steps_per_s, collect_s, learn_s, episodes (finished in the
+iteration), mean_step_reward, mean_return, mean_episode_length (steps), mean_episode_length_s,
+fall_fraction, terms {term: mean episode reward per episode second}, losses {value, surrogate,
+entropy}, learning_rate, action_std. Values are None when no episode finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import yaml
+
+from motionvl.envs.locomotion import LocomotionEnv
+from motionvl.rl.config import TrainConfig
+from motionvl.rl.export import export_policy, policy_metadata
+from motionvl.rl.vecenv import LocomotionVecEnv
+from motionvl.robot import RobotConfig, load_robot_config
+
+IterationCallback = Callable[[dict], "bool | None"]
+
+
+@dataclasses.dataclass
+class TrainResult:
+    run_dir: Path
+    """The run directory."""
+    policy_path: Path
+    """The exported ONNX policy."""
+    iterations: int
+    """PPO iterations completed in total (over all sessions)."""
+    total_steps: int
+    """Policy steps (env transitions) collected in total."""
+    elapsed_s: float
+    """Training wall time in total."""
+    steps_per_s: float
+    """Policy steps per second of this session (rollout + update)."""
+    stop_reason: str
+    """'time budget', 'max iterations', 'callback' or 'interrupted'."""
+    term_stats: dict
+    """Contents of term_stats.json."""
+
+
+# ---------------------------------------------------------------------- building blocks
+def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = None, device: str | None = None,
+                 seed_offset: int = 0):
+    """(LocomotionVecEnv, rsl_rl OnPolicyRunner) for `train_cfg`; the runner does not log or save by itself."""
+    from rsl_rl.runners import OnPolicyRunner
+
+    robot = robot or load_robot_config()
+    device = device or train_cfg.resolved_device()
+    if train_cfg.torch_threads:
+        torch.set_num_threads(int(train_cfg.torch_threads))
+    seed = train_cfg.seed + seed_offset
+    torch.manual_seed(seed)
+    env_cfg = dataclasses.replace(train_cfg.env, seed=seed)
+    env = LocomotionEnv(robot, env_cfg, reward_fn=reward_fn)
+    vec = LocomotionVecEnv(env, device=device)
+    if train_cfg.ppo.init_at_random_ep_len:
+        rng = np.random.default_rng(seed)
+        env.episode_length[:] = rng.integers(0, env.max_episode_length, env.num_envs)
+    with _quiet():
+        runner = OnPolicyRunner(vec, train_cfg.to_rsl_rl(), log_dir=None, device=device)
+    return vec, runner
+
+
+def run_iteration(runner, vec: LocomotionVecEnv) -> dict:
+    """One PPO iteration with rsl_rl's algorithm: rollout of num_steps_per_env steps, returns, update."""
+    from rsl_rl.utils import check_nan
+
+    alg, steps = runner.alg, runner.cfg["num_steps_per_env"]
+    alg.train_mode()
+    t0 = time.perf_counter()
+    obs = vec.get_observations().to(runner.device)
+    with torch.inference_mode():
+        for _ in range(steps):
+            actions = alg.act(obs)
+            obs, rewards, dones, extras = vec.step(actions.to(vec.device))
+            check_nan(obs, rewards, dones)
+            obs, rewards, dones = obs.to(runner.device), rewards.to(runner.device), dones.to(runner.device)
+            alg.process_env_step(obs, rewards, dones, extras)
+        alg.compute_returns(obs)
+    t1 = time.perf_counter()
+    losses = alg.update()
+    t2 = time.perf_counter()
+    runner.current_learning_iteration += 1
+    return {"collect_s": t1 - t0, "learn_s": t2 - t1, "steps": steps * vec.num_envs, "losses": losses,
+            "learning_rate": float(alg.learning_rate), "action_std": float(alg.get_policy().output_std.detach().mean()),
+            **vec.pop_stats()}
+
+
+def term_stats(records: list[dict], series_points: int = 10) -> dict:
+    """Per-term episode reward statistics over training from history records (Eureka's reward reflection).
+
+    For every reward term: mean, min, max and last of the per-iteration mean episode reward
+    (per second of episode), and a short series sampled over training; the same for the mean
+    episode length (s) and return.
+    """
+    def summary(points: list[tuple[int, float]]) -> dict:
+        if not points:
+            return {}
+        values = np.array([v for _, v in points])
+        idx = np.unique(np.linspace(0, len(points) - 1, min(series_points, len(points))).round().astype(int))
+        return {"mean": float(values.mean()), "min": float(values.min()), "max": float(values.max()),
+                "last": float(values[-1]), "series": [[int(points[i][0]), round(float(points[i][1]), 6)] for i in idx]}
+
+    terms: dict[str, list] = {}
+    for r in records:
+        for k, v in (r.get("terms") or {}).items():
+            terms.setdefault(k, []).append((r["iteration"], v))
+    pick = lambda key: [(r["iteration"], r[key]) for r in records if r.get(key) is not None]  # noqa: E731
+    last = records[-1] if records else {}
+    return {
+        "iterations": int(last.get("iteration", 0)),
+        "total_steps": int(last.get("total_steps", 0)),
+        "terms": {k: summary(v) for k, v in terms.items()},
+        "episode_length_s": summary(pick("mean_episode_length_s")),
+        "episode_return": summary(pick("mean_return")),
+        "fall_fraction": summary(pick("fall_fraction")),
+    }
+
+
+# ---------------------------------------------------------------------- the run
+def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig | str | Path | None = None,
+                 minutes: float | None = None, resume: bool = False, progress: bool = True,
+                 on_iteration: IterationCallback | None = None, robot: RobotConfig | None = None,
+                 max_iterations: int | None = None) -> TrainResult:
+    """Train (or resume) a policy in `run_dir` and export it to run_dir/policy.onnx.
+
+    reward_spec: a RewardSpec (callable state -> (total, terms), with to_dict()), a path to a spec
+        file, or None (on resume: the run's reward_spec.yaml; else the reference spec).
+    train_cfg: a TrainConfig, a YAML path, or None (on resume: the run's config.yaml; else
+        config/training.yaml).
+    minutes: overrides train_cfg.minutes, the budget of the whole run over all sessions.
+    on_iteration: called with each iteration's history record; returning False stops training.
+    max_iterations: overrides train_cfg.max_iterations (total iterations of the run).
+    """
+    run_dir = Path(run_dir)
+    ckpt_dir = run_dir / "checkpoints"
+    latest = ckpt_dir / "latest.pt"
+    if resume and not latest.exists():
+        raise FileNotFoundError(f"cannot resume: no checkpoint at {latest}")
+    if not resume and latest.exists():
+        raise FileExistsError(f"{run_dir} already holds a run; pass resume=True (--resume) or use a new directory")
+    cfg = _resolve_config(train_cfg, run_dir, resume)
+    if minutes is not None:
+        cfg.minutes = float(minutes)
+    if max_iterations is not None:
+        cfg.max_iterations = int(max_iterations)
+    spec = _resolve_reward(reward_spec, run_dir, resume)
+    robot = robot or load_robot_config()
+
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    if not resume or reward_spec is not None:
+        if hasattr(spec, "save"):
+            spec.save(run_dir / "reward_spec.yaml")
+        else:
+            spec_dict = spec.to_dict() if hasattr(spec, "to_dict") else {"reward": repr(spec)}
+            (run_dir / "reward_spec.yaml").write_text(yaml.safe_dump(spec_dict, sort_keys=False))
+
+    infos: dict = {}
+    start_it = 0
+    if resume:
+        infos = torch.load(latest, weights_only=False, map_location="cpu").get("infos") or {}
+        start_it = int(infos.get("iteration", 0))
+    vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it)
+    if resume:
+        runner.load(str(latest), map_location=runner.device)
+        runner.current_learning_iteration = start_it
+    history = _load_history(run_dir / "history.jsonl", start_it)
+    total_steps = int(infos.get("total_steps", 0))
+    elapsed0 = float(infos.get("elapsed_s", 0.0))
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(run_dir / "tb"), purge_step=start_it + 1 if resume else None, flush_secs=10)
+    budget_s = cfg.minutes * 60.0
+    bar = _progress_bar(progress, cfg, elapsed0, start_it)
+    session_t0 = time.perf_counter()
+    session_steps, it, last_iter_s, stop_reason = 0, start_it, 0.0, "time budget"
+
+    def save() -> None:
+        state = {"iteration": it, "total_steps": total_steps, "elapsed_s": elapsed0 + time.perf_counter() - session_t0,
+                 "train_config": cfg.to_dict()}
+        tmp = ckpt_dir / "latest.pt.tmp"
+        runner.save(str(tmp), infos=state)
+        os.replace(tmp, latest)
+        _copy(latest, ckpt_dir / f"model_{it}.pt")
+        _write_json(run_dir / "term_stats.json", term_stats(history))
+
+    with (run_dir / "history.jsonl").open("a") as hist_file:
+        while True:
+            elapsed = elapsed0 + time.perf_counter() - session_t0
+            if cfg.max_iterations is not None and it >= cfg.max_iterations:
+                stop_reason = "max iterations"
+                break
+            if elapsed + last_iter_s > budget_s:
+                break
+            try:
+                info = run_iteration(runner, vec)
+            except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
+                stop_reason = "interrupted"
+                break
+            it += 1
+            total_steps += info["steps"]
+            session_steps += info["steps"]
+            last_iter_s = info["collect_s"] + info["learn_s"]
+            record = _record(it, total_steps, elapsed0 + time.perf_counter() - session_t0, info, vec.env.dt)
+            history.append(record)
+            hist_file.write(json.dumps(record) + "\n")
+            hist_file.flush()
+            _log_tensorboard(writer, record, info)
+            _update_bar(bar, record, cfg, last_iter_s)
+            if it % cfg.save_interval == 0:
+                save()
+            if on_iteration is not None and on_iteration(record) is False:
+                stop_reason = "callback"
+                break
+    session_s = time.perf_counter() - session_t0
+    if bar is not None:
+        bar.close()
+    writer.close()
+    save()
+    meta = policy_metadata(robot, cfg.env, vec.num_obs)
+    policy_path = export_policy(runner.alg.get_policy(), run_dir / "policy.onnx", meta)
+    return TrainResult(run_dir=run_dir, policy_path=policy_path, iterations=it, total_steps=total_steps,
+                       elapsed_s=elapsed0 + session_s, steps_per_s=session_steps / max(session_s, 1e-9),
+                       stop_reason=stop_reason, term_stats=term_stats(history))
+
+
+# ---------------------------------------------------------------------- helpers
+def _resolve_config(train_cfg, run_dir: Path, resume: bool) -> TrainConfig:
+    if isinstance(train_cfg, TrainConfig):
+        return dataclasses.replace(train_cfg)
+    if train_cfg is not None:
+        return TrainConfig.from_yaml(train_cfg)
+    if resume and (run_dir / "config.yaml").exists():
+        return TrainConfig.from_yaml(run_dir / "config.yaml")
+    return TrainConfig.from_yaml()
+
+
+def _resolve_reward(reward_spec, run_dir: Path, resume: bool):
+    if reward_spec is not None and not isinstance(reward_spec, (str, Path)):
+        return reward_spec
+    from motionvl.rewards.spec import load_reward_spec
+
+    if reward_spec is None and resume and (run_dir / "reward_spec.yaml").exists():
+        reward_spec = run_dir / "reward_spec.yaml"
+    return load_reward_spec(reward_spec)
+
+
+def _load_history(path: Path, upto: int) -> list[dict]:
+    """History records of iterations <= upto; the file is rewritten without later (lost) iterations."""
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = [r for r in records if r["iteration"] <= upto]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return records
+
+
+def _record(it: int, total_steps: int, elapsed: float, info: dict, dt: float) -> dict:
+    length = info["mean_episode_length"]
+    return {
+        "iteration": it, "total_steps": total_steps, "elapsed_s": round(elapsed, 3),
+        "steps_per_s": round(info["steps"] / (info["collect_s"] + info["learn_s"]), 1),
+        "collect_s": round(info["collect_s"], 4), "learn_s": round(info["learn_s"], 4),
+        "episodes": info["episodes"], "mean_step_reward": info["mean_step_reward"], "mean_return": info["mean_return"],
+        "mean_episode_length": length, "mean_episode_length_s": None if length is None else length * dt,
+        "fall_fraction": info["fall_fraction"], "terms": info["terms"], "losses": info["losses"],
+        "learning_rate": info["learning_rate"], "action_std": info["action_std"],
+    }
+
+
+def _log_tensorboard(writer, r: dict, info: dict) -> None:
+    it = r["iteration"]
+    scalars = {"Train/mean_reward": r["mean_return"], "Train/mean_episode_length": r["mean_episode_length"],
+               "Train/mean_step_reward": r["mean_step_reward"], "Train/fall_fraction": r["fall_fraction"],
+               "Perf/steps_per_s": r["steps_per_s"], "Perf/collection_time": r["collect_s"],
+               "Perf/learning_time": r["learn_s"], "Loss/learning_rate": r["learning_rate"],
+               "Policy/mean_std": r["action_std"]}
+    scalars.update({f"Loss/{k}": v for k, v in r["losses"].items()})
+    scalars.update({f"Episode_Reward/{k}": v for k, v in r["terms"].items()})
+    for key, value in scalars.items():
+        if value is not None and math.isfinite(value):
+            writer.add_scalar(key, value, it)
+
+
+def _progress_bar(progress: bool, cfg: TrainConfig, elapsed0: float, start_it: int):
+    if not progress:
+        return None
+    from tqdm import tqdm
+
+    if cfg.max_iterations is not None:
+        return tqdm(total=cfg.max_iterations, initial=start_it, unit="it", dynamic_ncols=True, desc="train")
+    return tqdm(total=round(cfg.minutes * 60), initial=round(elapsed0), unit="s", dynamic_ncols=True, desc="train",
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total}s [{elapsed}<{remaining}{postfix}]")
+
+
+def _update_bar(bar, r: dict, cfg: TrainConfig, last_iter_s: float) -> None:
+    if bar is None:
+        return
+    bar.update(1 if cfg.max_iterations is not None else max(0, round(r["elapsed_s"]) - bar.n))
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    bar.set_postfix_str(f"it={r['iteration']} steps/s={r['steps_per_s']:.0f} rew={fmt(r['mean_return'], '.2f')} "
+                        f"len={fmt(r['mean_episode_length'], '.0f')}", refresh=False)
+
+
+def _write_json(path: Path, data) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(dst.name + ".tmp")
+    tmp.write_bytes(src.read_bytes())
+    os.replace(tmp, dst)
+
+
+class _quiet:
+    """Silence rsl_rl's construction prints (model summaries, resolved observation sets)."""
+
+    def __enter__(self):
+        import contextlib
+        import io
+        import warnings
+
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        self._stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)

@@ -1,0 +1,124 @@
+"""policy_trainer: trains a PPO policy for every reward candidate it receives.
+
+A thin adapter over `motionvl.rl.jobs.TrainingQueue`: training runs on the queue's worker
+thread (the trainer owns its batched simulator; no physics goes through ROS), so the executor
+stays free to accept candidates and answer services while a candidate trains.
+
+Subscribes:
+  reward_candidates   std_msgs/String  JSON request (see motionvl.rl.jobs): candidate_id, spec,
+                                       optional minutes / max_iterations / evaluate.
+                                       Reliable, depth 50: candidates must not be dropped.
+Publishes (std_msgs/String, JSON):
+  trainer/status      {candidate_id, state: queued|training|done|cancelled|rejected|failed, message}
+                      Reliable, transient-local depth 50, so a late subscriber sees recent states.
+  trainer/progress    one record per PPO iteration: candidate_id, iteration, steps_per_s,
+                      mean_reward, mean_episode_length, per-term episode rewards. Reliable depth 50.
+  trainer/statistics  {candidate_id, term_stats}: per-term episode reward mean/min/max over the
+                      run (the "reward reflection" for the synthesizer). Transient-local.
+  trainer/policy      {candidate_id, policy_path (ONNX), run_dir, iterations, stop_reason,
+                      evaluation (reward-free task score)}. Transient-local.
+Services:
+  ~/cancel  std_srvs/Trigger  stop the candidate in training after its current iteration
+                              (it is still saved and exported).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import rclpy
+import rclpy.logging
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from motionvl.robot import ConfigError
+from motionvl.ros.params import declare_parameters
+
+NODE_NAME = "policy_trainer"
+
+PARAMETERS = {
+    "runs_dir": ("runs/trainer", "Directory holding one run directory per candidate (resumed if it exists)."),
+    "training_config": ("", "Training YAML (env + ppo sections); empty = the package's config/training.yaml."),
+    "default_minutes": (2.0, "Training budget of a candidate that names none, minutes."),
+    "eval_seconds": (10.0, "Length of each evaluation episode after training, seconds."),
+    "eval_episodes": (8, "Parallel evaluation episodes after training."),
+    "eval_command_vx": (0.6, "Forward velocity command of the evaluation, m/s."),
+}
+
+REQUEST_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+STREAM_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+LATCHED_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+class PolicyTrainerNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__(NODE_NAME, **kwargs)
+        p = declare_parameters(self, PARAMETERS)
+        if p["default_minutes"] <= 0 or p["eval_episodes"] < 1:
+            raise ConfigError("default_minutes must be > 0 and eval_episodes >= 1")
+        self.status_pub = self.create_publisher(String, "trainer/status", LATCHED_QOS)
+        self.progress_pub = self.create_publisher(String, "trainer/progress", STREAM_QOS)
+        self.stats_pub = self.create_publisher(String, "trainer/statistics", LATCHED_QOS)
+        self.policy_pub = self.create_publisher(String, "trainer/policy", LATCHED_QOS)
+
+        from motionvl.rl.jobs import TrainingQueue
+
+        self.queue = TrainingQueue(
+            p["runs_dir"], train_config=p["training_config"] or None, default_minutes=p["default_minutes"],
+            eval_seconds=p["eval_seconds"], eval_episodes=p["eval_episodes"],
+            eval_command=(p["eval_command_vx"], 0.0, 0.0),
+            on_status=self._publisher(self.status_pub, log=True), on_progress=self._publisher(self.progress_pub),
+            on_statistics=self._publisher(self.stats_pub), on_policy=self._publisher(self.policy_pub, log=True))
+        self.create_subscription(String, "reward_candidates", self._on_candidate, REQUEST_QOS)
+        self.create_service(Trigger, "~/cancel", self._on_cancel)
+        self.get_logger().info(f"ready: candidates on {self.resolve_topic_name('reward_candidates')}, "
+                               f"runs in {p['runs_dir']}")
+
+    def _publisher(self, pub, log: bool = False):
+        def publish(payload: dict) -> None:
+            text = json.dumps(payload, default=float)
+            pub.publish(String(data=text))
+            if log:
+                self.get_logger().info(f"{pub.topic_name}: {text[:300]}")
+        return publish
+
+    def _on_candidate(self, msg: String) -> None:
+        self.queue.submit_json(msg.data)
+
+    def _on_cancel(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        response.success = self.queue.cancel_current()
+        response.message = "cancelling after the current iteration" if response.success else "nothing is training"
+        return response
+
+    def destroy_node(self):
+        self.queue.shutdown()
+        return super().destroy_node()
+
+
+def main(args=None) -> int:
+    rclpy.init(args=args)
+    try:
+        node = PolicyTrainerNode()
+    except (ConfigError, ValueError) as exc:
+        rclpy.logging.get_logger(NODE_NAME).error(f"cannot start: {exc}")
+        rclpy.try_shutdown()
+        return 1
+    executor = MultiThreadedExecutor()
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

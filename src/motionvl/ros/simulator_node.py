@@ -1,0 +1,244 @@
+"""simulator: one robot in MuJoCo behind the topics a real robot driver would offer.
+
+A thin adapter over `motionvl.sim.single.SingleSim` (stepping, command validation, modes).
+
+Publishes (relative names, so a namespace or remapping moves them; /clock and /tf are global):
+  joint_states   sensor_msgs/JointState   12 joints in robot-config order: position, velocity,
+                                          effort (applied torque). Reliable, depth 10.
+  imu/data       sensor_msgs/Imu          orientation, gyro, accelerometer (specific force).
+                                          Sensor-data QoS (best effort, depth 5).
+  odom           nav_msgs/Odometry        ground-truth base pose in `odom`, twist in the base
+                                          frame. Reliable, depth 10.
+  ~/command      geometry_msgs/TwistStamped  the velocity command in effect (last cmd_vel,
+                                          zeroed after command_timeout). Reliable, depth 10.
+  /clock         rosgraph_msgs/Clock      simulated time (best effort, depth 1, as ROS time
+                                          sources subscribe). Every stamp above is this clock.
+  /tf            tf2_msgs/TFMessage       odom -> base link, only where tf2_msgs imports (it
+                                          has no PyPI wheel; the node says once when /tf is off).
+Subscribes (reliable, depth 1: only the newest command matters):
+  joint_position_commands  std_msgs/Float64MultiArray  12 targets, config order ("position" mode)
+  joint_effort_commands    std_msgs/Float64MultiArray  12 torques, config order ("effort" mode)
+  joint_commands           sensor_msgs/JointState       named subset: `position` in position mode,
+                                                       `effort` in effort mode
+  cmd_vel                  geometry_msgs/Twist          velocity command (linear.x, linear.y, angular.z)
+Services:
+  ~/reset  std_srvs/Trigger  back to the standing pose, targets at the default pose.
+Bad commands (wrong length, NaN/inf, unknown joints, wrong mode) are logged (throttled) and
+ignored: the robot is held at the last good command.
+
+Stamps are simulated time: consumers should run with use_sim_time:=true (the launch files do);
+the simulator itself must not (its timer would wait for the /clock it publishes).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import rclpy
+import rclpy.logging
+from geometry_msgs.msg import TransformStamped, Twist, TwistStamped
+from nav_msgs.msg import Odometry
+from rclpy.exceptions import ParameterException
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.time import Time
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
+from motionvl.robot import ConfigError, load_robot_config
+from motionvl.ros.params import declare_parameters
+from motionvl.sim.model import TerrainConfig
+from motionvl.sim.single import MODES, CommandError, SingleSim
+
+try:  # not on PyPI; present in a ROS 2 distribution install
+    from tf2_msgs.msg import TFMessage
+except ImportError:  # pragma: no cover - depends on the install
+    TFMessage = None
+
+NODE_NAME = "simulator"
+
+# name -> (default, description); all read-only after start (declared by motionvl.ros.params)
+PARAMETERS = {
+    "robot_config": ("", "Robot YAML (joint order, gains, limits, sim_dt); empty = the package's config/robot.yaml."),
+    "publish_rate_hz": (50.0, "Rate of joint_states, imu/data, odom, /clock and /tf, Hz (in simulated time)."),
+    "realtime": (True, "true: advance physics with the wall clock (times realtime_factor); "
+                       "false: as fast as possible, consumers follow /clock."),
+    "realtime_factor": (1.0, "Simulated seconds per wall second when realtime is true."),
+    "mode": ("position", "'position': commands are PD joint targets (the deployment law in the model's actuators); "
+                         "'effort': hardware emulation, commands are joint torques."),
+    "terrain": ("flat", "'flat' or 'rough' (height field)."),
+    "terrain_seed": (0, "Seed of the rough height field."),
+    "command_timeout": (0.5, "Seconds (simulated) after which cmd_vel is zeroed and, in effort mode, the emulated "
+                             "driver falls back to damping; 0 disables. Position targets are held."),
+    "odom_frame": ("odom", "Frame id of odom and the /tf parent."),
+}
+
+COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+STATE_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST)
+TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+WARN_PERIOD_S = 2.0  # throttle for bad-input warnings
+MAX_CATCH_UP_S = 0.25  # most simulated time one tick may add when the wall clock ran ahead
+
+
+class SimulatorNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__(NODE_NAME, **kwargs)
+        p = declare_parameters(self, PARAMETERS)
+        if p["mode"] not in MODES:
+            raise ConfigError(f"parameter mode must be one of {MODES}, got {p['mode']!r}")
+        if p["publish_rate_hz"] <= 0 or p["realtime_factor"] <= 0:
+            raise ConfigError("parameters publish_rate_hz and realtime_factor must be > 0")
+        if self.get_parameter("use_sim_time").value:
+            self.get_logger().warning("use_sim_time is true on the simulator, which publishes /clock itself: "
+                                      "its timer waits for /clock; leave use_sim_time false here")
+
+        self.robot = load_robot_config(p["robot_config"] or None)
+        self.sim = SingleSim(self.robot, TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]), mode=p["mode"],
+                             command_timeout=p["command_timeout"])
+        self.realtime = bool(p["realtime"])
+        self.realtime_factor = float(p["realtime_factor"])
+        self.period = 1.0 / float(p["publish_rate_hz"])
+        self.odom_frame = p["odom_frame"]
+
+        self.joint_state_pub = self.create_publisher(JointState, "joint_states", STATE_QOS)
+        self.imu_pub = self.create_publisher(Imu, "imu/data", qos_profile_sensor_data)
+        self.odom_pub = self.create_publisher(Odometry, "odom", STATE_QOS)
+        self.command_pub = self.create_publisher(TwistStamped, "~/command", STATE_QOS)
+        self.clock_pub = self.create_publisher(Clock, "/clock", CLOCK_QOS)
+        if TFMessage is not None:
+            self.tf_pub = self.create_publisher(TFMessage, "/tf", TF_QOS)
+        else:
+            self.tf_pub = None
+            self.get_logger().info("tf2_msgs is not installed (no PyPI wheel): /tf is off; odom carries the base pose")
+
+        self.create_subscription(Float64MultiArray, "joint_position_commands", self._on_position_array, COMMAND_QOS)
+        self.create_subscription(Float64MultiArray, "joint_effort_commands", self._on_effort_array, COMMAND_QOS)
+        self.create_subscription(JointState, "joint_commands", self._on_joint_command, COMMAND_QOS)
+        self.create_subscription(Twist, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
+        self.create_service(Trigger, "~/reset", self._on_reset)
+
+        self._wall: float | None = None  # wall time of the last tick (None: not started yet)
+        self._debt = 0.0  # simulated seconds owed to the wall clock
+        # as fast as possible: a 1 ms timer adds one publish period of simulated time per tick
+        self.create_timer(self.period if self.realtime else 0.001, self._tick)
+        self.get_logger().info(
+            f"simulating {self.robot.name} ({self.robot.num_joints} joints, dt {self.sim.model.opt.timestep} s) in "
+            f"{p['mode']} mode, {'real time x%g' % self.realtime_factor if self.realtime else 'as fast as possible'}, "
+            f"publishing at {p['publish_rate_hz']:g} Hz")
+
+    # ------------------------------------------------------------------ stepping
+    def _tick(self) -> None:
+        if self.realtime:
+            now = time.monotonic()
+            elapsed = self.period if self._wall is None else now - self._wall  # first tick: one period
+            self._wall = now
+            self._debt += elapsed * self.realtime_factor
+            if self._debt > MAX_CATCH_UP_S:
+                self.get_logger().warning(f"physics cannot keep up with real time x{self.realtime_factor:g}; "
+                                          "dropping simulated time", throttle_duration_sec=WARN_PERIOD_S)
+                self._debt = MAX_CATCH_UP_S
+            self._debt -= self.sim.advance(self._debt) * self.sim.model.opt.timestep
+        else:
+            self.sim.advance(self.period)
+        self.publish_state()
+
+    def publish_state(self) -> None:
+        s = self.sim.state()
+        stamp = Time(nanoseconds=int(round(s.clock * 1e9))).to_msg()
+        self.clock_pub.publish(Clock(clock=stamp))
+
+        js = JointState()
+        js.header.stamp = stamp
+        js.name = list(self.robot.joint_names)
+        js.position, js.velocity, js.effort = s.joint_pos.tolist(), s.joint_vel.tolist(), s.joint_effort.tolist()
+        self.joint_state_pub.publish(js)
+
+        w, x, y, z = (float(v) for v in s.base_quat)
+        imu = Imu()
+        imu.header.stamp, imu.header.frame_id = stamp, self.robot.imu_link
+        imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z = w, x, y, z
+        imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (float(v) for v in s.imu_gyro)
+        imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = (float(v) for v in s.imu_accel)
+        self.imu_pub.publish(imu)
+
+        odom = Odometry()
+        odom.header.stamp, odom.header.frame_id = stamp, self.odom_frame
+        odom.child_frame_id = self.robot.base_link
+        pose = odom.pose.pose
+        pose.position.x, pose.position.y, pose.position.z = (float(v) for v in s.base_pos)
+        pose.orientation.w, pose.orientation.x, pose.orientation.y, pose.orientation.z = w, x, y, z
+        tw = odom.twist.twist
+        tw.linear.x, tw.linear.y, tw.linear.z = (float(v) for v in s.base_lin_vel)
+        tw.angular.x, tw.angular.y, tw.angular.z = (float(v) for v in s.base_ang_vel)
+        self.odom_pub.publish(odom)
+
+        cmd = TwistStamped()
+        cmd.header.stamp, cmd.header.frame_id = stamp, self.robot.base_link
+        cmd.twist.linear.x, cmd.twist.linear.y, cmd.twist.angular.z = (float(v) for v in s.command)
+        self.command_pub.publish(cmd)
+
+        if self.tf_pub is not None:
+            tf = TransformStamped()
+            tf.header.stamp, tf.header.frame_id, tf.child_frame_id = stamp, self.odom_frame, self.robot.base_link
+            tf.transform.translation.x, tf.transform.translation.y, tf.transform.translation.z = (float(v) for v in s.base_pos)
+            r = tf.transform.rotation
+            r.w, r.x, r.y, r.z = w, x, y, z
+            self.tf_pub.publish(TFMessage(transforms=[tf]))
+
+    # ------------------------------------------------------------------ inputs
+    def _apply(self, what: str, fn, *args) -> None:
+        try:
+            fn(*args)
+        except CommandError as exc:
+            self.get_logger().warning(f"{what} ignored, holding the last good command: {exc}",
+                                   throttle_duration_sec=WARN_PERIOD_S)
+
+    def _on_position_array(self, msg: Float64MultiArray) -> None:
+        self._apply("joint_position_commands", self.sim.set_position_targets, msg.data)
+
+    def _on_effort_array(self, msg: Float64MultiArray) -> None:
+        self._apply("joint_effort_commands", self.sim.set_efforts, msg.data)
+
+    def _on_joint_command(self, msg: JointState) -> None:
+        if self.sim.mode == "position":
+            self._apply("joint_commands (position)", self.sim.set_position_targets, msg.position, msg.name)
+        else:
+            self._apply("joint_commands (effort)", self.sim.set_efforts, msg.effort, msg.name)
+
+    def _on_cmd_vel(self, msg: Twist) -> None:
+        self._apply("cmd_vel", self.sim.set_velocity_command, msg.linear.x, msg.linear.y, msg.angular.z)
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self.sim.reset()
+        self._wall, self._debt = None, 0.0
+        response.success = True
+        response.message = f"reset to the standing pose at t={self.sim.clock:.3f} s"
+        self.get_logger().info(response.message)
+        return response
+
+
+def main(args=None) -> int:
+    rclpy.init(args=args)
+    try:
+        node = SimulatorNode()
+    except (ConfigError, ValueError, ParameterException) as exc:
+        rclpy.logging.get_logger(NODE_NAME).error(f"cannot start: {exc}")
+        rclpy.try_shutdown()
+        return 1
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Simulation core: robot model building, batched physics backends, rollouts (no ROS)."""

@@ -1,0 +1,284 @@
+"""One robot in MuJoCo, stepped from Python: the core of the simulator node (no ROS here).
+
+Two command modes, both acting through the model's actuators so that `actuator_force` is
+always the torque applied at each joint (what /joint_states reports as effort):
+
+- "position" (default): the model's position actuators are the deployment PD law,
+  tau = clip(Kp (target - q) - Kd dq, +-effort limit), evaluated every physics step. Commands
+  are joint targets, clipped to the joint limits.
+- "effort" (hardware emulation): the robot behaves like motors driven by a torque interface
+  (ros2_control effort commands). The actuators are switched to pass-through by editing the
+  model: gain = 1, bias = 0, so tau = clip(command, +-effort limit) with MuJoCo's own force
+  limit. When no effort command has arrived for `command_timeout` seconds of simulated time
+  the emulated driver's watchdog falls back to damping: gain = 0, bias = -Kd dq.
+
+Rejected commands (wrong length, NaN/inf, unknown or duplicated joint names) raise
+`CommandError` and change nothing: the robot keeps the last good target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import mujoco
+import numpy as np
+
+from motionvl.robot import RobotConfig
+from motionvl.sim.model import SOLE_SITES, ModelIndex, TerrainConfig, build_model
+from motionvl.sim.trajectory import Trajectory
+
+MODES = ("position", "effort")
+
+
+class CommandError(ValueError):
+    """A joint or velocity command was rejected; the message says why."""
+
+
+def validate_joint_command(values: Sequence[float], joint_names: Sequence[str],
+                           names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Check a joint command and return (joint indices, values) in robot-config order.
+
+    Without `names`, `values` must hold one finite number per joint in config order. With
+    `names`, a subset of joints may be commanded by name (the others keep their command).
+    """
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if names:
+        names = list(names)
+        if len(names) != len(values):
+            raise CommandError(f"{len(names)} joint names but {len(values)} values")
+        unknown = [n for n in names if n not in joint_names]
+        if unknown:
+            raise CommandError(f"unknown joint names {unknown} (known: {list(joint_names)})")
+        if len(set(names)) != len(names):
+            raise CommandError(f"duplicate joint names in {names}")
+        index = np.array([list(joint_names).index(n) for n in names], dtype=int)
+    else:
+        if len(values) != len(joint_names):
+            raise CommandError(f"expected {len(joint_names)} values (one per joint in config order), got {len(values)}")
+        index = np.arange(len(joint_names))
+    if not np.all(np.isfinite(values)):
+        raise CommandError(f"non-finite values in command: {values.tolist()}")
+    return index, values
+
+
+def validate_velocity_command(vx: float, vy: float, yaw_rate: float) -> np.ndarray:
+    cmd = np.array([vx, vy, yaw_rate], dtype=np.float64)
+    if not np.all(np.isfinite(cmd)):
+        raise CommandError(f"non-finite velocity command {cmd.tolist()}")
+    return cmd
+
+
+@dataclasses.dataclass(frozen=True)
+class SingleState:
+    """A snapshot of the simulated robot; frames as in `motionvl.rewards.state`."""
+
+    clock: float
+    """Simulated seconds since the simulator started (never goes back, also not on reset)."""
+    episode_time: float
+    """Simulated seconds since the last reset."""
+    joint_pos: np.ndarray
+    joint_vel: np.ndarray
+    joint_effort: np.ndarray
+    """Torque applied by each actuator, N m."""
+    base_pos: np.ndarray
+    """(3,) world frame."""
+    base_quat: np.ndarray
+    """(4,) w, x, y, z, world frame."""
+    base_lin_vel: np.ndarray
+    """(3,) body frame."""
+    base_ang_vel: np.ndarray
+    """(3,) body frame."""
+    imu_gyro: np.ndarray
+    imu_accel: np.ndarray
+    """(3,) specific force in the IMU frame (+9.81 z when standing still)."""
+    target: np.ndarray
+    """Joint targets in force (position mode)."""
+    command: np.ndarray
+    """(3,) velocity command in force: vx, vy, yaw rate."""
+    upright: bool
+
+
+class SingleSim:
+    """One MuJoCo robot with command validation, modes, a watchdog and a monotonic clock."""
+
+    def __init__(self, robot: RobotConfig, terrain: TerrainConfig | None = None, mode: str = "position",
+                 command_timeout: float = 0.5, min_base_height: float = 0.45, max_tilt_rad: float = 1.0):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.robot = robot
+        self.model = build_model(robot, terrain)
+        self.data = mujoco.MjData(self.model)
+        self.index = ModelIndex.from_model(self.model, robot)
+        self.joint_names = robot.joint_names
+        self.command_timeout = float(command_timeout)
+        self.min_base_height = float(min_base_height)
+        self.max_tilt_rad = float(max_tilt_rad)
+        self._gain0 = self.model.actuator_gainprm.copy()
+        self._bias0 = self.model.actuator_biasprm.copy()
+        self._act = self.index.actuators
+        self._imu_gyro = self.index.sensor["imu_gyro"]
+        self._imu_accel = self.index.sensor["imu_accel"]
+        self._key_home = self.model.key("home").id
+        self.clock = 0.0
+        self.mode = mode
+        self._actuation = ""
+        self.reset()
+
+    # ------------------------------------------------------------------ state changes
+    def reset(self) -> None:
+        """Back to the standing keyframe, targets at the default pose, no torques, no command."""
+        mujoco.mj_resetDataKeyframe(self.model, self.data, self._key_home)
+        self.target = self.robot.default_pose.copy()
+        self.effort = np.zeros(self.robot.num_joints)
+        self.command = np.zeros(3)
+        self._last_effort_time = -np.inf
+        self._last_cmd_vel_time = -np.inf
+        self._apply_actuation()
+        mujoco.mj_forward(self.model, self.data)
+
+    def set_position_targets(self, values: Sequence[float], names: Sequence[str] | None = None) -> np.ndarray:
+        """Set joint targets (clipped to the joint limits); returns the targets in force."""
+        if self.mode != "position":
+            raise CommandError(f"position command ignored: the simulator is in {self.mode!r} mode")
+        idx, vals = validate_joint_command(values, self.joint_names, names)
+        target = self.target.copy()
+        target[idx] = np.clip(vals, self.robot.lower[idx], self.robot.upper[idx])
+        self.target = target
+        self._apply_actuation()
+        return self.target
+
+    def set_efforts(self, values: Sequence[float], names: Sequence[str] | None = None) -> np.ndarray:
+        """Set joint torques (clipped to the effort limits); returns the torques in force."""
+        if self.mode != "effort":
+            raise CommandError(f"effort command ignored: the simulator is in {self.mode!r} mode")
+        idx, vals = validate_joint_command(values, self.joint_names, names)
+        limit = self.robot.effort_limit[idx]
+        effort = self.effort.copy()
+        effort[idx] = np.clip(vals, -limit, limit)
+        self.effort = effort
+        self._last_effort_time = self.data.time
+        self._apply_actuation()
+        return self.effort
+
+    def set_velocity_command(self, vx: float, vy: float, yaw_rate: float) -> np.ndarray:
+        self.command = validate_velocity_command(vx, vy, yaw_rate)
+        self._last_cmd_vel_time = self.data.time
+        return self.command
+
+    # ------------------------------------------------------------------ stepping
+    def step(self, nstep: int = 1) -> None:
+        for _ in range(int(nstep)):
+            self._watchdog()
+            mujoco.mj_step(self.model, self.data)
+        self.clock += nstep * self.model.opt.timestep
+
+    def advance(self, seconds: float) -> int:
+        """Step as many physics steps as fit in `seconds`; returns the count."""
+        n = int(seconds / self.model.opt.timestep + 1e-9)
+        self.step(n)
+        return n
+
+    def _stale(self, last: float) -> bool:
+        return self.command_timeout > 0 and self.data.time - last > self.command_timeout
+
+    def _watchdog(self) -> None:
+        if self.mode == "effort":
+            self._apply_actuation()
+        if self._stale(self._last_cmd_vel_time) and self.command.any():
+            self.command = np.zeros(3)
+
+    def _apply_actuation(self) -> None:
+        """Write ctrl and, when the regime changes, the actuator gains (see module doc)."""
+        if self.mode == "position":
+            regime = "pd"
+        else:
+            regime = "damping" if self._stale(self._last_effort_time) else "torque"
+        if regime != self._actuation:
+            m, a = self.model, self._act
+            m.actuator_gainprm[:] = self._gain0
+            m.actuator_biasprm[:] = self._bias0
+            if regime != "pd":
+                m.actuator_gainprm[a, 0] = 1.0 if regime == "torque" else 0.0
+                m.actuator_biasprm[a, :3] = 0.0
+                if regime == "damping":
+                    m.actuator_biasprm[a, 2] = -self.robot.kd
+            self._actuation = regime
+        self.data.ctrl[self._act] = self.target if regime == "pd" else (self.effort if regime == "torque" else 0.0)
+
+    @property
+    def actuation(self) -> str:
+        """'pd', 'torque' or 'damping' (watchdog) - what the actuators do right now."""
+        return self._actuation
+
+    # ------------------------------------------------------------------ reading
+    def state(self) -> SingleState:
+        d, ix = self.data, self.index
+        quat = d.qpos[3:7].copy()
+        lin_world = d.qvel[0:3].copy()
+        lin_body = np.zeros(3)
+        neg = np.zeros(4)
+        mujoco.mju_negQuat(neg, quat)
+        mujoco.mju_rotVecQuat(lin_body, lin_world, neg)
+        return SingleState(
+            clock=self.clock, episode_time=float(d.time),
+            joint_pos=d.qpos[ix.qpos_joints].copy(), joint_vel=d.qvel[ix.qvel_joints].copy(),
+            joint_effort=d.actuator_force[self._act].copy(),
+            base_pos=d.qpos[0:3].copy(), base_quat=quat, base_lin_vel=lin_body, base_ang_vel=d.qvel[3:6].copy(),
+            imu_gyro=d.sensordata[self._imu_gyro].copy(), imu_accel=d.sensordata[self._imu_accel].copy(),
+            target=self.target.copy(), command=self.command.copy(), upright=self.upright())
+
+    def tilt(self) -> float:
+        """Angle between the pelvis z axis and the world z axis, rad."""
+        w, x, y, z = self.data.qpos[3:7]
+        cos_tilt = 1.0 - 2.0 * (x * x + y * y)
+        return float(np.arccos(np.clip(cos_tilt, -1.0, 1.0)))
+
+    def upright(self) -> bool:
+        return bool(self.data.qpos[2] >= self.min_base_height and self.tilt() <= self.max_tilt_rad)
+
+
+def stand(robot: RobotConfig, seconds: float, terrain: TerrainConfig | None = None,
+          contact_threshold: float = 5.0) -> tuple[dict, Trajectory]:
+    """Hold the default pose under PD for `seconds`.
+
+    Returns a JSON-able summary (upright the whole time?, time, base height, ...) and the
+    rollout as a `Trajectory` sampled at the robot's control period (for a video or critic).
+    """
+    sim = SingleSim(robot, terrain)
+    dt = sim.model.opt.timestep
+    every = max(1, int(round(robot.control_dt / dt)))
+    rows = [_sample(sim, contact_threshold)]
+    min_height, max_tilt, first_fall = np.inf, 0.0, None
+    for k in range(1, int(round(seconds / dt)) + 1):
+        sim.step(1)
+        min_height = min(min_height, float(sim.data.qpos[2]))
+        max_tilt = max(max_tilt, sim.tilt())
+        if first_fall is None and not sim.upright():
+            first_fall = float(sim.data.time)
+        if k % every == 0:
+            rows.append(_sample(sim, contact_threshold))
+    cols = list(zip(*rows))
+    traj = Trajectory(dt=every * dt, joint_names=robot.joint_names, time=np.arange(len(rows)) * every * dt,
+                      qpos=np.array(cols[0]), qvel=np.array(cols[1]), foot_pos=np.array(cols[2]),
+                      foot_vel=np.array(cols[3]), foot_contact=np.array(cols[4]), command=np.array(cols[5]),
+                      fell=np.array(cols[6]), joint_torque=np.array(cols[7]))
+    summary = {
+        "upright": first_fall is None,
+        "time": round(float(sim.data.time), 6),
+        "fell_at": first_fall,
+        "base_height": round(float(sim.data.qpos[2]), 4),
+        "min_base_height": round(float(min_height), 4),
+        "max_tilt_rad": round(float(max_tilt), 4),
+        "sim_dt": dt,
+    }
+    return summary, traj
+
+
+def _sample(sim: SingleSim, contact_threshold: float) -> tuple:
+    sd, sens = sim.data.sensordata, sim.index.sensor
+    foot_pos = np.stack([sd[sens[f"{s}_pos"]] for s in SOLE_SITES])
+    foot_vel = np.stack([sd[sens[f"{s}_vel"]] for s in SOLE_SITES])
+    contact = np.array([sd[sens[f"{s}_touch"]][0] > contact_threshold for s in SOLE_SITES])
+    return (sim.data.qpos.copy(), sim.data.qvel.copy(), foot_pos, foot_vel, contact, sim.command.copy(),
+            not sim.upright(), sim.data.actuator_force[sim.index.actuators].copy())

@@ -1,0 +1,35 @@
+"""Session set-up for every test: ROS traffic stays on this machine and in this run's domain,
+rendering is headless, nothing is fetched from a model hub.
+
+These are set before any test module imports rclpy (ROS reads them at init). `make test`
+sets the same variables; running pytest directly gets them here.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+os.environ.setdefault("ROS_DOMAIN_ID", str(os.getpid() % 100 + 1))  # per run; 1..100
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def ros_context():
+    """An initialised rclpy Context of the test's own, shut down afterwards.
+
+    Create nodes with `context=ros_context` and executors with `context=ros_context`, so
+    tests never share or leak the global default context.
+    """
+    import rclpy
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        yield context
+    finally:
+        rclpy.try_shutdown(context=context)

@@ -1,0 +1,2 @@
+def _cost_termination(state):
+    return state.terminated.astype(float)

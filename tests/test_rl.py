@@ -1,0 +1,212 @@
+"""PPO trainer, VecEnv adapter, ONNX export/contract, evaluation and gait metrics (tiny budgets)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from motionvl.envs.config import EnvConfig
+from motionvl.envs.locomotion import LocomotionEnv
+from motionvl.rl.config import PPOConfig, TrainConfig
+from motionvl.rl.export import ContractError, check_contract, export_policy, load_policy, policy_metadata
+from motionvl.rl.gait_metrics import gait_metrics, truncate_at_fall
+from motionvl.rl.trainer import build_runner, train_policy
+from motionvl.rl.vecenv import LocomotionVecEnv
+from motionvl.robot import ConfigError, load_robot_config
+from motionvl.sim.trajectory import Trajectory
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class PlaceholderReward:
+    """Stand-in for a RewardSpec (callable + to_dict), injected so these tests do not depend on it."""
+
+    def __call__(self, s):
+        terms = {"alive": np.ones(s.num_envs),
+                 "track_vel": np.exp(-np.sum((s.command[:, :2] - s.base_lin_vel[:, :2]) ** 2, axis=1) / 0.25)}
+        return terms["alive"] + terms["track_vel"], terms
+
+    def to_dict(self) -> dict:
+        return {"name": "placeholder", "terms": {"alive": 1.0, "track_vel": 1.0}}
+
+
+def tiny_config(**env) -> TrainConfig:
+    env_cfg = EnvConfig(num_envs=16, episode_length_s=0.2, num_threads=1, **env)
+    ppo = PPOConfig(num_steps_per_env=8, num_learning_epochs=1, num_mini_batches=2, actor_hidden_dims=(32, 32),
+                    critic_hidden_dims=(32, 32))
+    return TrainConfig(env=env_cfg, ppo=ppo, save_interval=1, minutes=5.0)
+
+
+@pytest.fixture(scope="module")
+def robot():
+    return load_robot_config()
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, robot):
+    run_dir = tmp_path_factory.mktemp("run")
+    seen = []
+    result = train_policy(run_dir, PlaceholderReward(), tiny_config(), max_iterations=2, progress=False,
+                          on_iteration=seen.append, robot=robot)
+    return run_dir, result, seen
+
+
+# ---------------------------------------------------------------------- VecEnv adapter
+def test_vecenv_shapes_dtypes_and_episode_log(robot):
+    env = LocomotionEnv(robot, EnvConfig(num_envs=16, episode_length_s=0.1, num_threads=1), PlaceholderReward())
+    vec = LocomotionVecEnv(env)
+    obs = vec.get_observations()
+    assert isinstance(obs, TensorDict) and set(obs.keys()) == {"policy", "critic"}
+    assert obs["policy"].shape == (16, env.num_obs) and obs["policy"].dtype == torch.float32
+    assert obs["critic"].shape == (16, env.num_obs + env.num_privileged)
+    assert torch.equal(obs["critic"][:, :env.num_obs], obs["policy"])
+    logs, timeouts = [], 0
+    for _ in range(6):  # episode_length_s 0.1 = 5 policy steps: every env times out once
+        obs, rew, dones, extras = vec.step(torch.zeros(16, vec.num_actions))
+        assert rew.shape == (16,) and rew.dtype == torch.float32
+        assert dones.shape == (16,) and extras["time_outs"].shape == (16,)
+        timeouts += int(extras["time_outs"].sum())
+        if "log" in extras:
+            logs.append(extras["log"])
+    assert timeouts > 0 and logs
+    assert {"/episode_reward/alive", "/episode_reward/track_vel"} <= set(logs[-1])
+    stats = vec.pop_stats()
+    assert stats["episodes"] > 0 and set(stats["terms"]) == {"alive", "track_vel"}
+    assert vec.episode_length_buf.shape == (16,)
+
+
+# ---------------------------------------------------------------------- training, run dir, resume
+def test_training_writes_run_dir(trained_run):
+    run_dir, result, seen = trained_run
+    assert result.iterations == 2 and result.stop_reason == "max iterations"
+    for name in ("config.yaml", "reward_spec.yaml", "term_stats.json", "history.jsonl", "policy.onnx",
+                 "checkpoints/latest.pt", "checkpoints/model_2.pt"):
+        assert (run_dir / name).exists(), name
+    assert list((run_dir / "tb").iterdir())
+    assert [r["iteration"] for r in seen] == [1, 2]
+    stats = json.loads((run_dir / "term_stats.json").read_text())
+    assert set(stats["terms"]) == {"alive", "track_vel"}
+    assert {"mean", "min", "max", "last", "series"} <= set(stats["terms"]["alive"])
+    assert len((run_dir / "history.jsonl").read_text().splitlines()) == 2
+    with pytest.raises(FileExistsError):
+        train_policy(run_dir, PlaceholderReward(), tiny_config(), max_iterations=1, progress=False)
+
+
+def test_resume_continues_iteration_count(trained_run, robot, tmp_path):
+    run_dir, _, _ = trained_run
+    import shutil
+
+    copy = tmp_path / "resumed"
+    shutil.copytree(run_dir, copy)
+    result = train_policy(copy, PlaceholderReward(), None, resume=True, max_iterations=3, progress=False, robot=robot)
+    assert result.iterations == 3
+    lines = [json.loads(x) for x in (copy / "history.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in lines] == [1, 2, 3]
+    assert torch.load(copy / "checkpoints/latest.pt", weights_only=False)["infos"]["iteration"] == 3
+
+
+# ---------------------------------------------------------------------- ONNX export and contract
+def test_onnx_matches_torch_with_normalisation(robot, tmp_path):
+    cfg = tiny_config()
+    vec, runner = build_runner(cfg, PlaceholderReward(), robot)
+    actor = runner.alg.get_policy()
+    actor.train()
+    gen = torch.Generator().manual_seed(0)
+    actor.obs_normalizer.update(torch.randn(256, vec.num_obs, generator=gen) * 3.0 + 1.5)  # non-trivial statistics
+    actor.eval()
+    assert not torch.allclose(actor.obs_normalizer.mean, torch.zeros(vec.num_obs))
+    path = export_policy(actor, tmp_path / "p.onnx", policy_metadata(robot, cfg.env, vec.num_obs))
+    policy = load_policy(path)
+    obs = torch.randn(64, vec.num_obs, generator=gen) * 4.0
+    with torch.no_grad():
+        expected = actor(TensorDict({"policy": obs}, batch_size=[64])).clamp(-1, 1).numpy()
+    got = policy(obs.numpy())
+    assert got.shape == (64, robot.num_joints)
+    assert np.max(np.abs(got - expected)) < 1e-5
+    assert np.allclose(policy(obs[0].numpy()), got[0], atol=1e-6)
+
+
+def test_contract_round_trip_and_mismatch(trained_run, robot):
+    policy = load_policy(trained_run[0] / "policy.onnx")
+    check_contract(policy.contract, robot.contract())
+    assert policy.contract["joint_names"] == list(robot.joint_names)
+    assert [b["name"] for b in policy.obs_layout][:3] == ["base_ang_vel", "projected_gravity", "command"]
+    assert policy.obs_history == 0 and policy.gait_period == pytest.approx(0.7)
+    swapped = dict(robot.contract())
+    names = list(swapped["joint_names"])
+    names[2], names[3] = names[3], names[2]
+    with pytest.raises(ContractError, match="joint order"):
+        check_contract(policy.contract, {**swapped, "joint_names": names})
+    with pytest.raises(ContractError, match="joint count"):
+        check_contract(policy.contract, {**swapped, "joint_names": names[:-1]})
+    with pytest.raises(ContractError, match="kp"):
+        check_contract(policy.contract, {**robot.contract(), "kp": [1.0] * robot.num_joints})
+
+
+# ---------------------------------------------------------------------- evaluation
+def test_eval_cli_prints_json_last_line(trained_run):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-m", "motionvl.cli", "eval", "--policy", str(trained_run[0] / "policy.onnx"),
+                           "--seconds", "0.4", "--episodes", "2", "--command", "0.4", "0", "0"],
+                          capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("forward_distance_m", "mean_speed_mps", "tracking_error_mps", "fell_fraction", "time_upright_s",
+                "success_rate", "knee_angle_stance_deg", "torso_pitch_deg", "step_frequency_hz", "swing_clearance_m",
+                "stance_slip_mps", "double_support_fraction"):
+        assert key in result, key
+    assert result["sim_dt"] == pytest.approx(0.002) and result["decimation"] == 10  # the robot's own dt
+
+
+def synthetic_gait(T: int = 200, dt: float = 0.02) -> Trajectory:
+    """1 s gait cycle: each foot 60 % stance / 40 % swing, half a cycle apart; swing apex 8 cm."""
+    names = ("left_hip_pitch", "left_knee", "right_hip_pitch", "right_knee")
+    t = np.arange(T) * dt
+    phase = np.stack([(t % 1.0), ((t + 0.5) % 1.0)], axis=1)
+    contact = phase < 0.6 - 1e-9
+    swing = np.clip((phase - 0.6) / 0.4, 0.0, 1.0)
+    foot_pos = np.zeros((T, 2, 3))
+    foot_pos[..., 2] = np.where(contact, 0.0, 0.08 * np.sin(np.pi * swing))
+    foot_vel = np.zeros((T, 2, 3))
+    foot_vel[..., 0] = np.where(contact, 0.02, 1.0)
+    qpos = np.zeros((T, 7 + 4))
+    qpos[:, 3], qpos[:, 5] = np.cos(0.05), np.sin(0.05)  # pitch 0.1 rad about +y (leaning forward)
+    qpos[:, 8] = np.where(contact[:, 0], 0.5, 1.2)  # knees: 0.5 rad in stance, 1.2 in swing
+    qpos[:, 10] = np.where(contact[:, 1], 0.5, 1.2)
+    return Trajectory(dt=dt, joint_names=names, time=t, qpos=qpos, qvel=np.zeros((T, 6 + 4)), foot_pos=foot_pos,
+                      foot_vel=foot_vel, foot_contact=contact, command=np.zeros((T, 3)), fell=np.zeros(T, bool))
+
+
+def test_gait_metrics_on_synthetic_trajectory():
+    m = gait_metrics(synthetic_gait())
+    assert m["knee_angle_stance_deg"] == pytest.approx(np.degrees(0.5), abs=1e-6)
+    assert m["torso_pitch_deg"] == pytest.approx(np.degrees(0.1), abs=1e-6)
+    assert m["step_frequency_hz"] == pytest.approx(2.0, abs=1e-6)
+    assert m["swing_clearance_m"] == pytest.approx(0.08, abs=1e-6)
+    assert m["stance_slip_mps"] == pytest.approx(0.02, abs=1e-9)
+    assert m["double_support_fraction"] == pytest.approx(0.2, abs=0.011)
+    assert m["flight_fraction"] == 0.0
+    traj = synthetic_gait()
+    traj.fell[50:] = True
+    assert len(truncate_at_fall(traj).time) == 51
+
+
+# ---------------------------------------------------------------------- config
+def test_training_config_loads_and_rejects_bad_values(tmp_path):
+    cfg = TrainConfig.from_yaml(ROOT / "config" / "training.yaml")
+    assert cfg.to_rsl_rl()["algorithm"]["num_learning_epochs"] == cfg.ppo.num_learning_epochs
+    bad = tmp_path / "bad.yaml"
+    for text, msg in (("ppo: {num_epochs: 3}", "unknown keys"), ("ppo: {num_mini_batches: two}", "expected a number"),
+                      ("env: {num_env: 3}", "unknown keys"), ("[1, 2]", "expected a mapping"),
+                      ("ppo: {schedule: cosine}", "schedule")):
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=msg):
+            TrainConfig.from_yaml(bad)
