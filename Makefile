@@ -32,7 +32,7 @@ PIP_NOISE := is ignored: it is neither a file nor a directory
 .PHONY: help setup system-deps test demo bench clean
 
 help:
-	@echo "make demo   - run the main job on embedded defaults (today: the robot stands in the simulator; see README)"
+	@echo "make demo   - run the main job on embedded defaults (train, evaluate, render and critique a policy; see README)"
 	@echo "make test   - run the test suite"
 	@echo "make bench  - benchmarks (motionvl bench sim --envs 64 / 256)"
 	@echo "make setup  - create .venv and install (done by the targets above when needed)"

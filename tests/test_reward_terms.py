@@ -124,15 +124,15 @@ def test_contact_phase_rewards_the_clock_and_punishes_swapped_feet():
 def test_feet_clearance_rewards_lifting_the_clock_swing_foot():
     # phase 0.25: the clock has the right foot in swing
     lifted = make_state().foot_pos.copy()
-    lifted[:, 1, 2] = SOLE_Z + 0.08
+    lifted[:, 1, 2] = SOLE_Z + 0.06
     assert term("feet_clearance", make_state(foot_pos=lifted)) == pytest.approx(1.0)
     assert term("feet_clearance", make_state()) == pytest.approx(0.0)  # shuffling: swing foot on the ground
-    lifted[:, 1, 2] = SOLE_Z + 0.04
+    lifted[:, 1, 2] = SOLE_Z + 0.03
     assert term("feet_clearance", make_state(foot_pos=lifted)) == pytest.approx(0.5)
     lifted[:, 1, 2] = SOLE_Z + 0.2
     assert term("feet_clearance", make_state(foot_pos=lifted)) == pytest.approx(1.0)  # capped: no prize for high steps
     wrong_foot = make_state().foot_pos.copy()
-    wrong_foot[:, 0, 2] = SOLE_Z + 0.08
+    wrong_foot[:, 0, 2] = SOLE_Z + 0.06
     assert term("feet_clearance", make_state(foot_pos=wrong_foot)) == pytest.approx(0.0)
     assert term("feet_clearance", make_state(command=np.zeros((4, 3)))) == pytest.approx(1.0)  # standing: feet down
     assert term("feet_clearance", make_state(command=np.zeros((4, 3)), foot_pos=wrong_foot)) == pytest.approx(0.5)
@@ -324,7 +324,7 @@ def test_round_trip_yaml_and_json(tmp_path):
         assert again == ref and again.to_dict() == ref.to_dict()
         s = make_state()
         np.testing.assert_allclose(again(s)[0], ref(s)[0])
-    assert json.loads((tmp_path / "spec.json").read_text())["terms"]["feet_clearance"]["params"] == {"height": 0.08}
+    assert json.loads((tmp_path / "spec.json").read_text())["terms"]["feet_clearance"]["params"] == {"height": 0.06}
     assert pickle.loads(pickle.dumps(ref)) == ref
     bad = tmp_path / "bad.yaml"
     bad.write_text("terms: {alive: [")
@@ -339,7 +339,7 @@ def test_with_weights_returns_a_new_validated_spec():
     mutated = ref.with_weights({"foot_slip": 0.8, "alive": 0.0})
     assert mutated.weights["foot_slip"] == 0.8 and ref.weights["foot_slip"] == 0.5
     assert list(mutated.weights) == list(ref.weights)
-    assert mutated.term("feet_clearance").params == {"height": 0.08}
+    assert mutated.term("feet_clearance").params == {"height": 0.06}
     with pytest.raises(RewardSpecError, match="did you mean 'foot_slip'"):
         ref.with_weights({"foot_slipp": 0.1})
     with pytest.raises(RewardSpecError, match="outside"):
@@ -349,7 +349,7 @@ def test_with_weights_returns_a_new_validated_spec():
 def test_describe_for_prompts():
     text = load_reward_spec().describe()
     assert "+ tracking_lin_vel" in text and "- foot_slip" in text and "w=1.00" in text
-    assert "height=0.08" in text and "scale x dt" not in text and "x dt x sum" in text
+    assert "height=0.06" in text and "scale x dt" not in text and "x dt x sum" in text
 
 
 # ----------------------------------------------------------------------------- environment

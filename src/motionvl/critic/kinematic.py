@@ -150,7 +150,6 @@ class GaitAnalysis:
 
 def analyse_gait(traj: Trajectory, warmup_s: float = 0.5, min_phase_s: float = 0.04) -> GaitAnalysis:
     """Measure the gait descriptors of a trajectory (see the module docstring)."""
-    full_len = len(traj.time)
     fell_idx = np.flatnonzero(np.asarray(traj.fell, dtype=bool))
     fall_time = float(traj.time[fell_idx[0]] - traj.time[0]) if fell_idx.size else None
     tr = truncate_at_fall(traj)

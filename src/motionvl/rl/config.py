@@ -50,13 +50,13 @@ class PPOConfig:
     """Value loss weight."""
     max_grad_norm: float = 1.0
     """Gradient norm clip."""
-    actor_hidden_dims: tuple = (256, 128, 64)
+    actor_hidden_dims: tuple = (128, 64, 32)
     """Hidden layer sizes of the actor MLP."""
-    critic_hidden_dims: tuple = (256, 128, 64)
+    critic_hidden_dims: tuple = (128, 64, 32)
     """Hidden layer sizes of the critic MLP."""
     activation: str = "elu"
     """Activation of both MLPs (rsl_rl names: elu, relu, tanh, ...)."""
-    init_std: float = 1.0
+    init_std: float = 0.5
     """Initial standard deviation of the Gaussian action noise."""
     obs_normalization: bool = True
     """Empirical observation normalisation in actor and critic (baked into the exported ONNX graph)."""
@@ -78,8 +78,9 @@ class TrainConfig:
     """Stop after this many PPO iterations in total (None: only the time budget counts)."""
     save_interval: int = 50
     """Iterations between checkpoints (a killed run loses at most this many iterations)."""
-    torch_threads: int | None = None
-    """torch intra-op threads (None: leave torch's default)."""
+    torch_threads: int | None = 1
+    """torch intra-op threads (None: torch's default). 1 on CPU: with MuJoCo's threads and other
+    processes on 2 cores, 2 torch threads made the PPO update up to 10x slower (measured)."""
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     """Environment used for training (env section of the YAML)."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)

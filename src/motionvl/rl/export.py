@@ -20,7 +20,6 @@ import numpy as np
 
 try:  # torch is needed to export, not to run a policy (the robot computer has onnxruntime only)
     import torch
-    from torch import nn
 except ImportError:  # pragma: no cover
     torch = None
 

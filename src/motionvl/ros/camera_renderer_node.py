@@ -31,18 +31,15 @@ if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.envi
     os.environ["MUJOCO_GL"] = "egl"
 
 import numpy as np  # noqa: E402
-import rclpy  # noqa: E402
-import rclpy.logging  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
-from rcl_interfaces.msg import ParameterDescriptor  # noqa: E402
-from rclpy.exceptions import ParameterException  # noqa: E402
-from rclpy.executors import ExternalShutdownException  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, JointState  # noqa: E402
 
 from motionvl.render.camera import FrameRenderer, RenderError, RenderSettings, camera_intrinsics  # noqa: E402
-from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
+from motionvl.robot import ConfigError, load_robot_config
+from motionvl.ros.params import declare_parameters
+from motionvl.ros.runtime import run_node  # noqa: E402
 from motionvl.sim.model import TRACKING_CAMERA, TerrainConfig, build_model  # noqa: E402
 
 NODE_NAME = "camera_renderer"
@@ -65,9 +62,7 @@ PARAMETERS = {
 class CameraRendererNode(Node):
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
-        for name, (default, description) in PARAMETERS.items():
-            self.declare_parameter(name, default, ParameterDescriptor(description=description, read_only=True))
-        p = {name: self.get_parameter(name).value for name in PARAMETERS}
+        p = declare_parameters(self, PARAMETERS)
         if p["frame_interval_s"] <= 0:
             raise ConfigError("parameter frame_interval_s must be > 0")
         self.robot = load_robot_config(p["robot_config"] or None)
@@ -212,21 +207,7 @@ class CameraRendererNode(Node):
 
 
 def main(args=None) -> int:
-    rclpy.init(args=args)
-    try:
-        node = CameraRendererNode()
-    except (ConfigError, RenderError, ValueError, ParameterException) as exc:
-        rclpy.logging.get_logger(NODE_NAME).error(f"cannot start: {exc}")
-        rclpy.try_shutdown()
-        return 1
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node(CameraRendererNode, NODE_NAME, args, threads=1, startup_errors=(RenderError,))
 
 
 if __name__ == "__main__":

@@ -38,4 +38,6 @@ def as_type(value, kind):
         return value
     if kind is str and isinstance(value, str):
         return value
+    if kind in (list, tuple) and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
     raise TypeError(f"expected {kind.__name__}, got {value!r}")

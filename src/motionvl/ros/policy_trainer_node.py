@@ -27,15 +27,13 @@ from __future__ import annotations
 import json
 import sys
 
-import rclpy
-import rclpy.logging
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from motionvl.robot import ConfigError
+from motionvl.ros.runtime import run_node
 from motionvl.ros.params import declare_parameters
 
 NODE_NAME = "policy_trainer"
@@ -101,23 +99,7 @@ class PolicyTrainerNode(Node):
 
 
 def main(args=None) -> int:
-    rclpy.init(args=args)
-    try:
-        node = PolicyTrainerNode()
-    except (ConfigError, ValueError) as exc:
-        rclpy.logging.get_logger(NODE_NAME).error(f"cannot start: {exc}")
-        rclpy.try_shutdown()
-        return 1
-    executor = MultiThreadedExecutor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node(PolicyTrainerNode, NODE_NAME, args, threads=None)
 
 
 if __name__ == "__main__":

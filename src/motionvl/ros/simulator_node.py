@@ -35,12 +35,8 @@ from __future__ import annotations
 import sys
 import time
 
-import rclpy
-import rclpy.logging
 from geometry_msgs.msg import TransformStamped, Twist, TwistStamped
 from nav_msgs.msg import Odometry
-from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.time import Time
@@ -50,6 +46,7 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from motionvl.robot import ConfigError, load_robot_config
+from motionvl.ros.runtime import run_node
 from motionvl.ros.params import declare_parameters
 from motionvl.sim.model import TerrainConfig
 from motionvl.sim.single import MODES, CommandError, SingleSim
@@ -223,21 +220,7 @@ class SimulatorNode(Node):
 
 
 def main(args=None) -> int:
-    rclpy.init(args=args)
-    try:
-        node = SimulatorNode()
-    except (ConfigError, ValueError, ParameterException) as exc:
-        rclpy.logging.get_logger(NODE_NAME).error(f"cannot start: {exc}")
-        rclpy.try_shutdown()
-        return 1
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node(SimulatorNode, NODE_NAME, args, threads=1)
 
 
 if __name__ == "__main__":

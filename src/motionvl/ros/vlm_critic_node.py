@@ -47,13 +47,8 @@ if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.envi
     os.environ["MUJOCO_GL"] = "egl"
 
 import numpy as np  # noqa: E402
-import rclpy  # noqa: E402
-import rclpy.logging  # noqa: E402
 from geometry_msgs.msg import TwistStamped  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
-from rcl_interfaces.msg import ParameterDescriptor  # noqa: E402
-from rclpy.exceptions import ParameterException  # noqa: E402
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Image, JointState  # noqa: E402
@@ -63,7 +58,9 @@ from std_srvs.srv import Trigger  # noqa: E402
 from motionvl.critic.kinematic import KinematicCritic  # noqa: E402
 from motionvl.critic.schema import MotionFeedback, merge_measurements  # noqa: E402
 from motionvl.render.rollout import trajectory_from_poses  # noqa: E402
-from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
+from motionvl.robot import ConfigError, load_robot_config
+from motionvl.ros.params import declare_parameters
+from motionvl.ros.runtime import run_node  # noqa: E402
 from motionvl.sim.model import TerrainConfig, build_model  # noqa: E402
 
 NODE_NAME = "vlm_critic"
@@ -143,9 +140,7 @@ class VlmCriticNode(Node):
     def __init__(self, critic_factory=None, **kwargs):
         """`critic_factory()` (optional) builds the critic instead of the `backend` parameter (tests)."""
         super().__init__(NODE_NAME, **kwargs)
-        for name, (default, description) in PARAMETERS.items():
-            self.declare_parameter(name, default, ParameterDescriptor(description=description, read_only=True))
-        p = {name: self.get_parameter(name).value for name in PARAMETERS}
+        p = declare_parameters(self, PARAMETERS)
         if p["backend"] not in BACKENDS:
             raise ConfigError(f"parameter backend must be one of {BACKENDS}, got {p['backend']!r}")
         if p["frame_interval_s"] < 0:
@@ -431,23 +426,7 @@ def _previous_text(fb: MotionFeedback) -> str:
 
 
 def main(args=None) -> int:
-    rclpy.init(args=args)
-    try:
-        node = VlmCriticNode()
-    except (ConfigError, ValueError, ParameterException) as exc:
-        rclpy.logging.get_logger(NODE_NAME).error(f"cannot start: {exc}")
-        rclpy.try_shutdown()
-        return 1
-    executor = MultiThreadedExecutor(num_threads=2)
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node(VlmCriticNode, NODE_NAME, args, threads=2)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,8 @@ def build_spec(robot: RobotConfig, terrain: TerrainConfig | None = None) -> mujo
 
 def _add_scene(spec: mujoco.MjSpec, robot: RobotConfig, terrain: TerrainConfig) -> None:
     world = spec.worldbody
+    spec.add_texture(name="sky", type=mujoco.mjtTexture.mjTEXTURE_SKYBOX, builtin=mujoco.mjtBuiltin.mjBUILTIN_GRADIENT,
+                     rgb1=[0.55, 0.68, 0.82], rgb2=[0.1, 0.12, 0.16], width=256, height=256)
     spec.add_texture(name="grid", type=mujoco.mjtTexture.mjTEXTURE_2D, builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
                      rgb1=[0.32, 0.36, 0.40], rgb2=[0.22, 0.25, 0.28], width=256, height=256, mark=mujoco.mjtMark.mjMARK_EDGE,
                      markrgb=[0.7, 0.7, 0.7])

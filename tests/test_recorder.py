@@ -1,0 +1,249 @@
+"""Bags: the ROS-free BagRecorder/read_bag/recover_bag, and the recorder node over real DDS."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from motionvl.bags import BagError, BagRecorder, new_bag_path, qos, read_bag, recover_bag, typestore
+
+ROOT = Path(__file__).resolve().parents[1]
+JOINTS = ["left_hip_pitch", "left_knee", "right_hip_pitch", "right_knee"]
+
+
+def _joint_state_cdr(i: int) -> bytes:
+    """A JointState serialized by rosbags (exact CDR, no trailing bytes)."""
+    ts = typestore()
+    t = ts.types
+    msg = t["sensor_msgs/msg/JointState"](
+        header=t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](sec=i, nanosec=0), frame_id=""),
+        name=JOINTS, position=np.arange(4, dtype=float) + i, velocity=np.zeros(4), effort=np.zeros(0))
+    return bytes(ts.serialize_cdr(msg, "sensor_msgs/msg/JointState"))
+
+
+# ---------------------------------------------------------------------------------- ROS-free core
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_bag_round_trip_from_many_threads(tmp_path, storage):
+    bag = BagRecorder(tmp_path / "bag", storage=storage)
+    bag.add_topic("/joint_states", "sensor_msgs/msg/JointState", [qos()])
+    bag.add_topic("/joint_states", "sensor_msgs/msg/JointState")  # again, same type: no-op
+
+    def writer(k):
+        for i in range(50):
+            bag.write("/joint_states", k * 1000 + i, _joint_state_cdr(k * 1000 + i))
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    bag.close()
+    bag.close()  # idempotent
+    assert bag.write("/joint_states", 0, _joint_state_cdr(0)) is False, "writes after close are dropped"
+
+    messages = list(read_bag(tmp_path / "bag"))
+    assert len(messages) == 200 and bag.counts == {"/joint_states": 200}
+    stamps = [m[2] for m in messages]
+    assert stamps == sorted(stamps)
+    for topic, msgtype, stamp, msg in messages:
+        assert (topic, msgtype) == ("/joint_states", "sensor_msgs/msg/JointState")
+        assert msg.header.stamp.sec == stamp and list(msg.name) == JOINTS
+        assert list(msg.position) == [stamp, stamp + 1, stamp + 2, stamp + 3]
+
+
+def test_bag_refuses_overwrite_and_bad_input(tmp_path):
+    BagRecorder(tmp_path / "bag").close()
+    with pytest.raises(BagError, match="exists already"):
+        BagRecorder(tmp_path / "bag")
+    with pytest.raises(BagError, match="exists already"):
+        new_bag_path(tmp_path, "bag")
+    a = new_bag_path(tmp_path)
+    a.mkdir()
+    b = new_bag_path(tmp_path)
+    assert a != b and not b.exists(), "an empty name derives a fresh timestamped name"
+    with pytest.raises(BagError, match="storage"):
+        BagRecorder(tmp_path / "x", storage="rosbag1")
+    with pytest.raises(BagError, match="compression"):
+        BagRecorder(tmp_path / "y", storage="sqlite3", compression="zstd")
+    with BagRecorder(tmp_path / "z", compression="zstd") as bag:
+        bag.add_topic("/a", "std_msgs/msg/String")
+        with pytest.raises(BagError, match="recorded as"):
+            bag.add_topic("/a", "std_msgs/msg/Int32")
+        with pytest.raises(BagError, match="typestore"):
+            bag.add_topic("/b", "my_pkg/msg/Custom")
+        with pytest.raises(BagError, match="not added"):
+            bag.write("/c", 0, b"")
+    assert list(read_bag(tmp_path / "z")) == []
+
+
+CRASH = """
+import os, sys
+sys.path.insert(0, {src!r})
+from motionvl.bags import BagRecorder, typestore
+ts = typestore()
+def cdr(i):
+    return bytes(ts.serialize_cdr(ts.types["std_msgs/msg/String"](data=str(i)), "std_msgs/msg/String"))
+bag = BagRecorder({path!r}, storage={storage!r}, flush_period_s=0)
+bag.add_topic("/status", "std_msgs/msg/String")
+for i in range(30):
+    bag.write("/status", i, cdr(i))
+bag.flush()
+for i in range(30, 35):  # never flushed: may be lost in the crash
+    bag.write("/status", i, cdr(i))
+os._exit(3)  # no close(): no index, no metadata.yaml
+"""
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_crashed_bag_recovers_flushed_messages(tmp_path, storage):
+    path = tmp_path / "crashed"
+    proc = subprocess.run([sys.executable, "-c", CRASH.format(src=str(ROOT / "src"), path=str(path), storage=storage)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    if storage == "mcap":  # killed in the middle of writing a chunk: a cut-off record at the end
+        with (path / "crashed.mcap").open("ab") as f:
+            f.write(b"\x06" + (5000).to_bytes(8, "little") + b"partial chunk")
+    with pytest.raises(BagError, match="recover_bag"):
+        list(read_bag(path))
+    recovered = recover_bag(path)
+    messages = list(read_bag(recovered))
+    assert [m.data for *_, m in messages[:30]] == [str(i) for i in range(30)] and len(messages) <= 35
+    assert [stamp for _, _, stamp, _ in messages[:30]] == list(range(30))
+    assert not (path / "metadata.yaml").exists(), "the crashed bag is left as it was"
+
+
+# ---------------------------------------------------------------------------------- the node over DDS
+rclpy = pytest.importorskip("rclpy")
+from rclpy.executors import MultiThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
+from sensor_msgs.msg import Imu, JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray, String  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from motionvl.robot import ConfigError  # noqa: E402
+from motionvl.ros import recorder_node  # noqa: E402
+from motionvl.ros.recorder_node import RecorderNode  # noqa: E402
+
+RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+LATCHED = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_recorder_node_records_over_dds(ros_context, tmp_path):
+    source = Node("bag_source", context=ros_context)
+    joints = source.create_publisher(JointState, "/joint_states", RELIABLE)
+    status = source.create_publisher(String, "/trainer/status", LATCHED)
+    imu = source.create_publisher(Imu, "/imu/data", qos_profile_sensor_data)
+    # latched before the recorder exists: a transient-local subscription must still get these
+    for i in range(3):
+        status.publish(String(data=json.dumps({"candidate_id": f"c{i}", "state": "queued"})))
+
+    recorder = RecorderNode(context=ros_context, parameter_overrides=[
+        Parameter("output_dir", value=str(tmp_path)), Parameter("bag_name", value="run"),
+        Parameter("topics", value=["/joint_states", "/trainer/status", "/imu/data", "/late", "/never"]),
+        Parameter("discovery_period_s", value=0.1)])
+    client = source.create_client(Trigger, "/recorder/stop")
+    executor = MultiThreadedExecutor(context=ros_context)
+    executor.add_node(source)
+    executor.add_node(recorder)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: {"/joint_states", "/trainer/status", "/imu/data"} <= set(recorder.recorded), 10, "subscriptions")
+        assert recorder.recorded["/imu/data"].qos.reliability == ReliabilityPolicy.BEST_EFFORT
+        assert recorder.recorded["/trainer/status"].qos.durability == DurabilityPolicy.TRANSIENT_LOCAL
+        assert recorder.recorded["/joint_states"].qos.reliability == ReliabilityPolicy.RELIABLE
+        _wait(lambda: joints.get_subscription_count() and imu.get_subscription_count(), 5, "matching")
+
+        late = source.create_publisher(Float64MultiArray, "/late", RELIABLE)  # appears after the start
+        for i in range(20):
+            js = JointState(name=JOINTS, position=[float(i), 1.0, 2.0, 3.0], velocity=[0.5] * 4)
+            js.header.stamp.sec = i
+            joints.publish(js)
+            m = Imu()
+            m.linear_acceleration.z = 9.81 + i
+            imu.publish(m)
+            time.sleep(0.005)
+        _wait(lambda: "/late" in recorder.recorded and late.get_subscription_count(), 10, "the late topic")
+        for i in range(5):
+            late.publish(Float64MultiArray(data=[float(i), -1.0]))
+        status.publish(String(data=json.dumps({"candidate_id": "c0", "state": "done"})))
+        _wait(lambda: recorder.bag.counts.get("/joint_states") == 20 and recorder.bag.counts.get("/late") == 5
+              and recorder.bag.counts.get("/trainer/status") == 4, 10, f"messages; have {recorder.bag.counts}")
+
+        assert client.wait_for_service(timeout_sec=5)
+        response = client.call(Trigger.Request(), timeout_sec=5)
+        assert response.success and "closed" in response.message, response.message
+        again = client.call(Trigger.Request(), timeout_sec=5)
+        assert not again.success and "not recording" in again.message
+    finally:
+        executor.shutdown()
+        recorder.destroy_node()
+        source.destroy_node()
+        thread.join(5)
+
+    bag = tmp_path / "run"
+    by_topic: dict[str, list] = {}
+    for topic, msgtype, stamp, msg in read_bag(bag):
+        by_topic.setdefault(topic, []).append((msgtype, stamp, msg))
+    assert set(by_topic) == {"/joint_states", "/trainer/status", "/imu/data", "/late"}, "/never has no publisher"
+
+    states = by_topic["/joint_states"]
+    assert [m.header.stamp.sec for _, _, m in states] == list(range(20))
+    assert all(t == "sensor_msgs/msg/JointState" and list(m.name) == JOINTS for t, _, m in states)
+    assert [m.position[0] for _, _, m in states] == [float(i) for i in range(20)]
+    assert all(list(m.velocity) == [0.5] * 4 and len(m.effort) == 0 for _, _, m in states)
+    stamps = [s for _, s, _ in states]
+    assert stamps == sorted(stamps) and stamps[0] > 0, "receive time on the node clock"
+
+    # the raw wire bytes are exact CDR: rosbags re-serializes them byte for byte (no trailing junk)
+    ts = typestore()
+    for *_, raw in read_bag(bag, topics=["/joint_states"], raw=True):
+        assert bytes(ts.serialize_cdr(ts.deserialize_cdr(raw, "sensor_msgs/msg/JointState"),
+                                      "sensor_msgs/msg/JointState")) == raw
+
+    texts = [json.loads(m.data) for _, _, m in by_topic["/trainer/status"]]
+    assert [t["candidate_id"] for t in texts[:3]] == ["c0", "c1", "c2"], "latched messages from before the start"
+    assert texts[-1] == {"candidate_id": "c0", "state": "done"}
+
+    accel = [m.linear_acceleration.z for _, _, m in by_topic["/imu/data"]]
+    assert 10 <= len(accel) <= 20, "best effort over localhost: most arrive"
+    assert set(accel) <= {9.81 + i for i in range(20)} and accel == sorted(accel)
+    assert [list(m.data) for _, _, m in by_topic["/late"]] == [[float(i), -1.0] for i in range(5)]
+
+
+def test_recorder_rejects_bad_config(ros_context, tmp_path):
+    with pytest.raises(ConfigError, match="storage"):
+        RecorderNode(context=ros_context, parameter_overrides=[
+            Parameter("output_dir", value=str(tmp_path)), Parameter("storage", value="rosbag1")])
+    with pytest.raises(ConfigError, match="topics"):
+        RecorderNode(context=ros_context, parameter_overrides=[
+            Parameter("output_dir", value=str(tmp_path)), Parameter("topics", value=[1, 2])])
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(ConfigError, match="exists already"):
+        RecorderNode(context=ros_context, parameter_overrides=[
+            Parameter("output_dir", value=str(tmp_path)), Parameter("bag_name", value="taken")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"], "no bag was started"
+
+
+def test_main_exits_1_on_bad_storage(tmp_path):
+    assert recorder_node.main(["recorder_node", "--ros-args", "-p", "storage:=lz4",
+                               "-p", f"output_dir:={tmp_path}"]) == 1
+    assert list(tmp_path.iterdir()) == []
