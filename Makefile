@@ -34,7 +34,7 @@ PIP_NOISE := is ignored: it is neither a file nor a directory
 help:
 	@echo "make demo   - run the main job on embedded defaults (train, evaluate, render and critique a policy; see README)"
 	@echo "make test   - run the test suite"
-	@echo "make bench  - benchmarks (motionvl bench sim --envs 64 / 256)"
+	@echo "make bench  - benchmarks: sim, train and render throughput, then a 60 min time-to-walk run"
 	@echo "make setup  - create .venv and install (done by the targets above when needed)"
 
 setup: $(STAMP)
@@ -68,9 +68,13 @@ test: setup
 demo: setup
 	$(RUN_ENV) $(BIN)/motionvl demo
 
+# Throughput first (minutes), then the time-to-walk run (60 min of training plus evaluations).
 bench: setup
 	$(RUN_ENV) $(BIN)/motionvl bench sim --envs 64
 	$(RUN_ENV) $(BIN)/motionvl bench sim --envs 256
+	$(RUN_ENV) $(BIN)/motionvl bench train --seconds 30
+	$(RUN_ENV) $(BIN)/motionvl bench render
+	$(RUN_ENV) $(BIN)/python bench/time_to_walk.py --minutes 60 --eval-every 5 --out runs/time_to_walk
 
 clean:
 	rm -rf build *.egg-info src/*.egg-info out/demo

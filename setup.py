@@ -9,13 +9,12 @@ PACKAGE = "motionvl"
 HERE = Path(__file__).resolve().parent
 
 # The nodes: console script name -> module under motionvl.ros with a main(args=None).
+# reward_synthesizer_node and deployment_node join when they are written.
 NODES = (
     "simulator_node",
     "camera_renderer_node",
     "vlm_critic_node",
-    "reward_synthesizer_node",
     "policy_trainer_node",
-    "deployment_node",
     "recorder_node",
 )
 

@@ -2,8 +2,10 @@
 
     ros2 launch motionvl train.launch.py [params_file:=...] [robot_config:=...]
 
-Starts simulator, camera_renderer, vlm_critic, reward_synthesizer, policy_trainer and
-recorder with the parameters of config/nodes.yaml. The pip-only route (`motionvl train`)
+Starts simulator, camera_renderer, vlm_critic, policy_trainer and recorder with the
+parameters of config/nodes.yaml. The reward_synthesizer node, which closes the loop, is not
+written yet: until then reward candidates are published to `reward_candidates` by hand or by
+a script (see README). The pip-only route (`motionvl train`)
 composes the same node classes in one process with the same YAML.
 """
 
@@ -19,7 +21,6 @@ NODES = (
     ("simulator_node", "simulator"),
     ("camera_renderer_node", "camera_renderer"),
     ("vlm_critic_node", "vlm_critic"),
-    ("reward_synthesizer_node", "reward_synthesizer"),
     ("policy_trainer_node", "policy_trainer"),
     ("recorder_node", "recorder"),
 )

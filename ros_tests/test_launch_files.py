@@ -7,9 +7,9 @@ runs instead). Run it after `colcon build`:
     colcon test --packages-select motionvl --pytest-args ros_tests
     # or: source install/setup.bash && python -m pytest ros_tests
 
-It starts deploy.launch.py with use_sim:=true (deployment + simulator in hardware-emulation
-mode) and checks that the simulator publishes /joint_states with the robot's 12 joints, then
-that the processes exit cleanly on shutdown.
+It starts train.launch.py and checks that the simulator publishes /joint_states with the
+robot's 12 joints and that the policy trainer is ready, then that every process exits cleanly
+on shutdown.
 """
 
 import os
@@ -36,17 +36,16 @@ LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"
 @pytest.mark.launch_test
 def generate_test_description():
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    deploy = launch.actions.IncludeLaunchDescription(
-        PythonLaunchDescriptionSource(str(LAUNCH_DIR / "deploy.launch.py")),
-        launch_arguments={"use_sim": "true"}.items())
-    return launch.LaunchDescription([deploy, launch_testing.actions.ReadyToTest()])
+    train = launch.actions.IncludeLaunchDescription(
+        PythonLaunchDescriptionSource(str(LAUNCH_DIR / "train.launch.py")))
+    return launch.LaunchDescription([train, launch_testing.actions.ReadyToTest()])
 
 
-class TestDeployWithSimulator(unittest.TestCase):
+class TestTrainGraph(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         rclpy.init()
-        cls.node = rclpy.create_node("deploy_launch_probe")
+        cls.node = rclpy.create_node("train_launch_probe")
 
     @classmethod
     def tearDownClass(cls):
@@ -64,7 +63,7 @@ class TestDeployWithSimulator(unittest.TestCase):
             self.node.destroy_subscription(sub)
         self.assertGreaterEqual(len(received), 10, "no /joint_states from the simulator")
         self.assertEqual(len(received[-1].name), 12)
-        proc_output.assertWaitFor("effort mode", timeout=10, stream="stderr")
+        proc_output.assertWaitFor("candidates on", timeout=30, stream="stderr")
 
 
 @launch_testing.post_shutdown_test()

@@ -152,9 +152,14 @@ class LocomotionEnv:
 
     # ------------------------------------------------------------------ reset
     def reset(self, ids: np.ndarray | None = None) -> np.ndarray:
-        ids = np.arange(self.num_envs) if ids is None else np.asarray(ids)
+        """Reset the given envs (all by default) and return every env's observation."""
+        self._reset_envs(np.arange(self.num_envs) if ids is None else np.asarray(ids))
+        self._obs = self._build_observations()
+        return self._obs
+
+    def _reset_envs(self, ids: np.ndarray) -> None:
         if len(ids) == 0:
-            return self.observations()
+            return
         n, cfg = len(ids), self.cfg
         self.sim.reset(ids, keyframe=0)
         qpos = self.sim.qpos
@@ -180,11 +185,8 @@ class LocomotionEnv:
         self._resample_commands(ids)
         if cfg.obs_history:
             self.history[ids] = 0.0
-        if self.state is None:
-            self.state = self._compute_state(np.zeros((self.num_envs, 2), bool))
-        elif not cfg.random_heading or self._hfield is not None:
-            self.state = self._compute_state(np.zeros((self.num_envs, 2), bool))
-        return self.observations()
+        # the next observation of the reset envs must describe their new state, not the last one
+        self.state = self._compute_state(np.zeros((self.num_envs, 2), bool))
 
     # ------------------------------------------------------------------ step
     def step(self, actions: np.ndarray):
@@ -245,11 +247,12 @@ class LocomotionEnv:
             info["episode_length"] = float(np.mean(self.episode_length[ids]))
             for s in self.episode_sums.values():
                 s[ids] = 0.0
-            self.reset(ids)
+            self._reset_envs(ids)
         resample = (self.episode_length % self._resample_steps == 0) & (self.episode_length > 0)
         if resample.any():
             self._resample_commands(np.flatnonzero(resample))
-        return self.observations(), reward, terminated, truncated, info
+        self._obs = self._build_observations()
+        return self._obs, reward, terminated, truncated, info
 
     # ------------------------------------------------------------------ state and observations
     def _compute_state(self, first_contact: np.ndarray) -> RewardState:
@@ -288,9 +291,14 @@ class LocomotionEnv:
                                s.joint_vel * 0.05, self.action], axis=1)
 
     def observations(self) -> np.ndarray:
+        """The actor observation after the last step or reset (reading it changes nothing)."""
+        return self._obs
+
+    def _build_observations(self) -> np.ndarray:
+        """Actor observation of the current state; advances the history buffer by one frame."""
         s = self.state
         phase = 2 * np.pi * self.gait_phase()
-        obs = np.concatenate([s.base_ang_vel, s.projected_gravity, s.command, s.joint_pos - self.default_pose,
+        obs = np.concatenate([s.base_ang_vel, s.projected_gravity, self.command, s.joint_pos - self.default_pose,
                               s.joint_vel, self.action, np.sin(phase)[:, None], np.cos(phase)[:, None]], axis=1)
         obs *= self._obs_scale
         if self.cfg.obs_history:

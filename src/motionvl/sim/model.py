@@ -78,6 +78,8 @@ def build_spec(robot: RobotConfig, terrain: TerrainConfig | None = None) -> mujo
         raise ConfigError(f"URDF lacks foot links {robot.feet}")
     foot_names = set(robot.feet)
     for geom in spec.geoms:
+        if geom.contype == 0 and geom.conaffinity == 0:
+            continue  # a URDF <visual>: drawn, never in contact
         body_name = geom.parent.name
         groups = _FOOT if body_name in foot_names else _BODY
         geom.contype, geom.conaffinity = groups["contype"], groups["conaffinity"]
