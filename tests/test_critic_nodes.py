@@ -35,6 +35,11 @@ from motionvl.critic.schema import Descriptor, MotionFeedback  # noqa: E402
 from motionvl.robot import load_robot_config  # noqa: E402
 from motionvl.ros.camera_renderer_node import CameraRendererNode  # noqa: E402
 from motionvl.ros.vlm_critic_node import VlmCriticNode, image_to_rgb  # noqa: E402
+from waiting import wait_for as _wait_for  # noqa: E402
+
+
+def wait_for(predicate, timeout: float = 15.0, period: float = 0.02) -> bool:
+    return _wait_for(predicate, timeout, period)
 
 ROBOT = load_robot_config()
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -42,13 +47,6 @@ STATES = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
-def wait_for(predicate, timeout: float = 15.0, period: float = 0.02) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(period)
-    return bool(predicate())
 
 
 class Probe:
@@ -231,17 +229,21 @@ class SlowFakeVLM:
     def __init__(self, delay: float = 1.0):
         self.delay = delay
         self.calls: list = []
+        self.release = threading.Event()  # set by a test to end a critique early
+        self.busy = threading.Event()
 
     def critique(self, frames, times, task, previous_best=None, **kwargs):
         self.calls.append((len(frames), list(times), task, previous_best, kwargs.get("trajectory")))
-        time.sleep(self.delay)
+        self.busy.set()
+        self.release.wait(self.delay)
+        self.busy.clear()
         d = [Descriptor("knees_straight", "knees", None, None, 0.9, "the knees look straight")]
         return MotionFeedback(critic=self.name, task=task, descriptors=d, features=[("knees_straight", 0.9)],
                               alignment_score=0.7)
 
 
 def test_critic_node_vlm_path_collects_frames_and_never_blocks(graph, ros_context):
-    fake = SlowFakeVLM(delay=1.5)
+    fake = SlowFakeVLM(delay=60.0)  # until released: the checks below run while it is busy
     critic, probe = graph(lambda ns: VlmCriticNode(context=ros_context, namespace=ns, critic_factory=lambda: fake,
                                                    parameter_overrides=params(backend="openai", frame_interval_s=0.1)))
     assert wait_for(lambda: probe.image_pub.get_subscription_count() > 0 and probe.boundary_pub.get_subscription_count() > 0)
@@ -259,12 +261,13 @@ def test_critic_node_vlm_path_collects_frames_and_never_blocks(graph, ros_contex
     assert wait_for(lambda: critic.collected()["frames"] >= 5 and critic.collected()["states"] >= 21)
     probe.boundary(event="end")
     # while the slow critique runs, the executor still serves the next rollout and the service
-    t0 = time.monotonic()
+    assert wait_for(fake.busy.is_set, timeout=10.0)
     probe.boundary(event="start", task="second")
-    assert wait_for(lambda: critic.collected()["collecting"] and critic.collected()["task"] == "second", timeout=1.0)
+    assert wait_for(lambda: critic.collected()["collecting"] and critic.collected()["task"] == "second", timeout=10.0)
     future = probe.critique_client.call_async(Trigger.Request())
-    assert wait_for(future.done, timeout=1.0), "the service waited for the critique"
-    assert time.monotonic() - t0 < 1.2
+    assert wait_for(future.done, timeout=10.0), "the service waited for the critique"
+    assert fake.busy.is_set(), "answered while the first critique was still running"
+    fake.release.set()
     assert wait_for(lambda: probe.count(probe.feedback) >= 2, timeout=10.0)  # the rollout's, then the service's
     n_frames, times, task, prev, traj = fake.calls[0]
     assert task == "walk with straight knees" and 5 <= n_frames <= 12

@@ -129,8 +129,12 @@ def test_feet_clearance_rewards_lifting_the_clock_swing_foot():
     assert term("feet_clearance", make_state()) == pytest.approx(0.0)  # shuffling: swing foot on the ground
     lifted[:, 1, 2] = SOLE_Z + 0.03
     assert term("feet_clearance", make_state(foot_pos=lifted)) == pytest.approx(0.5)
-    lifted[:, 1, 2] = SOLE_Z + 0.2
-    assert term("feet_clearance", make_state(foot_pos=lifted)) == pytest.approx(1.0)  # capped: no prize for high steps
+    lifted[:, 1, 2] = SOLE_Z + 0.12
+    assert term("feet_clearance", make_state(foot_pos=lifted)) == pytest.approx(1.0)  # plateau up to 2x height
+    lifted[:, 1, 2] = SOLE_Z + 0.15
+    assert term("feet_clearance", make_state(foot_pos=lifted)) == pytest.approx(0.5)  # high marching loses it
+    lifted[:, 1, 2] = SOLE_Z + 0.3
+    assert term("feet_clearance", make_state(foot_pos=lifted)) == pytest.approx(0.0)
     wrong_foot = make_state().foot_pos.copy()
     wrong_foot[:, 0, 2] = SOLE_Z + 0.06
     assert term("feet_clearance", make_state(foot_pos=wrong_foot)) == pytest.approx(0.0)

@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+from pathlib import Path
 import pytest
 
 from motionvl import cli
@@ -101,12 +102,19 @@ def test_sim_command_reports_upright(tmp_path, capsys):
     assert (tmp_path / "summary.json").exists() and (tmp_path / "trajectory.npz").exists()
 
 
-def test_demo_runs_on_defaults(tmp_path, capsys):
-    assert cli.main(["demo", "--seconds", "0.5", "--out", str(tmp_path)]) == 0
+def test_demo_trains_evaluates_renders_and_critiques(tmp_path, capsys):
+    args = ["demo", "--minutes", "0.05", "--seconds", "1", "--out", str(tmp_path)]
+    assert cli.main(args) == 0
     result = _last_json(capsys)
-    assert result["upright"] is True
-    if result["video"] is not None:  # the renderer exists and EGL works
-        assert (tmp_path / "stand.mp4").stat().st_size > 1000
+    assert 0.0 <= result["alignment_score"] <= 1.0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["iterations"] >= 1 and Path(summary["policy"]).is_file()
+    assert (tmp_path / "rollout.mp4").stat().st_size > 1000
+    assert json.loads((tmp_path / "feedback.json").read_text())["critic"] == "kinematic"
+    # running it again resumes the same training run instead of starting over
+    assert cli.main(args[:2] + ["0.1"] + args[3:]) == 0
+    again = json.loads((tmp_path / "summary.json").read_text())
+    assert again["iterations"] > summary["iterations"]
 
 
 def test_bench_sim_prints_figures(capsys):

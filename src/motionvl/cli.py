@@ -11,8 +11,7 @@ import sys
 
 # subcommand -> (module, one-line help)
 COMMANDS = {
-    "demo": ("motionvl.demo", "run the main job on embedded defaults (today: stand the robot up in the simulator)"),
-    "train": ("motionvl.app.train", "run the whole language-guided training loop (ROS nodes in one process)"),
+    "demo": ("motionvl.demo", "the main job on embedded defaults: train, evaluate, render and critique a policy"),
     "sim": ("motionvl.sim.cli", "run the simulator: stand the robot under PD, write a video"),
     "bench": ("motionvl.bench_cli", "benchmarks: 'bench sim', 'bench train', 'bench render'"),
     "reward": ("motionvl.rewards.cli", "reward tools: 'reward check FILE' validates generated reward code"),

@@ -176,24 +176,7 @@ def _requote(s: str, repairs: list[str]) -> str:
 def _close_truncated(s: str, repairs: list[str], drop_incomplete: bool = False) -> str:
     """Close an unterminated string and open brackets; drop a dangling key or separator.
     With ``drop_incomplete`` an unfinished object inside an array is dropped instead of closed."""
-    stack: list[str] = []
-    in_str = False
-    esc = False
-    for ch in s:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]":
-            if stack:
-                stack.pop()
+    stack, in_str, esc = _scan_brackets(s)
     if not stack and not in_str:
         return s
     repairs.append("closed truncated output")
@@ -232,6 +215,11 @@ def _close_truncated(s: str, repairs: list[str], drop_incomplete: bool = False) 
 
 def _open_brackets(s: str) -> list[tuple[str, int]]:
     """Unclosed brackets of ``s`` (outermost first) with their positions."""
+    return _scan_brackets(s)[0]
+
+
+def _scan_brackets(s: str) -> tuple[list[tuple[str, int]], bool, bool]:
+    """(unclosed brackets with positions, inside a string at the end, after a backslash at the end)."""
     stack: list[tuple[str, int]] = []
     in_str = esc = False
     for i, ch in enumerate(s):
@@ -248,7 +236,7 @@ def _open_brackets(s: str) -> list[tuple[str, int]]:
             stack.append((ch, i))
         elif ch in "}]" and stack:
             stack.pop()
-    return stack
+    return stack, in_str, esc
 
 
 def _drop_last_string(t: str) -> str:

@@ -166,17 +166,19 @@ def _reward_contact_phase(state: RewardState, *, double_support: float = 0.1, st
 
 
 def _reward_feet_clearance(state: RewardState, *, height: float = 0.06, stand_below: float = 0.1) -> np.ndarray:
-    """Clock's swing foot lift: height above the stance sole / height, capped at 1 (0 = dragging).
+    """Clock's swing foot lift vs height: 0 dragging, 1 from height to 2x height, 0 again at 3x.
 
-    A saturating ramp, not a reference arc: an arc pays a dragging foot near the swing's ends
-    and punishes lifting early, which kept a trained policy in a sliding shuffle. When standing
-    the score is how well both feet stay down. Default 0.06 m: with action_scale 0.25 around
-    the bent-knee default pose, mvl_biped can lift a flat foot only ~5 cm (8 cm toe-down).
+    A ramp, not a reference arc: an arc pays a dragging foot near the swing's ends and punishes
+    lifting early, which kept a trained policy in a sliding shuffle. The fall-off above 2x
+    stops high marching (18 cm swings when the action range allowed them). When standing the
+    score is how well both feet stay down. Default 0.06 m: with action_scale 0.25 around the
+    bent-knee default pose, mvl_biped can lift a flat foot only ~5 cm (8 cm toe-down).
     """
-    lift = np.minimum(foot_height(state) / height, 1.0)
+    r = foot_height(state) / height
+    lift = np.clip(np.minimum(r, 3.0 - r), 0.0, 1.0)
     stance = expected_stance(state, stand_below)
     swing_lift = np.where(stance, 0.0, lift).sum(axis=1)
-    return np.where(moving(state, stand_below), swing_lift, 1.0 - lift.mean(axis=1))
+    return np.where(moving(state, stand_below), swing_lift, 1.0 - np.minimum(r, 1.0).mean(axis=1))
 
 
 def _reward_feet_air_time(state: RewardState, *, target_air_time: float | None = None,
