@@ -51,9 +51,10 @@ def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int) -> d
     per = result.pop("per_episode")
     result.pop("trajectories")
     ok = walked(per)
+    upright = [e for e in per if not e["fell"]]
     return {"walk_5m_fraction": round(len(ok) / len(per), 4), "fell_fraction": result["fell_fraction"],
             "forward_distance_m": result["forward_distance_m"], "tracking_error_mps": result["tracking_error_mps"],
-            "gait_in_walking_episodes": gait_summary(ok)}
+            "gait_in_walking_episodes": gait_summary(ok), "gait_in_upright_episodes": gait_summary(upright)}
 
 
 def final_eval(policy: Path, episodes: int, seconds: float, seed: int) -> dict:
