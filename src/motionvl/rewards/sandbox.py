@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -84,6 +85,7 @@ from motionvl.rewards.safe_math import (
     GuardError,
 )
 from motionvl.rewards.state import STATE_API_DOC, RewardState
+from motionvl.robot import load_robot_config
 
 MAX_SOURCE_CHARS = 64_000
 MAX_AST_DEPTH = 60
@@ -851,22 +853,17 @@ def evaluate_term(term: RewardTerm, state: RewardState) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # Plausible random batches
 # ---------------------------------------------------------------------------------------------
-# (name, default, lower, upper, effort): mirrors config/robot.yaml for plausible values only.
-_JOINTS = (
-    ("left_hip_yaw", 0.0, -0.6, 0.6, 60.0), ("left_hip_roll", 0.0, -0.4, 0.5, 60.0),
-    ("left_hip_pitch", -0.2, -1.6, 0.9, 120.0), ("left_knee", 0.4, 0.0, 2.2, 150.0),
-    ("left_ankle_pitch", -0.2, -0.9, 0.6, 80.0), ("left_ankle_roll", 0.0, -0.35, 0.35, 30.0),
-    ("right_hip_yaw", 0.0, -0.6, 0.6, 60.0), ("right_hip_roll", 0.0, -0.5, 0.4, 60.0),
-    ("right_hip_pitch", -0.2, -1.6, 0.9, 120.0), ("right_knee", 0.4, 0.0, 2.2, 150.0),
-    ("right_ankle_pitch", -0.2, -0.9, 0.6, 80.0), ("right_ankle_roll", 0.0, -0.35, 0.35, 30.0),
-)
+@functools.lru_cache(maxsize=1)
+def _robot_joints() -> tuple:
+    """(names, default, lower, upper, effort) of the robot config: plausible joint values."""
+    robot = load_robot_config()
+    return robot.joint_names, robot.default_pose, robot.lower, robot.upper, robot.effort_limit
 
 
 def random_reward_state(num_envs: int, rng: np.random.Generator) -> RewardState:
     """A batch of plausible mid-walk states (upright-ish, moving, mixed foot contacts)."""
     n = int(num_envs)
-    names = tuple(j[0] for j in _JOINTS)
-    default, lower, upper, effort = (np.array([j[k] for j in _JOINTS]) for k in range(1, 5))
+    names, default, lower, upper, effort = _robot_joints()
     nj = len(names)
     roll, pitch = rng.normal(0.0, 0.08, (2, n))
     yaw = rng.uniform(-np.pi, np.pi, n)
