@@ -97,7 +97,7 @@ class EnvConfig:
 
     @classmethod
     def from_dict(cls, raw: dict | None, where: str = "env config") -> "EnvConfig":
-        return _from_dict(cls, raw or {}, where)
+        return dataclass_from_dict(cls, raw or {}, where)
 
     @classmethod
     def from_yaml(cls, path: str | Path, key: str | None = "env") -> "EnvConfig":
@@ -116,20 +116,43 @@ class EnvConfig:
         return dataclasses.asdict(self)
 
 
-def _from_dict(cls, raw: dict, where: str):
+def dataclass_from_dict(cls, raw: dict, where: str, skip: tuple = ()):
+    """Build config dataclass `cls` from a YAML mapping: unknown keys and wrong types are errors
+    naming the file and key; nested dataclass fields recurse; keys in `skip` are the caller's."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = set(raw) - set(fields)
+    fields = {f.name for f in dataclasses.fields(cls) if f.name not in skip}
+    unknown = set(raw) - fields
     if unknown:
-        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(fields)})")
-    kwargs = {}
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(fields) + list(skip)})")
+    obj = cls()
     for name, value in raw.items():
-        default = fields[name].default_factory() if fields[name].default_factory is not dataclasses.MISSING else fields[name].default
+        default = getattr(obj, name)
         if dataclasses.is_dataclass(default):
-            kwargs[name] = _from_dict(type(default), value, f"{where}.{name}")
-        elif isinstance(default, tuple) and isinstance(value, list):
-            kwargs[name] = tuple(value)
+            value = dataclass_from_dict(type(default), value or {}, f"{where}.{name}")
         else:
-            kwargs[name] = value
-    return cls(**kwargs)
+            value = _coerce(value, default, f"{where}: {name}")
+        setattr(obj, name, value)
+    return obj
+
+
+def _coerce(value, default, where: str):
+    if value is None or default is None:
+        return value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if isinstance(default, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if isinstance(default, int) and float(value) != int(value):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return type(default)(value)
+    if isinstance(default, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(value)
+    if isinstance(default, str) and not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    return value

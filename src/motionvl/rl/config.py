@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from motionvl.envs.config import EnvConfig
+from motionvl.envs.config import EnvConfig, dataclass_from_dict
 from motionvl.robot import ConfigError, package_root
 
 DEFAULT_TRAINING_CONFIG = "config/training.yaml"
@@ -93,8 +93,8 @@ class TrainConfig:
             raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
         raw = dict(raw or {})
         env = EnvConfig.from_dict(raw.pop("env", None), f"{where}: env")
-        ppo = _typed_from_dict(PPOConfig, raw.pop("ppo", None) or {}, f"{where}: ppo")
-        cfg = _typed_from_dict(cls, raw, where, skip=("env", "ppo"))
+        ppo = dataclass_from_dict(PPOConfig, raw.pop("ppo", None) or {}, f"{where}: ppo")
+        cfg = dataclass_from_dict(cls, raw, where, skip=("env", "ppo"))
         cfg.env, cfg.ppo = env, ppo
         cfg.validate(where)
         return cfg
@@ -166,42 +166,6 @@ class TrainConfig:
 
 
 # ---------------------------------------------------------------------- dict <-> dataclass
-def _typed_from_dict(cls, raw: dict, where: str, skip: tuple = ()):
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in skip}
-    unknown = set(raw) - set(fields)
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(fields) + list(skip)})")
-    obj = cls()
-    for name, value in raw.items():
-        default = getattr(obj, name)
-        setattr(obj, name, _coerce(value, default, f"{where}: {name}"))
-    return obj
-
-
-def _coerce(value, default, where: str):
-    if value is None or default is None:
-        return value
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {value!r}")
-        return value
-    if isinstance(default, (int, float)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        if isinstance(default, int) and not isinstance(default, bool) and float(value) != int(value):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return type(default)(value)
-    if isinstance(default, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return tuple(value)
-    if isinstance(default, str) and not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
-    return value
-
-
 def _plain(obj):
     if isinstance(obj, dict):
         return {k: _plain(v) for k, v in obj.items()}
