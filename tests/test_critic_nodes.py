@@ -23,7 +23,6 @@ import pytest  # noqa: E402
 rclpy = pytest.importorskip("rclpy")
 
 from nav_msgs.msg import Odometry  # noqa: E402
-from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
@@ -35,6 +34,7 @@ from motionvl.critic.schema import Descriptor, MotionFeedback  # noqa: E402
 from motionvl.robot import load_robot_config  # noqa: E402
 from motionvl.ros.camera_renderer_node import CameraRendererNode  # noqa: E402
 from motionvl.ros.vlm_critic_node import VlmCriticNode, image_to_rgb  # noqa: E402
+from spinning import Spinners  # noqa: E402
 from waiting import wait_for as _wait_for  # noqa: E402
 
 
@@ -102,27 +102,20 @@ class Probe:
 
 @pytest.fixture
 def graph(ros_context):
-    """start(node) -> probe in that node's namespace, everything spinning on a MultiThreadedExecutor."""
-    executor = MultiThreadedExecutor(num_threads=3, context=ros_context)
-    nodes = []
-    thread = threading.Thread(target=executor.spin, daemon=True)
+    """start(node factories) -> (*nodes, probe) in one namespace, each node on its own executor."""
+    spinners = Spinners(ros_context)
     ns = f"/t{uuid.uuid4().hex[:8]}"
 
     def start(*node_factories):
         made = [f(ns) for f in node_factories]
         probe = Probe(ros_context, ns)
-        for n in made + [probe.node]:
-            executor.add_node(n)
-            nodes.append(n)
-        if not thread.is_alive():
-            thread.start()
+        for n in made:
+            spinners.add(n, threads=2 if isinstance(n, VlmCriticNode) else 1)  # as their main()s spin them
+        spinners.add(probe.node)
         return (*made, probe)
 
     yield start
-    executor.shutdown(timeout_sec=2.0)
-    for n in nodes:
-        n.destroy_node()
-    thread.join(timeout=2.0)
+    spinners.shutdown()
 
 
 def params(**kw):

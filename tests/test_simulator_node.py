@@ -1,4 +1,4 @@
-"""The simulator node over real DDS: rclpy nodes in one process, a MultiThreadedExecutor.
+"""The simulator node over real DDS: rclpy nodes in one process, each on its own executor thread.
 
 Each test runs the node in its own namespace and rclpy Context (see conftest.ros_context).
 """
@@ -19,7 +19,6 @@ rclpy = pytest.importorskip("rclpy")
 
 from geometry_msgs.msg import Twist, TwistStamped  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
-from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
@@ -30,6 +29,7 @@ from std_srvs.srv import Trigger  # noqa: E402
 
 from motionvl.robot import load_robot_config  # noqa: E402
 from motionvl.ros.simulator_node import SimulatorNode  # noqa: E402
+from spinning import Spinners  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -85,29 +85,21 @@ class Probe:
 
 @pytest.fixture
 def ros_graph(ros_context):
-    """start(**params) -> (simulator node, probe), both spinning on a MultiThreadedExecutor."""
-    executor = MultiThreadedExecutor(num_threads=3, context=ros_context)
-    nodes = []
-    thread = threading.Thread(target=executor.spin, daemon=True)
+    """start(**params) -> (simulator node, probe), each spinning on its own executor thread."""
+    spinners = Spinners(ros_context)
 
     def start(**params):
         ns = f"/t{uuid.uuid4().hex[:8]}"
         sim = SimulatorNode(context=ros_context, namespace=ns,
                             parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
         probe = Probe(ros_context, ns)
-        for n in (sim, probe.node):
-            executor.add_node(n)
-            nodes.append(n)
-        if not thread.is_alive():
-            thread.start()
+        spinners.add(sim, threads=1)  # as simulator_node's main() spins it
+        spinners.add(probe.node)
         assert wait_for(lambda: probe.connected() and probe.last(probe.joint_states) is not None), "no discovery"
         return sim, probe
 
     yield start
-    executor.shutdown(timeout_sec=2.0)
-    for n in nodes:
-        n.destroy_node()
-    thread.join(timeout=2.0)
+    spinners.shutdown()
 
 
 def test_publishes_joint_states_at_configured_rate(ros_graph):

@@ -168,10 +168,31 @@ class SingleSim:
 
     # ------------------------------------------------------------------ stepping
     def step(self, nstep: int = 1) -> None:
-        for _ in range(int(nstep)):
+        # Whole chunks in one mj_step call: the watchdog can only change the actuation when a
+        # timeout expires, so Python runs once per chunk instead of once per physics step (a
+        # per-step Python loop also hands the GIL back and forth with executor threads).
+        remaining = int(nstep)
+        while remaining > 0:
             self._watchdog()
-            mujoco.mj_step(self.model, self.data)
+            chunk = min(remaining, self._steps_until_timeout())
+            mujoco.mj_step(self.model, self.data, nstep=chunk)
+            remaining -= chunk
         self.clock += nstep * self.model.opt.timestep
+
+    def _steps_until_timeout(self) -> int:
+        """Physics steps until the first step at which a command watchdog would fire (>= 1)."""
+        if self.command_timeout <= 0:
+            return np.iinfo(np.int32).max
+        pending = []
+        if self.mode == "effort" and self._actuation == "torque":
+            pending.append(self._last_effort_time)
+        if self.command.any():
+            pending.append(self._last_cmd_vel_time)
+        if not pending:
+            return np.iinfo(np.int32).max
+        # _stale is strict: it fires on the first step whose start time exceeds last + timeout
+        until = min(pending) + self.command_timeout - self.data.time
+        return max(1, int(np.floor(until / self.model.opt.timestep + 1e-9)) + 1)
 
     def advance(self, seconds: float) -> int:
         """Step as many physics steps as fit in `seconds`; returns the count."""
