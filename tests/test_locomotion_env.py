@@ -46,22 +46,51 @@ def test_reset_envs_observe_their_new_state(robot):
     assert env.episode_length[1] == 0 and env.state.base_height[1] > 0.7
 
 
-def test_grouped_latency_equals_substep_reference(robot):
-    model = build_model(dataclasses.replace(robot, sim_dt=0.005, decimation=4))
-    a, b = MujocoBatchBackend(model, 6, 2), MujocoBatchBackend(model, 6, 2)
-    a.reset()
-    b.reset()
-    rng = np.random.default_rng(0)
+@pytest.mark.parametrize("start_time", [0.0, 16.0])
+def test_native_latency_equals_substep_reference(robot, start_time):
+    """MuJoCo's actuator delay switches each env to its new target after `latency` substeps, bit
+    for bit as switching ctrl by hand between single substeps does; also from t = 16 s on, where
+    the rounding of d.time exceeds MuJoCo's 1e-15 s exact-sample tolerance (a delay of exactly
+    `latency` steps fails there)."""
+    train_robot = dataclasses.replace(robot, sim_dt=0.005, decimation=4)
+    # b, the reference, has no ctrl history at all: it switches ctrl itself between substeps
+    a = MujocoBatchBackend(build_model(train_robot, ctrl_history=4), 6, 2)
+    b = MujocoBatchBackend(build_model(train_robot), 6, 2)
+    ids, latency = np.arange(6), np.array([0, 1, 2, 3, 4, 2])
     old = np.tile(robot.default_pose, (6, 1))
-    new = old + rng.uniform(-0.3, 0.3, old.shape)
-    latency = np.array([0, 1, 2, 3, 4, 2])
-    a.step_with_latency(old, new, latency, 4)
-    b.ctrl[:] = old
-    for k in range(4):
-        b.ctrl[latency == k] = new[latency == k]
-        b.batch.step(nstep=1, stage=mujoco.mjtStage.mjSTAGE_VEL)
-    assert np.array_equal(a.qpos, b.qpos) and np.array_equal(a.sensordata, b.sensordata)
+    for sim in (a, b):
+        sim.reset()
+        sim.batch.bind("time")[:] = start_time
+        sim.ctrl[:] = old
+    a.reset_ctrl_history(ids, old)
+    a.set_ctrl_delay(ids, latency)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        new = robot.default_pose + rng.uniform(-0.3, 0.3, old.shape)
+        a.ctrl[:] = new
+        a.step(4)
+        for k in range(4):
+            b.ctrl[:] = np.where((latency <= k)[:, None], new, old)
+            b.step(1)
+        old = new
+    assert np.array_equal(a.qpos, b.qpos) and np.array_equal(a.qvel, b.qvel)
+    assert np.array_equal(a.sensordata, b.sensordata) and np.array_equal(a.actuator_force, b.actuator_force)
     assert not np.array_equal(a.qpos[0], a.qpos[4]), "different latencies give different motion"
+
+
+def test_ctrl_history_reset_writes_what_mujoco_writes(robot):
+    model = build_model(dataclasses.replace(robot, sim_dt=0.005, decimation=4), ctrl_history=4)
+    sim = MujocoBatchBackend(model, 3, 1)
+    sim.reset()
+    ctrl = np.random.default_rng(1).uniform(-1, 1, (2, model.nu))
+    sim.reset_ctrl_history(np.array([0, 2]), ctrl)
+    data = mujoco.MjData(model)
+    mujoco.mj_resetData(model, data)
+    for i in range(model.nu):
+        mujoco.mj_initCtrlHistory(model, data, i, None, np.full((4, 1), ctrl[1, i]))
+    assert np.array_equal(sim.batch.bind("history")[2], data.history)
+    with pytest.raises(ValueError, match="ctrl history"):
+        sim.set_ctrl_delay(np.array([0]), np.array([5]))
 
 
 def test_latency_is_drawn_in_robot_pd_steps(robot):
@@ -69,6 +98,10 @@ def test_latency_is_drawn_in_robot_pd_steps(robot):
     # 1..10 steps at the robot's 2 ms become 0..4 steps of the 5 ms training physics
     assert env.latency.min() >= 0 and env.latency.max() <= env.decimation
     assert len(np.unique(env.latency)) >= 4
+    # each env's latency is MuJoCo's actuator delay: zero-order hold reads sample `latency` back
+    delay = env.sim.per_env_model_field("actuator_delay") / env.sim_dt
+    lat = env.latency[:, None]
+    assert np.all(np.where(lat > 0, (delay > lat - 1) & (delay < lat), delay == 0))
 
 
 def test_training_dt_must_keep_the_control_period(robot):
@@ -81,3 +114,28 @@ def test_fixed_heading_and_disabled_randomization(robot):
     env = LocomotionEnv(robot, cfg)
     assert np.allclose(env.state.base_quat, [1, 0, 0, 0])
     assert np.all(env.latency == 0)
+
+
+def test_command_curriculum_starts_forward_and_widens_only_while_tracking(robot):
+    from motionvl.envs.config import CommandConfig
+
+    commands = CommandConfig(curriculum=True, standing_fraction=0.0, curriculum_window_s=0.04, curriculum_error=0.0)
+    env = LocomotionEnv(robot, EnvConfig(num_envs=64, seed=2, commands=commands,
+                                         randomization=RandomizationConfig.disabled()))
+    assert env.command_level == 0.0
+    lo, hi = np.array([commands.start_vx[0], commands.start_vy[0], commands.start_yaw_rate[0]]), \
+        np.array([commands.start_vx[1], commands.start_vy[1], commands.start_yaw_rate[1]])
+    assert np.all((env.command >= lo) & (env.command <= hi)), "level 0 samples the forward start ranges"
+    for _ in range(6):  # three windows; no error is below 0 m/s: the level must not move
+        env.step(np.zeros((64, robot.num_joints)))
+    assert env.command_level == 0.0
+
+    env.cfg.commands.curriculum_error = 10.0  # every window now counts as tracking well
+    for _ in range(6):
+        env.step(np.zeros((64, robot.num_joints)))
+    assert env.command_level == pytest.approx(3 * commands.curriculum_step)
+    vx, vy, yaw = commands.ranges(1.0)
+    assert (vx, vy, yaw) == (commands.vx, commands.vy, commands.yaw_rate)
+    assert commands.ranges(0.5)[0] == pytest.approx(((0.3 - 0.5) / 2, (0.8 + 1.0) / 2))
+    without = CommandConfig()
+    assert without.ranges(0.0) == (without.vx, without.vy, without.yaw_rate), "no curriculum: full ranges"

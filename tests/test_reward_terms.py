@@ -8,6 +8,7 @@ import pickle
 
 import numpy as np
 import pytest
+import yaml
 
 from motionvl.envs.config import EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
@@ -15,7 +16,7 @@ from motionvl.rewards import terms as T
 from motionvl.rewards.spec import (RewardSpec, RewardSpecError, TermSpec, load_reward_spec,
                                    reward_spec_from_text)
 from motionvl.rewards.state import RewardState
-from motionvl.robot import load_robot_config
+from motionvl.robot import load_robot_config, package_root
 
 ROBOT = load_robot_config()
 SOLE_Z = 0.015  # sole-site height above the floor when a foot stands
@@ -328,7 +329,9 @@ def test_round_trip_yaml_and_json(tmp_path):
         assert again == ref and again.to_dict() == ref.to_dict()
         s = make_state()
         np.testing.assert_allclose(again(s)[0], ref(s)[0])
-    assert json.loads((tmp_path / "spec.json").read_text())["terms"]["feet_clearance"]["params"] == {"height": 0.06}
+    written = yaml.safe_load((package_root() / "config/rewards/reference.yaml").read_text())
+    assert json.loads((tmp_path / "spec.json").read_text())["terms"]["feet_clearance"]["params"] == \
+        written["terms"]["feet_clearance"]["params"], "parameters survive the round trip as written"
     assert pickle.loads(pickle.dumps(ref)) == ref
     bad = tmp_path / "bad.yaml"
     bad.write_text("terms: {alive: [")
@@ -343,7 +346,7 @@ def test_with_weights_returns_a_new_validated_spec():
     mutated = ref.with_weights({"foot_slip": 0.8, "alive": 0.0})
     assert mutated.weights["foot_slip"] == 0.8 and ref.weights["foot_slip"] == 0.5
     assert list(mutated.weights) == list(ref.weights)
-    assert mutated.term("feet_clearance").params == {"height": 0.06}
+    assert mutated.term("feet_clearance").params == ref.term("feet_clearance").params, "params are kept"
     with pytest.raises(RewardSpecError, match="did you mean 'foot_slip'"):
         ref.with_weights({"foot_slipp": 0.1})
     with pytest.raises(RewardSpecError, match="outside"):
@@ -351,9 +354,10 @@ def test_with_weights_returns_a_new_validated_spec():
 
 
 def test_describe_for_prompts():
-    text = load_reward_spec().describe()
+    ref = load_reward_spec()
+    text = ref.describe()
     assert "+ tracking_lin_vel" in text and "- foot_slip" in text and "w=1.00" in text
-    assert "height=0.06" in text and "scale x dt" not in text and "x dt x sum" in text
+    assert f"height={ref.term('feet_clearance').params['height']:g}" in text and "scale x dt" not in text and "x dt x sum" in text
 
 
 # ----------------------------------------------------------------------------- environment

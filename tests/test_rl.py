@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from tensordict import TensorDict
 
 from motionvl.envs.config import EnvConfig
@@ -106,11 +107,19 @@ def test_resume_continues_iteration_count(trained_run, robot, tmp_path):
 
     copy = tmp_path / "resumed"
     shutil.copytree(run_dir, copy)
+    # as a run with the command curriculum on would have left it
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["env"]["commands"].update(curriculum=True, curriculum_error=0.0)  # 0: the level cannot rise here
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    ckpt = torch.load(copy / "checkpoints/latest.pt", weights_only=False)
+    ckpt["infos"]["command_level"] = 0.4
+    torch.save(ckpt, copy / "checkpoints/latest.pt")
     result = train_policy(copy, PlaceholderReward(), None, resume=True, max_iterations=3, progress=False, robot=robot)
     assert result.iterations == 3
     lines = [json.loads(x) for x in (copy / "history.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in lines] == [1, 2, 3]
     assert torch.load(copy / "checkpoints/latest.pt", weights_only=False)["infos"]["iteration"] == 3
+    assert lines[-1]["command_level"] == pytest.approx(0.4), "the curriculum level survives a resume"
 
 
 # ---------------------------------------------------------------------- ONNX export and contract

@@ -126,6 +126,10 @@ def test_bench_sim_prints_figures(capsys):
     assert result["envs"] == 4 and result["threads"] == 1
     assert result["physics_steps_per_s"] == pytest.approx(result["env_steps_per_s"] * result["decimation"], rel=1e-3)
     assert result["ratio"] == pytest.approx(result["physics_steps_per_s"] / result["raw_physics_steps_per_s"], abs=2e-3)
+    assert result["randomization"] == "on"
+    assert cli.main(["bench", "sim", "--envs", "4", "--seconds", "0.1", "--threads", "1", "--warmup", "0.1",
+                     "--randomization", "off"]) == 0
+    assert _last_json(capsys)["randomization"] == "off"
 
 
 def test_bench_rejects_unknown_target():

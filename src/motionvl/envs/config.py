@@ -24,6 +24,29 @@ class CommandConfig:
     """Fraction of commands that are exactly zero (learn to stand still)."""
     fixed: tuple | None = None
     """If set, (vx, vy, yaw_rate) used for every env instead of sampling (evaluation)."""
+    curriculum: bool = False
+    """Forward-first command curriculum: sample from the start_* ranges at first and widen
+    linearly towards vx / vy / yaw_rate (level 0 -> 1) while velocity tracking is good."""
+    start_vx: tuple = (0.3, 0.8)
+    """Forward velocity range at curriculum level 0, m/s (walking forward near the nominal speed)."""
+    start_vy: tuple = (-0.1, 0.1)
+    """Lateral velocity range at curriculum level 0, m/s."""
+    start_yaw_rate: tuple = (-0.3, 0.3)
+    """Yaw rate range at curriculum level 0, rad/s."""
+    curriculum_error: float = 0.25
+    """The level rises when the mean |command_xy - base velocity_xy| (body frame, m/s, over
+    all envs and steps of a window) is below this."""
+    curriculum_step: float = 0.1
+    """Level added after each window that tracks well enough."""
+    curriculum_window_s: float = 5.0
+    """Simulated seconds per tracking window."""
+
+    def ranges(self, level: float) -> tuple[tuple, tuple, tuple]:
+        """(vx, vy, yaw_rate) ranges at curriculum `level` in [0, 1] (the full ranges without curriculum)."""
+        if not self.curriculum:
+            return tuple(self.vx), tuple(self.vy), tuple(self.yaw_rate)
+        lerp = lambda start, full: tuple(a + level * (b - a) for a, b in zip(start, full))  # noqa: E731
+        return lerp(self.start_vx, self.vx), lerp(self.start_vy, self.vy), lerp(self.start_yaw_rate, self.yaw_rate)
 
 
 @dataclasses.dataclass

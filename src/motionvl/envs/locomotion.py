@@ -58,9 +58,11 @@ class LocomotionEnv:
         self.reward_fn = reward_fn
         self.rng = np.random.default_rng(cfg.seed)
 
-        train_robot = dataclasses.replace(robot, sim_dt=self.sim_dt, decimation=self.decimation)
+        self.train_robot = dataclasses.replace(robot, sim_dt=self.sim_dt, decimation=self.decimation)
         self.terrain = TerrainConfig(kind=cfg.terrain, seed=cfg.seed)
-        self.model = build_model(train_robot, self.terrain)
+        # latency is emulated by MuJoCo's actuator delay, which reads a ctrl history of up to one policy period
+        history = self.decimation if cfg.randomization.latency else 0
+        self.model = build_model(self.train_robot, self.terrain, ctrl_history=history)
         self.sim = MujocoBatchBackend(self.model, N, cfg.num_threads)
         m = self.model
         self._qpos_j = np.array([m.jnt_qposadr[m.joint(n).id] for n in robot.joint_names])
@@ -91,16 +93,21 @@ class LocomotionEnv:
         self.episode_length = np.zeros(N, dtype=np.int64)
         self.action = np.zeros((N, J))
         self.last_action = np.zeros((N, J))
-        self.target = np.tile(self.default_pose, (N, 1))
         self.command = np.zeros((N, 3))
         self.feet_air_time = np.zeros((N, 2))
         self.last_contact = np.zeros((N, 2), dtype=bool)
         self.last_joint_vel = np.zeros((N, J))
         self.latency = np.zeros(N, dtype=np.int64)
         self.history = np.zeros((N, max(cfg.obs_history, 0), self.num_proprio))
+        # per-episode sum of each reward term: rows of one (terms, N) array, episode_sums views them by name
+        self._term_sums = np.zeros((0, N))
         self.episode_sums: dict[str, np.ndarray] = {}
         self._push_steps = max(1, int(round(cfg.randomization.push_interval_s / self.dt)))
         self._resample_steps = max(1, int(round(cfg.commands.resample_s / self.dt)))
+        # command curriculum level in [0, 1] (CommandConfig.curriculum); trainers checkpoint it
+        self.command_level = 0.0 if cfg.commands.curriculum else 1.0
+        self._curriculum_steps = max(1, int(round(cfg.commands.curriculum_window_s / self.dt)))
+        self._tracking = [0.0, 0]  # summed |command_xy - v_xy| and samples in the current window
         self._recorders: list["TrajectoryRecorder"] = []
         self._setup_randomization()
         self.state: RewardState | None = None
@@ -139,6 +146,7 @@ class LocomotionEnv:
             lo, hi = r.latency_range
             robot_steps = rng.integers(lo, hi + 1, size=n)
             self.latency[ids] = np.minimum(np.rint(robot_steps * self.robot.sim_dt / self.sim_dt), self.decimation)
+            self.sim.set_ctrl_delay(ids, self.latency[ids])
 
     # ------------------------------------------------------------------ commands
     def _resample_commands(self, ids: np.ndarray) -> None:
@@ -146,9 +154,20 @@ class LocomotionEnv:
         if c.fixed is not None:
             self.command[ids] = np.asarray(c.fixed, dtype=float)
             return
-        cmd = np.stack([self.rng.uniform(*c.vx, n), self.rng.uniform(*c.vy, n), self.rng.uniform(*c.yaw_rate, n)], 1)
+        vx, vy, yaw_rate = c.ranges(self.command_level)
+        cmd = np.stack([self.rng.uniform(*vx, n), self.rng.uniform(*vy, n), self.rng.uniform(*yaw_rate, n)], 1)
         cmd[self.rng.random(n) < c.standing_fraction] = 0.0
         self.command[ids] = cmd
+
+    def _update_curriculum(self) -> None:
+        err = np.linalg.norm(self.command[:, :2] - self.state.base_lin_vel[:, :2], axis=1)
+        self._tracking[0] += float(err.sum())
+        self._tracking[1] += err.size
+        if self._tracking[1] >= self._curriculum_steps * self.num_envs:
+            c = self.cfg.commands
+            if self._tracking[0] / self._tracking[1] < c.curriculum_error:
+                self.command_level = min(1.0, self.command_level + c.curriculum_step)
+            self._tracking = [0.0, 0]
 
     # ------------------------------------------------------------------ reset
     def reset(self, ids: np.ndarray | None = None) -> np.ndarray:
@@ -161,7 +180,7 @@ class LocomotionEnv:
         if len(ids) == 0:
             return
         n, cfg = len(ids), self.cfg
-        self.sim.reset(ids, keyframe=0)
+        self.sim.reset(ids, keyframe=0, forward=False)  # forward(ids) below, after the state writes
         qpos = self.sim.qpos
         if cfg.random_heading:
             qpos[ids, 3:7] = quat_from_yaw(self.rng.uniform(-np.pi, np.pi, n))
@@ -173,12 +192,13 @@ class LocomotionEnv:
         if self._hfield is not None:
             qpos[ids, 2] += self._hfield.height(qpos[ids, 0], qpos[ids, 1])
         self.sim.ctrl[ids] = self.default_pose
+        if cfg.randomization.latency:  # the first substeps of a delayed env hold the default pose too
+            self.sim.reset_ctrl_history(ids, np.broadcast_to(self.default_pose, (n, self.num_joints)))
         self._randomize(ids)
         self.sim.forward(ids)
         self.episode_length[ids] = 0
         self.action[ids] = 0.0
         self.last_action[ids] = 0.0
-        self.target[ids] = self.default_pose
         self.feet_air_time[ids] = 0.0
         self.last_contact[ids] = True
         self.last_joint_vel[ids] = self.sim.qvel[ids, self._qv]
@@ -203,12 +223,9 @@ class LocomotionEnv:
         base = self.default_pose if self.robot.action_mode == "absolute" else q
         new_target = np.clip(base + self.robot.action_scale * actions, self.lower, self.upper)
 
-        if self.cfg.randomization.latency:
-            self.sim.step_with_latency(self.target, new_target, self.latency, self.decimation)
-        else:
-            self.sim.ctrl[:] = new_target
-            self.sim.step(self.decimation)
-        self.target[:] = new_target
+        # with latency randomisation, MuJoCo holds back new_target by each env's latency (set_ctrl_delay)
+        self.sim.ctrl[:] = new_target
+        self.sim.step(self.decimation)
         self.episode_length += 1
 
         if self.cfg.randomization.push:
@@ -226,11 +243,12 @@ class LocomotionEnv:
         if self.reward_fn is not None:
             reward, terms = self.reward_fn(self.state)
             reward = np.asarray(reward, dtype=np.float64)
-            for name, value in terms.items():
-                self.episode_sums.setdefault(name, np.zeros(self.num_envs))
-                self.episode_sums[name] += value
+            self._add_to_episode_sums(terms)
         else:
             reward, terms = np.zeros(self.num_envs), {}
+
+        if self.cfg.commands.curriculum and self.command_level < 1.0:
+            self._update_curriculum()
 
         # after the reward has seen the air time of this touchdown
         self.feet_air_time[contact] = 0.0
@@ -243,16 +261,37 @@ class LocomotionEnv:
         info = {"time_outs": truncated & ~terminated, "episode": {}}
         if done.any():
             ids = np.flatnonzero(done)
-            info["episode"] = {name: float(np.mean(s[ids]) / self.cfg.episode_length_s) for name, s in self.episode_sums.items()}
+            means = self._term_sums[:, ids].mean(axis=1) / self.cfg.episode_length_s
+            info["episode"] = dict(zip(self.episode_sums, means.tolist()))
             info["episode_length"] = float(np.mean(self.episode_length[ids]))
-            for s in self.episode_sums.values():
-                s[ids] = 0.0
+            self._term_sums[:, ids] = 0.0
             self._reset_envs(ids)
         resample = (self.episode_length % self._resample_steps == 0) & (self.episode_length > 0)
         if resample.any():
             self._resample_commands(np.flatnonzero(resample))
         self._obs = self._build_observations()
         return self._obs, reward, terminated, truncated, info
+
+    def _add_to_episode_sums(self, terms: dict[str, np.ndarray]) -> None:
+        """Add this step's reward terms to their episode sums.
+
+        One (terms, N) array instead of an array per term, so that the episode means and the
+        clearing of finished envs are one operation for all terms rather than three per term.
+        """
+        if list(terms) != list(self.episode_sums):
+            for name in terms:
+                if name not in self.episode_sums:
+                    self._add_term_row(name)
+            for name, value in terms.items():  # a reward function that left out some terms
+                self.episode_sums[name] += value
+            return
+        if terms:
+            self._term_sums += np.stack(list(terms.values()))
+
+    def _add_term_row(self, name: str) -> None:
+        names = [*self.episode_sums, name]
+        self._term_sums = np.concatenate([self._term_sums, np.zeros((1, self.num_envs))])
+        self.episode_sums = {n: row for n, row in zip(names, self._term_sums)}
 
     # ------------------------------------------------------------------ state and observations
     def _compute_state(self, first_contact: np.ndarray) -> RewardState:

@@ -171,8 +171,8 @@ def _reward_feet_clearance(state: RewardState, *, height: float = 0.06, stand_be
     A ramp, not a reference arc: an arc pays a dragging foot near the swing's ends and punishes
     lifting early, which kept a trained policy in a sliding shuffle. The fall-off above 2x
     stops high marching (18 cm swings when the action range allowed them). When standing the
-    score is how well both feet stay down. Default 0.06 m: with action_scale 0.25 around the
-    bent-knee default pose, mvl_biped can lift a flat foot only ~5 cm (8 cm toe-down).
+    score is how well both feet stay down. The default 0.06 m is within reach of mvl_biped's
+    flat foot even at action_scale 0.25 (~5 cm there, 8 cm toe-down); specs may ask for more.
     """
     r = foot_height(state) / height
     lift = np.clip(np.minimum(r, 3.0 - r), 0.0, 1.0)

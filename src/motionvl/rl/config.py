@@ -44,7 +44,7 @@ class PPOConfig:
     """Discount factor."""
     lam: float = 0.95
     """GAE lambda."""
-    entropy_coef: float = 0.01
+    entropy_coef: float = 0.003
     """Entropy bonus weight."""
     value_loss_coef: float = 1.0
     """Value loss weight."""
@@ -56,7 +56,7 @@ class PPOConfig:
     """Hidden layer sizes of the critic MLP."""
     activation: str = "elu"
     """Activation of both MLPs (rsl_rl names: elu, relu, tanh, ...)."""
-    init_std: float = 0.5
+    init_std: float = 0.3
     """Initial standard deviation of the Gaussian action noise."""
     obs_normalization: bool = True
     """Empirical observation normalisation in actor and critic (baked into the exported ONNX graph)."""

@@ -193,6 +193,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     if resume:
         runner.load(str(latest), map_location=runner.device)
         runner.current_learning_iteration = start_it
+        if cfg.env.commands.curriculum:
+            vec.env.command_level = float(infos.get("command_level", 0.0))
     history = _load_history(run_dir / "history.jsonl", start_it)
     total_steps = int(infos.get("total_steps", 0))
     elapsed0 = float(infos.get("elapsed_s", 0.0))
@@ -207,7 +209,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
 
     def save() -> None:
         state = {"iteration": it, "total_steps": total_steps, "elapsed_s": elapsed0 + time.perf_counter() - session_t0,
-                 "train_config": cfg.to_dict()}
+                 "command_level": vec.env.command_level, "train_config": cfg.to_dict()}
         tmp = ckpt_dir / "latest.pt.tmp"
         runner.save(str(tmp), infos=state)
         os.replace(tmp, latest)
@@ -232,6 +234,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             session_steps += info["steps"]
             last_iter_s = info["collect_s"] + info["learn_s"]
             record = _record(it, total_steps, elapsed0 + time.perf_counter() - session_t0, info, vec.env.dt)
+            record["command_level"] = vec.env.command_level
             history.append(record)
             hist_file.write(json.dumps(record) + "\n")
             hist_file.flush()
@@ -304,7 +307,7 @@ def _log_tensorboard(writer, r: dict, info: dict) -> None:
                "Train/mean_step_reward": r["mean_step_reward"], "Train/fall_fraction": r["fall_fraction"],
                "Perf/steps_per_s": r["steps_per_s"], "Perf/collection_time": r["collect_s"],
                "Perf/learning_time": r["learn_s"], "Loss/learning_rate": r["learning_rate"],
-               "Policy/mean_std": r["action_std"]}
+               "Policy/mean_std": r["action_std"], "Train/command_level": r.get("command_level")}
     scalars.update({f"Loss/{k}": v for k, v in r["losses"].items()})
     scalars.update({f"Episode_Reward/{k}": v for k, v in r["terms"].items()})
     for key, value in scalars.items():
@@ -329,7 +332,8 @@ def _update_bar(bar, r: dict, cfg: TrainConfig, last_iter_s: float) -> None:
     bar.update(1 if cfg.max_iterations is not None else max(0, round(r["elapsed_s"]) - bar.n))
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     bar.set_postfix_str(f"it={r['iteration']} steps/s={r['steps_per_s']:.0f} rew={fmt(r['mean_return'], '.2f')} "
-                        f"len={fmt(r['mean_episode_length'], '.0f')}", refresh=False)
+                        f"len={fmt(r['mean_episode_length'], '.0f')} cmd_level={r.get('command_level', 1.0):.1f}",
+                        refresh=False)
 
 
 def _write_json(path: Path, data) -> None:

@@ -3,8 +3,8 @@
 `MujocoBatchBackend` uses mujoco.batch.Batch (MuJoCo >= 4.0): one persistent MjData per
 simulation, stepped on a thread pool in C. A GPU backend (MuJoCo Warp) can be added behind the
 same small interface: `num_envs`, state views `qpos`/`qvel`/`ctrl`, outputs `sensordata`,
-`actuator_force`, `xpos`, and `step`, `step_with_latency`, `reset`, `forward`,
-`per_env_model_field`.
+`actuator_force`, `xpos`, and `step`, `reset`, `forward`, `per_env_model_field`, and for
+command latency `set_ctrl_delay` and `reset_ctrl_history`.
 """
 
 from __future__ import annotations
@@ -34,9 +34,17 @@ class MujocoBatchBackend:
         self.actuator_force = self.batch.bind("actuator_force")
         self.xpos = self.batch.bind("xpos")
         self._record_out: dict | None = None
+        # ctrl history samples per actuator (build_model's ctrl_history; one length for all, else 0)
+        nsample = model.actuator_history[:, 0]
+        self.ctrl_history = int(nsample[0]) if nsample.size and np.all(nsample == nsample[0]) else 0
+        self._ctrl_delay: np.ndarray | None = None  # (N, nu) actuator_delay, expanded on first use
+        self._history_rows: tuple | None = None  # history and time views, slot indices; bound on first use
 
-    def reset(self, ids: np.ndarray | None = None, keyframe: int = 0) -> None:
-        self.batch.reset(ids=ids, keyframe=keyframe)
+    def reset(self, ids: np.ndarray | None = None, keyframe: int = 0, forward: bool = True) -> None:
+        """Reset to a keyframe; forward=False skips mj_forward, for a caller that writes the
+        state next and calls forward() itself (one forward per reset instead of two)."""
+        stage = mujoco.mjtStage.mjSTAGE_ACC if forward else mujoco.mjtStage.mjSTAGE_NONE
+        self.batch.reset(ids=ids, keyframe=keyframe, stage=stage)
 
     def forward(self, ids: np.ndarray | None = None) -> None:
         self.batch.forward(ids=ids)
@@ -47,24 +55,51 @@ class MujocoBatchBackend:
         # persistent batch the next step continues from these stages at no extra cost.
         self.batch.step(nstep=nstep, stage=mujoco.mjtStage.mjSTAGE_VEL)
 
-    def step_with_latency(self, old_ctrl: np.ndarray, new_ctrl: np.ndarray, latency: np.ndarray, nstep: int) -> None:
-        """Advance nstep physics steps; env i applies new_ctrl[i] from substep latency[i] on.
+    def set_ctrl_delay(self, ids: np.ndarray, steps: np.ndarray) -> None:
+        """Make simulation ids[i] apply a new ctrl steps[i] physics steps late (0: at once).
 
-        Models the delay between a policy output and the motor driver taking it. Envs that share
-        a latency are stepped together: at most two calls per distinct latency.
+        Models the delay between a policy output and the motor driver taking it: in a step(nstep)
+        after ctrl is written, the first steps[i] substeps still apply the previous ctrl and the
+        rest the new one. MuJoCo does this inside mj_step (per-simulation actuator_delay, read
+        from the ctrl history of a model built with ctrl_history >= steps), so one batched call
+        serves every latency instead of one call per latency group.
+
+        MuJoCo reads the delayed ctrl at time - delay by zero-order hold and counts a sample as
+        an exact hit only within 1e-15 s; d.time drifts further from k * dt within an episode
+        (from t = 16 s at dt = 5 ms), so a delay of exactly k steps would now and then read the
+        sample one step older (k + 1 steps of latency). k - 1/2 steps reads between two samples:
+        always sample k. Tested bit-identical to switching ctrl between single substeps.
         """
-        self.ctrl[:] = old_ctrl
-        for lat in np.unique(latency):
-            ids = np.flatnonzero(latency == lat)
-            lat = int(lat)
-            if lat >= nstep:
-                self.batch.step(ids=ids, nstep=nstep, stage=mujoco.mjtStage.mjSTAGE_VEL)
-                continue
-            if lat > 0:
-                self.batch.step(ids=ids, nstep=lat)
-            self.ctrl[ids] = new_ctrl[ids]
-            self.batch.step(ids=ids, nstep=nstep - lat, stage=mujoco.mjtStage.mjSTAGE_VEL)
-        self.ctrl[:] = new_ctrl
+        steps = np.asarray(steps)
+        if np.any(steps > self.ctrl_history):
+            raise ValueError(f"ctrl delay of {int(steps.max())} steps exceeds the model's ctrl history "
+                             f"({self.ctrl_history} samples; build_model(..., ctrl_history=...))")
+        if self._ctrl_delay is None:
+            self._ctrl_delay = self.batch.expand("actuator_delay")
+        delay = np.where(steps > 0, (steps - 0.5) * self.model.opt.timestep, 0.0)
+        self._ctrl_delay[ids] = delay[:, None]
+
+    def reset_ctrl_history(self, ids: np.ndarray, ctrl: np.ndarray) -> None:
+        """Record ctrl, (n, nu), as the control of the past history samples of simulations ids.
+
+        A reset zeroes the history values, so a delayed actuator would otherwise pull towards
+        a zero target in its first substeps. Does what mj_initCtrlHistory does for one MjData
+        (timestamps time - nsample * dt ... time - dt), for many simulations in one write
+        into the history rows; buffer layout per actuator: [user, cursor, times(n), values(n)].
+        """
+        n = self.ctrl_history
+        if n == 0:
+            raise ValueError("the model has no ctrl history (build_model(..., ctrl_history=...))")
+        if self._history_rows is None:
+            adr = self.model.actuator_historyadr[:, None]
+            self._history_rows = (self.batch.bind("history"), self.batch.bind("time"),
+                                  adr[:, 0] + 1, adr + 2 + np.arange(n), adr + 2 + n + np.arange(n))
+        history, time, cursor, times, values = self._history_rows
+        ids = np.asarray(ids)
+        rows = ids[:, None, None]
+        history[ids[:, None], cursor] = n - 1  # newest sample in the last slot, as mj_resetData leaves it
+        history[rows, times] = time[ids][:, None, None] - (n - np.arange(n)) * self.model.opt.timestep
+        history[rows, values] = np.asarray(ctrl)[:, :, None]
 
     def per_env_model_field(self, name: str) -> np.ndarray:
         """A live (N, ...) per-simulation copy of a model field, for domain randomisation."""

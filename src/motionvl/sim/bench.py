@@ -3,10 +3,13 @@
 One run, one model, one thread count, two measurements interleaved in short blocks (so that
 load from other processes hits both alike):
 - raw: `MujocoBatchBackend.step(decimation)` with the controls held at the default pose,
-  every simulation starting from the standing keyframe (the nominal model, so it stays up);
+  every simulation starting from the standing keyframe (the nominal model, so it stays up;
+  without the ctrl history buffers that the env's latency emulation adds);
 - env: `LocomotionEnv.step` with the same held targets (zero actions), i.e. physics plus
   action handling, latency emulation, observations, reward terms, terminations and resets,
-  with the environment's default domain randomisation.
+  with the environment's default domain randomisation (`--randomization off`: the nominal
+  robot and world, as raw has them). Either way the env's robots start from a noisy pose,
+  so under zero actions they topple within a few seconds and are reset; raw's stand.
 `ratio` = env physics steps/s / raw physics steps/s (wall clock); `cpu_ratio` is the same with
 process CPU time, which other jobs on the machine disturb less. The last printed line is JSON.
 """
@@ -25,6 +28,9 @@ def add_sim_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--actions", choices=("zero", "random"), default="zero",
                         help="policy actions for the env: zero (hold the default pose, as raw does) or uniform random in [-0.3, 0.3]")
     parser.add_argument("--no-reward", action="store_true", help="run the env without a reward function")
+    parser.add_argument("--randomization", choices=("on", "off"), default="on",
+                        help="env domain randomisation: on (training default: friction, gains, joint friction, "
+                             "pushes, latency) or off (nominal model and world, like raw)")
     parser.add_argument("--robot-config", default=None, help="robot YAML (default: the package's config/robot.yaml)")
     parser.add_argument("--warmup", type=float, default=1.0,
                         help="simulated seconds the env runs before measuring (default 1.0)")
@@ -51,16 +57,21 @@ def _reward_fn(disabled: bool):
 def run_sim_benchmark(args: argparse.Namespace) -> dict:
     import numpy as np
 
-    from motionvl.envs.config import EnvConfig
+    from motionvl.envs.config import EnvConfig, RandomizationConfig
     from motionvl.envs.locomotion import LocomotionEnv
     from motionvl.robot import load_robot_config
     from motionvl.sim.backend import MujocoBatchBackend
+    from motionvl.sim.model import build_model
 
     robot = load_robot_config(args.robot_config)
     reward_fn, reward_note = _reward_fn(args.no_reward)
-    env = LocomotionEnv(robot, EnvConfig(num_envs=args.envs, num_threads=args.threads, seed=args.seed), reward_fn=reward_fn)
+    cfg = EnvConfig(num_envs=args.envs, num_threads=args.threads, seed=args.seed)
+    if args.randomization == "off":
+        cfg.randomization = RandomizationConfig.disabled()
+    env = LocomotionEnv(robot, cfg, reward_fn=reward_fn)
     n, dec, threads = env.num_envs, env.decimation, env.sim.num_threads
-    raw = MujocoBatchBackend(env.model, n, threads)
+    # the env's model without its ctrl history (latency emulation is the env's cost, not raw's)
+    raw = MujocoBatchBackend(build_model(env.train_robot, env.terrain), n, threads)
     raw.reset(keyframe=0)
     raw.ctrl[:] = robot.default_pose
     raw.forward()
@@ -113,6 +124,7 @@ def run_sim_benchmark(args: argparse.Namespace) -> dict:
         "ratio": round(physics / raw_physics, 3),
         "cpu_ratio": round((counts["env"] / cpu["env"]) / (counts["raw"] / cpu["raw"]), 3),
         "actions": args.actions,
+        "randomization": args.randomization,
         "reward": reward_note,
         "resets_per_s": round(resets / elapsed["env"], 1),
         "raw_upright_fraction": round(raw_upright, 3),

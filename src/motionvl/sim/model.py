@@ -36,7 +36,11 @@ class TerrainConfig:
     seed: int = 0
 
 
-def build_spec(robot: RobotConfig, terrain: TerrainConfig | None = None) -> mujoco.MjSpec:
+def build_spec(robot: RobotConfig, terrain: TerrainConfig | None = None, ctrl_history: int = 0) -> mujoco.MjSpec:
+    """The robot's MjSpec. ctrl_history > 0 gives every actuator a ring buffer of that many past
+    controls (MuJoCo's actuator nsample, zero-order hold) and no delay yet: a per-simulation
+    actuator_delay can then hold back each new target inside mj_step (see
+    MujocoBatchBackend.set_ctrl_delay), for delays of up to ctrl_history physics steps."""
     terrain = terrain or TerrainConfig()
     try:
         spec = mujoco.MjSpec.from_file(str(robot.urdf))
@@ -72,6 +76,8 @@ def build_spec(robot: RobotConfig, terrain: TerrainConfig | None = None) -> mujo
         act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
         act.forcerange = [-j.effort, j.effort]
         act.ctrllimited = mujoco.mjtLimited.mjLIMITED_FALSE
+        if ctrl_history > 0:
+            act.nsample, act.interp, act.delay = int(ctrl_history), 0, 0.0
 
     foot_bodies = [spec.body(name) for name in robot.feet]
     if any(b is None for b in foot_bodies):
@@ -156,8 +162,8 @@ def _look_at_xyaxes(eye: np.ndarray, target: np.ndarray) -> list:
     return np.concatenate([x, y]).tolist()
 
 
-def build_model(robot: RobotConfig, terrain: TerrainConfig | None = None) -> mujoco.MjModel:
-    spec = build_spec(robot, terrain)
+def build_model(robot: RobotConfig, terrain: TerrainConfig | None = None, ctrl_history: int = 0) -> mujoco.MjModel:
+    spec = build_spec(robot, terrain, ctrl_history)
     try:
         return spec.compile()
     except Exception as exc:
