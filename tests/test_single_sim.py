@@ -66,6 +66,26 @@ def test_effort_mode_torque_then_watchdog_damping():
         sim.set_position_targets(ROBOT.default_pose)
 
 
+def test_chunked_stepping_matches_single_steps_across_watchdog_deadlines():
+    """step(n) runs whole chunks between watchdog deadlines; it must equal n calls of step(1)."""
+    sims = [SingleSim(ROBOT, mode="effort", command_timeout=0.1) for _ in range(2)]
+    for sim in sims:
+        sim.set_efforts(np.linspace(-20.0, 20.0, 12))
+        sim.set_velocity_command(0.5, 0.0, 0.2)
+    n = int(0.25 / sims[0].model.opt.timestep)  # both time-outs expire inside this span
+    sims[0].step(n)
+    switched_at = None
+    for k in range(n):
+        sims[1].step(1)
+        if switched_at is None and sims[1].actuation == "damping":
+            switched_at = k
+    assert switched_at is not None and sims[0].actuation == "damping"
+    assert not sims[0].command.any() and not sims[1].command.any()
+    np.testing.assert_array_equal(sims[0].data.qpos, sims[1].data.qpos)
+    np.testing.assert_array_equal(sims[0].data.qvel, sims[1].data.qvel)
+    assert sims[0].clock == pytest.approx(sims[1].clock)
+
+
 def test_reset_restores_pose_and_clock_keeps_going():
     sim = SingleSim(ROBOT)
     sim.set_position_targets(ROBOT.default_pose + 0.1 * (ROBOT.upper - ROBOT.default_pose))

@@ -190,9 +190,10 @@ class SingleSim:
             pending.append(self._last_cmd_vel_time)
         if not pending:
             return np.iinfo(np.int32).max
-        # _stale is strict: it fires on the first step whose start time exceeds last + timeout
-        until = min(pending) + self.command_timeout - self.data.time
-        return max(1, int(np.floor(until / self.model.opt.timestep + 1e-9)) + 1)
+        # steps whose start time is surely <= last + timeout (d.time carries rounding); near the
+        # deadline this is 1, so the watchdog decides there step by step as it always did
+        until = min(pending) + self.command_timeout - self.data.time - 1e-9
+        return max(1, int(np.floor(until / self.model.opt.timestep)) + 1)
 
     def advance(self, seconds: float) -> int:
         """Step as many physics steps as fit in `seconds`; returns the count."""
