@@ -98,7 +98,10 @@ def test_candidate_trains_and_publishes_policy(graph):
     assert set(stats["term_stats"]["terms"]) == set(spec["terms"]), "per-term statistics cover every term of the spec"
     progress = listener.wait_for("progress", lambda m: m["candidate_id"] == "cand-1", timeout=5)
     assert progress["iteration"] >= 1
-    states = [m["state"] for m in listener.messages["status"] if m["candidate_id"] == "cand-1"]
+    # "done" is published after the policy message: wait for it rather than race it
+    listener.wait_for("status", lambda m: m["candidate_id"] == "cand-1" and m["state"] == "done", timeout=10)
+    with listener.lock:
+        states = [m["state"] for m in listener.messages["status"] if m["candidate_id"] == "cand-1"]
     assert states[0] == "queued" and "training" in states and states[-1] == "done"
 
 
