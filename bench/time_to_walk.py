@@ -8,6 +8,11 @@ evaluated too. Prints a Markdown table and writes curve.json in the run director
 
     .venv/bin/python bench/time_to_walk.py --minutes 60 --eval-every 5 --out runs/time_to_walk
 
+Probes that compare configs use an iteration budget, which CPU contention does not distort
+(620 iterations are ~10 minutes here), e.g. with a copy of training.yaml:
+
+    .venv/bin/python bench/time_to_walk.py --iterations 620 --no-final --config probe.yaml --out /tmp/probe
+
 Goals (issue #3): by 10 min >= 95 % of episodes walk >= 5 m without falling; by 20 min swing
 clearance >= 8 cm, stance slip < 0.05 m/s, step frequency within 15 % of the gait frequency,
 double support < 25 %; by 60 min commands tracked with mean error < 0.1 m/s, 0.5 m/s pushes
@@ -35,7 +40,7 @@ def walked(per_episode: list, min_distance: float = 5.0) -> list:
 
 
 def gait_summary(episodes: list) -> dict:
-    keys = ("swing_clearance_m", "stance_slip_mps", "step_frequency_hz", "double_support_fraction",
+    keys = ("swing_clearance_m", "stance_slip_mps", "touchdown_speed_mps", "step_frequency_hz", "double_support_fraction",
             "knee_angle_stance_deg", "torso_pitch_deg")
     out = {}
     for k in keys:
@@ -79,18 +84,28 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each evaluation episode")
     parser.add_argument("--config", default=None, help="training YAML (default: config/training.yaml)")
     parser.add_argument("--out", default="runs/time_to_walk", help="run directory (resumed if it exists)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="evaluation seed (the training seed is in the config)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="budget in PPO iterations instead of minutes (probes comparable on a busy machine)")
+    parser.add_argument("--eval-every-iterations", type=int, default=None, help="with --iterations: iterations between evaluations")
+    parser.add_argument("--no-final", action="store_true", help="skip the command sweep / rough terrain evaluation")
     args = parser.parse_args(argv)
 
     out = Path(args.out)
     curve_path = out / "curve.json"
     curve = json.loads(curve_path.read_text()) if curve_path.exists() else []
-    done = curve[-1]["train_minutes"] if curve else 0.0
-    marks = np.arange(args.eval_every, args.minutes + 1e-9, args.eval_every)
-    for mark in [float(m) for m in marks if m > done + 1e-6]:
+    if args.iterations:
+        done = curve[-1]["iterations"] if curve else 0
+        every = args.eval_every_iterations or args.iterations
+        marks = [(None, int(m)) for m in range(every, args.iterations + 1, every) if m > done]
+    else:
+        done = curve[-1]["train_minutes"] if curve else 0.0
+        marks = [(float(m), None) for m in np.arange(args.eval_every, args.minutes + 1e-9, args.eval_every)
+                 if m > done + 1e-6]
+    for minutes, iterations in marks:
         resume = (out / "checkpoints" / "latest.pt").exists()
-        result = train_policy(out, None, None if resume else args.config, minutes=mark,
-                              resume=resume, progress=True)
+        result = train_policy(out, None, None if resume else args.config, minutes=minutes or 1e9,
+                              max_iterations=iterations, resume=resume, progress=True)
         t0 = time.perf_counter()
         row = {"train_minutes": round(result.elapsed_s / 60.0, 2), "iterations": result.iterations,
                "policy_steps": result.total_steps, "steps_per_s": round(result.steps_per_s),
@@ -99,18 +114,21 @@ def main(argv=None) -> int:
         curve.append(row)
         curve_path.write_text(json.dumps(curve, indent=1))
         print(json.dumps(row), flush=True)
-    final = final_eval(out / "policy.onnx", args.episodes, args.seconds, args.seed)
-    (out / "final_eval.json").write_text(json.dumps(final, indent=1))
+    final = None if args.no_final else final_eval(out / "policy.onnx", args.episodes, args.seconds, args.seed)
+    if final is not None:
+        (out / "final_eval.json").write_text(json.dumps(final, indent=1))
 
-    print("\n| train min | iterations | policy steps | walk >= 5 m | fell | distance m | clearance m | slip m/s "
-          "| step Hz | double support |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| train min | iterations | policy steps | walk >= 5 m | fell | distance m | clearance m | stance slip m/s "
+          "| touchdown m/s | step Hz | double support |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in curve:
         g = r["gait_in_walking_episodes"]
         print(f"| {r['train_minutes']} | {r['iterations']} | {r['policy_steps']} | {r['walk_5m_fraction']:.0%} "
               f"| {r['fell_fraction']} | {r['forward_distance_m']} | {g['swing_clearance_m']} | {g['stance_slip_mps']} "
+              f"| {g.get('touchdown_speed_mps')} "
               f"| {g['step_frequency_hz']} | {g['double_support_fraction']} |")
-    print(json.dumps(final))
+    if final is not None:
+        print(json.dumps(final))
     return 0
 
 

@@ -239,11 +239,13 @@ def test_critic_node_vlm_path_collects_frames_and_never_blocks(graph, ros_contex
     fake = SlowFakeVLM(delay=60.0)  # until released: the checks below run while it is busy
     critic, probe = graph(lambda ns: VlmCriticNode(context=ros_context, namespace=ns, critic_factory=lambda: fake,
                                                    parameter_overrides=params(backend="openai", frame_interval_s=0.1)))
-    assert wait_for(lambda: probe.image_pub.get_subscription_count() > 0 and probe.boundary_pub.get_subscription_count() > 0)
+    # states published before discovery matched the publisher, or before "start" arrived, are not the rollout's
+    assert wait_for(lambda: probe.image_pub.get_subscription_count() > 0 and probe.boundary_pub.get_subscription_count() > 0
+                    and probe.js_pub.get_subscription_count() > 0 and probe.odom_pub.get_subscription_count() > 0)
     frame = np.zeros((12, 16, 3), np.uint8)
     frame[:, :, 0] = 200  # red in RGB
     probe.boundary(event="start", task="walk with straight knees")
-    time.sleep(0.2)
+    assert wait_for(lambda: critic.collected()["collecting"])
     for i in range(21):  # 1 s of frames at 50 Hz: kept every 0.1 s
         img = Image(height=12, width=16, encoding="bgr8", step=48, data=frame[:, :, ::-1].tobytes())
         t = 5.0 + 0.02 * i

@@ -88,6 +88,11 @@ def test_velocity_tracking():
     assert term("tracking_lin_vel", make_state()) == pytest.approx(1.0)
     slow = make_state(base_lin_vel=np.tile([0.1, 0.0, 0.0], (4, 1)))  # error 0.5 m/s, sigma 0.25
     assert term("tracking_lin_vel", slow) == pytest.approx(np.exp(-1.0))
+    assert term("lin_vel_error", make_state()) == pytest.approx(0.0)
+    assert term("lin_vel_error", make_state(base_lin_vel=np.tile([0.5, 0.0, 0.0], (4, 1)))) == pytest.approx(0.1)
+    assert term("lin_vel_error", slow) == pytest.approx(0.5)
+    assert term("lin_vel_error", make_state(base_lin_vel=np.tile([-0.6, 0.0, 0.0], (4, 1)))) == pytest.approx(1.0)
+    assert T.REGISTRY["lin_vel_error"].sign == -1
     assert term("tracking_ang_vel", make_state()) == pytest.approx(1.0)
     turning = make_state(base_ang_vel=np.tile([0.0, 0.0, 0.5], (4, 1)))
     assert term("tracking_ang_vel", turning) == pytest.approx(np.exp(-1.0))

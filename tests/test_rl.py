@@ -122,6 +122,19 @@ def test_resume_continues_iteration_count(trained_run, robot, tmp_path):
     assert lines[-1]["command_level"] == pytest.approx(0.4), "the curriculum level survives a resume"
 
 
+def test_resume_of_a_checkpoint_with_other_network_shapes_says_so(trained_run, robot, tmp_path):
+    import shutil
+
+    copy = tmp_path / "old_version"
+    shutil.copytree(trained_run[0], copy)
+    ckpt = torch.load(copy / "checkpoints/latest.pt", weights_only=False)
+    critic = ckpt["critic_state_dict"]
+    critic["mlp.0.weight"] = critic["mlp.0.weight"][:, :-1]  # as written by a version with one input fewer
+    torch.save(ckpt, copy / "checkpoints/latest.pt")
+    with pytest.raises(RuntimeError, match="cannot resume .*Start a new run directory"):
+        train_policy(copy, PlaceholderReward(), None, resume=True, max_iterations=3, progress=False, robot=robot)
+
+
 # ---------------------------------------------------------------------- ONNX export and contract
 def test_onnx_matches_torch_with_normalisation(robot, tmp_path):
     cfg = tiny_config()
@@ -170,7 +183,7 @@ def test_eval_cli_prints_json_last_line(trained_run):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     for key in ("forward_distance_m", "mean_speed_mps", "tracking_error_mps", "fell_fraction", "time_upright_s",
                 "success_rate", "knee_angle_stance_deg", "torso_pitch_deg", "step_frequency_hz", "swing_clearance_m",
-                "stance_slip_mps", "double_support_fraction"):
+                "stance_slip_mps", "touchdown_speed_mps", "double_support_fraction"):
         assert key in result, key
     assert result["sim_dt"] == pytest.approx(0.002) and result["decimation"] == 10  # the robot's own dt
 
@@ -203,6 +216,15 @@ def test_gait_metrics_on_synthetic_trajectory():
     assert m["stance_slip_mps"] == pytest.approx(0.02, abs=1e-9)
     assert m["double_support_fraction"] == pytest.approx(0.2, abs=0.011)
     assert m["flight_fraction"] == 0.0
+    assert m["touchdown_speed_mps"] == pytest.approx(0.02, abs=1e-9)
+    # a foot still swinging at its first contact sample: a landing speed, not stance slip
+    landing = synthetic_gait()
+    first = landing.foot_contact & ~np.roll(landing.foot_contact, 1, axis=0)
+    first[0] = False
+    landing.foot_vel[first, 0] = 0.9
+    m = gait_metrics(landing)
+    assert m["stance_slip_mps"] == pytest.approx(0.02, abs=1e-9)
+    assert m["touchdown_speed_mps"] == pytest.approx(0.9, abs=1e-9)
     traj = synthetic_gait()
     traj.fell[50:] = True
     assert len(truncate_at_fall(traj).time) == 51

@@ -210,11 +210,7 @@ def analyse_gait(traj: Trajectory, warmup_s: float = 0.5, min_phase_s: float = 0
     gm = gait_metrics(tr_db, min_swing_s=min_phase_s)
     values["foot_clearance"] = gm["swing_clearance_m"]
     values["flight_fraction"] = gm["flight_fraction"]
-    slip_src = tr.foot_vel
-    if not np.any(slip_src) and T > 1:  # trajectories without recorded foot velocities
-        slip_src = np.gradient(tr.foot_pos, t, axis=0)
-    # stance samples away from touchdown/lift-off (the first and last sample of each contact)
-    slips = []
+    values["foot_slip"] = gm["stance_slip_mps"]
     stance_phases = [0, 0]
     knee_mid: list[list[float]] = [[], []]
     knees = _knee_indices(tr.joint_names)
@@ -227,8 +223,6 @@ def analyse_gait(traj: Trajectory, warmup_s: float = 0.5, min_phase_s: float = 0
         runs = _runs(contact[:, k])
         for n_run, (on, a, b) in enumerate(runs):
             if on:
-                inner = slice(a + 1, b - 1) if b - a > 2 else slice(a, b)
-                slips.append(np.linalg.norm(slip_src[inner, k, :2], axis=-1))
                 if knees[k] is not None and b - a >= 2:
                     third = max(1, (b - a) // 3)
                     mid = slice(a + (b - a - third) // 2, a + (b - a - third) // 2 + third)
@@ -245,8 +239,6 @@ def analyse_gait(traj: Trajectory, warmup_s: float = 0.5, min_phase_s: float = 0
                 clear_side[k].append(float(z[a:b].max() - base))
                 if knees[k] is not None:
                     swing_peaks[k].append(float(np.degrees(np.abs(tr.joint_pos[a:b, knees[k]]).max())))
-    slip_all = np.concatenate(slips) if slips else np.array([])
-    values["foot_slip"] = float(slip_all.mean()) if slip_all.size else gm["stance_slip_mps"]
     if knees[0] is None and knees[1] is None:
         values["knee_flexion_left"] = values["knee_flexion_right"] = values["knee_flexion"] = nan
     else:

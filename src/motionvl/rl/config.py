@@ -36,7 +36,7 @@ class PPOConfig:
     """Adam learning rate (initial value when schedule is 'adaptive')."""
     schedule: str = "adaptive"
     """'adaptive' (adjust the learning rate to keep the KL near desired_kl) or 'fixed'."""
-    desired_kl: float = 0.01
+    desired_kl: float = 0.02
     """Target KL divergence between consecutive policies for the adaptive schedule."""
     clip_param: float = 0.2
     """PPO ratio clip."""

@@ -14,7 +14,7 @@ import numpy as np
 from motionvl.sim.trajectory import Trajectory
 
 GAIT_KEYS = ("knee_angle_stance_deg", "torso_pitch_deg", "step_frequency_hz", "swing_clearance_m",
-             "stance_slip_mps", "double_support_fraction", "flight_fraction")
+             "stance_slip_mps", "touchdown_speed_mps", "double_support_fraction", "flight_fraction")
 
 
 def truncate_at_fall(traj: Trajectory) -> Trajectory:
@@ -52,8 +52,11 @@ def gait_metrics(traj: Trajectory, min_swing_s: float = 0.06) -> dict:
     at least `min_swing_s`, either foot) per second, from the mean interval between them.
     swing_clearance_m: mean over swings of the peak sole height above the mean stance height of
     that foot just before and after the swing. stance_slip_mps: mean horizontal speed of feet in
-    contact. double_support_fraction / flight_fraction: share of samples with both / no feet
-    in contact.
+    contact, leaving out the first and last sample of each contact (of contacts longer than two
+    samples): those carry the swing's own speed into touchdown and out at lift-off.
+    touchdown_speed_mps: mean horizontal speed at the first contact sample after each swing (how
+    hard the foot is still moving when it lands). double_support_fraction / flight_fraction:
+    share of samples with both / no feet in contact.
     """
     contact = np.asarray(traj.foot_contact, dtype=bool)
     T, dt = len(contact), float(traj.dt)
@@ -89,8 +92,19 @@ def gait_metrics(traj: Trajectory, min_swing_s: float = 0.06) -> dict:
     else:
         out["step_frequency_hz"] = 0.0
     out["swing_clearance_m"] = float(np.mean(clearances)) if clearances else nan
-    slip = np.linalg.norm(traj.foot_vel[..., :2], axis=-1)[contact]
+    foot_vel = np.asarray(traj.foot_vel, dtype=float)
+    if not np.any(foot_vel) and T > 1:  # trajectories recorded without foot velocities
+        foot_vel = np.gradient(np.asarray(traj.foot_pos, dtype=float), dt, axis=0)
+    speed = np.linalg.norm(foot_vel[..., :2], axis=-1)
+    slips, landings = [], []
+    for f in range(2):
+        for start, stop in _runs(contact[:, f]):
+            slips.append(speed[start + 1:stop - 1, f] if stop - start > 2 else speed[start:stop, f])
+            if start > 0:
+                landings.append(speed[start, f])
+    slip = np.concatenate(slips) if slips else np.array([])
     out["stance_slip_mps"] = float(slip.mean()) if slip.size else nan
+    out["touchdown_speed_mps"] = float(np.mean(landings)) if landings else nan
     out["double_support_fraction"] = float(np.mean(contact.all(axis=1)))
     out["flight_fraction"] = float(np.mean(~contact.any(axis=1)))
     return out

@@ -191,7 +191,13 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         start_it = int(infos.get("iteration", 0))
     vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it)
     if resume:
-        runner.load(str(latest), map_location=runner.device)
+        try:
+            runner.load(str(latest), map_location=runner.device)
+        except RuntimeError as exc:  # torch's state-dict mismatch: the networks' shapes changed
+            raise RuntimeError(f"cannot resume {run_dir}: its checkpoint does not fit the networks this version builds "
+                               f"({vec.num_obs} actor / {vec.num_obs + vec.num_privileged_obs} critic inputs, "
+                               f"config {run_dir / 'config.yaml'}); it was written by another MotionVL version or "
+                               f"config. Start a new run directory. Torch said: {str(exc).splitlines()[0]}") from exc
         runner.current_learning_iteration = start_it
         if cfg.env.commands.curriculum:
             vec.env.command_level = float(infos.get("command_level", 0.0))
