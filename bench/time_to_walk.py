@@ -11,7 +11,7 @@ evaluated too. Prints a Markdown table and writes curve.json in the run director
 Probes that compare configs use an iteration budget, which CPU contention does not distort
 (620 iterations are ~10 minutes here), e.g. with a copy of training.yaml:
 
-    .venv/bin/python bench/time_to_walk.py --iterations 620 --no-final --config probe.yaml --out /tmp/probe
+    .venv/bin/python bench/time_to_walk.py --iterations 620 --no-final --config probe.yaml [--reward spec.yaml] --out /tmp/probe
 
 Goals (issue #3): by 10 min >= 95 % of episodes walk >= 5 m without falling; by 20 min swing
 clearance >= 8 cm, stance slip < 0.05 m/s, step frequency within 15 % of the gait frequency,
@@ -83,6 +83,7 @@ def main(argv=None) -> int:
     parser.add_argument("--episodes", type=int, default=32, help="randomised evaluation episodes")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each evaluation episode")
     parser.add_argument("--config", default=None, help="training YAML (default: config/training.yaml)")
+    parser.add_argument("--reward", default=None, help="reward spec YAML (default: config/rewards/reference.yaml)")
     parser.add_argument("--out", default="runs/time_to_walk", help="run directory (resumed if it exists)")
     parser.add_argument("--seed", type=int, default=1, help="evaluation seed (the training seed is in the config)")
     parser.add_argument("--iterations", type=int, default=None,
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
                  if m > done + 1e-6]
     for minutes, iterations in marks:
         resume = (out / "checkpoints" / "latest.pt").exists()
-        result = train_policy(out, None, None if resume else args.config, minutes=minutes or 1e9,
+        result = train_policy(out, None if resume else args.reward, None if resume else args.config, minutes=minutes or 1e9,
                               max_iterations=iterations, resume=resume, progress=True)
         t0 = time.perf_counter()
         row = {"train_minutes": round(result.elapsed_s / 60.0, 2), "iterations": result.iterations,
