@@ -193,7 +193,9 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     if resume:
         try:
             runner.load(str(latest), map_location=runner.device)
-        except RuntimeError as exc:  # torch's state-dict mismatch: the networks' shapes changed
+        except RuntimeError as exc:
+            if "state_dict" not in str(exc):  # not a shape/key mismatch (e.g. a damaged file): torch's own words
+                raise
             raise RuntimeError(f"cannot resume {run_dir}: its checkpoint does not fit the networks this version builds "
                                f"({vec.num_obs} actor / {vec.num_obs + vec.num_privileged_obs} critic inputs, "
                                f"config {run_dir / 'config.yaml'}); it was written by another MotionVL version or "
