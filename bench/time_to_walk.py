@@ -59,6 +59,7 @@ def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int) -> d
     upright = [e for e in per if not e["fell"]]
     return {"walk_5m_fraction": round(len(ok) / len(per), 4), "fell_fraction": result["fell_fraction"],
             "forward_distance_m": result["forward_distance_m"], "tracking_error_mps": result["tracking_error_mps"],
+            "tracking_error_steady_mps": result["tracking_error_steady_mps"],
             "gait_in_walking_episodes": gait_summary(ok), "gait_in_upright_episodes": gait_summary(upright)}
 
 
@@ -67,13 +68,15 @@ def final_eval(policy: Path, episodes: int, seconds: float, seed: int) -> dict:
     for command in COMMAND_SWEEP:
         r = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=command, seed=seed)
         sweep.append({"command": list(command), "tracking_error_mps": r["tracking_error_mps"],
+                      "tracking_error_steady_mps": r["tracking_error_steady_mps"],
                       "yaw_rate_error_rps": r["yaw_rate_error_rps"], "fell_fraction": r["fell_fraction"]})
     rough = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, terrain="rough",
                      command=(0.6, 0.0, 0.0), seed=seed)
     return {"command_sweep": sweep,
             "mean_tracking_error_mps": round(float(np.mean([s["tracking_error_mps"] for s in sweep])), 4),
+            "mean_tracking_error_steady_mps": round(float(np.mean([s["tracking_error_steady_mps"] for s in sweep])), 4),
             "rough_terrain": {k: rough[k] for k in ("forward_distance_m", "fell_fraction", "tracking_error_mps",
-                                                    "success_rate")}}
+                                                    "tracking_error_steady_mps", "success_rate")}}
 
 
 def main(argv=None) -> int:

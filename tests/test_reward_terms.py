@@ -172,6 +172,17 @@ def test_foot_slip_and_contact_forces():
     assert term("feet_contact_forces", hard) == pytest.approx(0.5 * 0.5)
 
 
+def test_touchdown_speed_counts_only_the_landing_sample():
+    vel = np.zeros((4, 2, 3))
+    vel[:, 0, :2] = [0.6, 0.8]   # left foot lands at 1.0 m/s horizontal
+    vel[:, 1, 0] = 0.3           # right foot slides in stance: foot_slip's business, not this term's
+    landing = np.tile([True, False], (4, 1))
+    s = make_state(foot_vel=vel, first_contact=landing)
+    assert term("touchdown_speed", s) == pytest.approx(1.0 / 1.5)
+    assert term("touchdown_speed", make_state(foot_vel=vel)) == pytest.approx(0.0)
+    assert term("touchdown_speed", s, speed_scale=0.5) == pytest.approx(1.0)  # clipped
+
+
 def test_feet_and_knee_distance():
     assert term("feet_distance", make_state()) == pytest.approx(0.0)
     narrow = make_state().foot_pos.copy()

@@ -17,6 +17,7 @@ from tensordict import TensorDict
 from motionvl.envs.config import EnvConfig
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.config import PPOConfig, TrainConfig
+from motionvl.rl.evaluate import episode_metrics
 from motionvl.rl.export import ContractError, check_contract, export_policy, load_policy, policy_metadata
 from motionvl.rl.gait_metrics import gait_metrics, truncate_at_fall
 from motionvl.rl.trainer import build_runner, train_policy
@@ -181,7 +182,7 @@ def test_eval_cli_prints_json_last_line(trained_run):
                           capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    for key in ("forward_distance_m", "mean_speed_mps", "tracking_error_mps", "fell_fraction", "time_upright_s",
+    for key in ("forward_distance_m", "mean_speed_mps", "tracking_error_mps", "tracking_error_steady_mps", "fell_fraction", "time_upright_s",
                 "success_rate", "knee_angle_stance_deg", "torso_pitch_deg", "step_frequency_hz", "swing_clearance_m",
                 "stance_slip_mps", "touchdown_speed_mps", "double_support_fraction"):
         assert key in result, key
@@ -231,6 +232,23 @@ def test_gait_metrics_on_synthetic_trajectory():
 
 
 # ---------------------------------------------------------------------- config
+def test_steady_tracking_error_leaves_out_start_and_push_recovery():
+    traj = synthetic_gait(T=500)  # 10 s at 0.02 s
+    t = traj.time
+    vx = np.full(len(t), 0.6)
+    vx[t < 0.5] = 0.0                       # starting from standstill
+    vx[(t >= 8.0) & (t < 9.0)] = 0.1        # knocked back by a push at 8 s
+    vx[(t >= 3.0) & (t < 3.5)] = 0.5        # a steady-state error the metric must keep
+    traj.qpos[:, 3:7] = [1.0, 0.0, 0.0, 0.0]
+    traj.qvel[:, 0] = vx
+    m = episode_metrics(traj, (0.6, 0.0, 0.0), 10.0, push_times=[8.0])
+    assert m["tracking_error_mps"] == pytest.approx(np.mean(np.abs(vx - 0.6)))
+    steady = (t >= 1.0) & ~((t >= 8.0) & (t < 9.5))
+    assert m["tracking_error_steady_mps"] == pytest.approx(0.1 * 25 / steady.sum())
+    no_push = episode_metrics(traj, (0.6, 0.0, 0.0), 10.0)  # without pushes the knock-back counts
+    assert no_push["tracking_error_steady_mps"] > m["tracking_error_steady_mps"] + 0.05
+
+
 def test_training_config_loads_and_rejects_bad_values(tmp_path):
     cfg = TrainConfig.from_yaml(ROOT / "config" / "training.yaml")
     assert cfg.to_rsl_rl()["algorithm"]["num_learning_epochs"] == cfg.ppo.num_learning_epochs

@@ -212,6 +212,18 @@ def _cost_foot_slip(state: RewardState, *, speed_scale: float = 0.5) -> np.ndarr
     return (state.foot_contact * np.minimum(speed / speed_scale, 1.0)).mean(axis=1)
 
 
+def _cost_touchdown_speed(state: RewardState, *, speed_scale: float = 1.5) -> np.ndarray:
+    """Max over feet of first_contact x |v_xy foot| / speed_scale (clipped): hard, sliding landings.
+
+    Only the landing sample: feet of the trained policies touched down at 1.1-1.5 m/s horizontal
+    speed and stopped within one policy period, a jolt the mid-stance foot_slip average hardly
+    sees. The scale keeps the cost linear over those speeds; max, not mean, over feet because
+    landings are single-foot events (a mean would halve every landing's cost).
+    """
+    speed = np.linalg.norm(state.foot_vel[:, :, :2], axis=2)
+    return (state.first_contact * np.minimum(speed / speed_scale, 1.0)).max(axis=1)
+
+
 def _cost_feet_contact_forces(state: RewardState, *, limit: float = 500.0) -> np.ndarray:
     """Mean over feet of (F - limit) / limit, clipped to [0, 1]: hard impacts (robot weighs ~385 N)."""
     excess = np.clip((state.foot_contact_force - limit) / limit, 0.0, 1.0)
