@@ -139,3 +139,18 @@ def test_command_curriculum_starts_forward_and_widens_only_while_tracking(robot)
     assert commands.ranges(0.5)[0] == pytest.approx(((0.3 - 0.5) / 2, (0.8 + 1.0) / 2))
     without = CommandConfig()
     assert without.ranges(0.0) == (without.vx, without.vy, without.yaw_rate), "no curriculum: full ranges"
+
+
+def test_push_times_are_when_step_pushes(robot):
+    only_push = dataclasses.replace(RandomizationConfig.disabled(), push=True, push_interval_s=0.1, push_velocity=1.0)
+    env = LocomotionEnv(robot, EnvConfig(num_envs=2, seed=5, randomization=only_push))
+    pushed_at = []
+    for k in range(1, 16):
+        before = env.sim.qvel[:, 0:2].copy()
+        env.step(np.zeros((2, robot.num_joints)))
+        if np.abs(env.sim.qvel[:, 0:2] - before).max() > 0.2:  # standing robots drift by far less per step
+            pushed_at.append(round(k * env.dt, 6))
+    assert pushed_at == pytest.approx(list(env.push_times(0.31)))
+    assert list(env.push_times(0.31)) == pytest.approx([0.1, 0.2, 0.3])
+    assert env.push_times(0.09).size == 0
+    assert LocomotionEnv(robot, EnvConfig(num_envs=1, randomization=RandomizationConfig.disabled())).push_times(10).size == 0

@@ -352,6 +352,13 @@ class LocomotionEnv:
         return np.concatenate([s.base_lin_vel * 2.0, s.base_height[:, None], s.foot_contact.astype(np.float64)], axis=1)
 
     # ------------------------------------------------------------------ recording
+    def push_times(self, seconds: float) -> np.ndarray:
+        """Episode times (s after reset) at which step() pushes an env, up to `seconds`; empty without pushes."""
+        if not self.cfg.randomization.push:
+            return np.zeros(0)
+        period = self._push_steps * self.dt
+        return np.arange(period, seconds, period)
+
     def record(self, env_index: int = 0) -> "TrajectoryRecorder":
         rec = TrajectoryRecorder(self, env_index)
         self._recorders.append(rec)

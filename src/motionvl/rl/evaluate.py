@@ -105,9 +105,7 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     for _ in range(int(round(seconds / env.dt))):
         obs, *_ = env.step(policy(obs))
     trajs = [env.stop_recording(r) for r in recorders]
-    rand = cfg.randomization
-    push_times = np.arange(rand.push_interval_s, seconds, rand.push_interval_s) if rand.push else ()
-    per_episode = [episode_metrics(t, command, seconds, push_times) for t in trajs]
+    per_episode = [episode_metrics(t, command, seconds, env.push_times(seconds)) for t in trajs]
 
     def mean(key: str) -> float | None:
         values = np.array([float(e[key]) for e in per_episode])
