@@ -20,7 +20,7 @@ from motionvl.rl.config import PPOConfig, TrainConfig
 from motionvl.rl.evaluate import episode_metrics
 from motionvl.rl.export import ContractError, check_contract, export_policy, load_policy, policy_metadata
 from motionvl.rl.gait_metrics import gait_metrics, truncate_at_fall
-from motionvl.rl.trainer import build_runner, train_policy
+from motionvl.rl.trainer import build_runner, run_iteration, train_policy, update_thread_count
 from motionvl.rl.vecenv import LocomotionVecEnv
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.sim.trajectory import Trajectory
@@ -255,7 +255,27 @@ def test_training_config_loads_and_rejects_bad_values(tmp_path):
     bad = tmp_path / "bad.yaml"
     for text, msg in (("ppo: {num_epochs: 3}", "unknown keys"), ("ppo: {num_mini_batches: two}", "expected a number"),
                       ("env: {num_env: 3}", "unknown keys"), ("[1, 2]", "expected a mapping"),
-                      ("ppo: {schedule: cosine}", "schedule")):
+                      ("ppo: {schedule: cosine}", "schedule"), ("update_torch_threads: 0", "update_torch_threads")):
         bad.write_text(text)
         with pytest.raises(ConfigError, match=msg):
             TrainConfig.from_yaml(bad)
+
+
+def test_update_runs_on_its_own_torch_threads_and_rollout_threads_come_back(robot):
+    cfg = tiny_config()
+    cfg.update_torch_threads = 64
+    assert update_thread_count(cfg) == len(os.sched_getaffinity(0))  # capped at the cores this process may use
+    cfg.update_torch_threads = None
+    assert update_thread_count(cfg) is None
+    vec, runner = build_runner(cfg, PlaceholderReward(), robot)
+    seen, update = [], runner.alg.update
+    runner.alg.update = lambda: (seen.append(torch.get_num_threads()), update())[1]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        run_iteration(runner, vec, update_threads=2)
+        assert seen == [2] and torch.get_num_threads() == 1
+        run_iteration(runner, vec)
+        assert seen == [2, 1]
+    finally:
+        torch.set_num_threads(before)

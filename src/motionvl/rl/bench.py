@@ -36,7 +36,9 @@ class TrainBenchArgs:
     physics_threads: int | None = dataclasses.field(default=None, metadata={"type": int})
     """MuJoCo threads (default: all cores this process may use)."""
     torch_threads: int | None = dataclasses.field(default=None, metadata={"type": int})
-    """torch intra-op threads (default: the training config's, else torch's)."""
+    """torch intra-op threads in the rollout (default: the training config's, else torch's)."""
+    update_torch_threads: int | None = dataclasses.field(default=None, metadata={"type": int})
+    """torch intra-op threads in the PPO update (default: the training config's)."""
 
 
 def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,12 +59,13 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
     """Measure the three throughputs for `train_cfg` (see the module docstring)."""
     import torch
 
-    from motionvl.rl.trainer import build_runner, run_iteration
+    from motionvl.rl.trainer import build_runner, run_iteration, update_thread_count
 
     vec, runner = build_runner(train_cfg, reward_fn)
     env, N = vec.env, vec.num_envs
     log(f"bench train: {N} envs, sim_dt {env.sim_dt} x {env.decimation}, {env.sim.num_threads} physics threads, "
-        f"{torch.get_num_threads()} torch threads, device {runner.device}")
+        f"{torch.get_num_threads()} torch threads ({update_thread_count(train_cfg) or torch.get_num_threads()} in the update), "
+        f"device {runner.device}")
 
     calls, t = _timed(lambda: env.sim.step(env.decimation), seconds)
     raw_policy = calls * N / t
@@ -78,7 +81,7 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
     env.reset()
     vec.sync_observations()
     infos: list[dict] = []
-    iters, t = _timed(lambda: infos.append(run_iteration(runner, vec)), seconds, warmup=1)
+    iters, t = _timed(lambda: infos.append(run_iteration(runner, vec, update_thread_count(train_cfg))), seconds, warmup=1)
     infos = infos[1:]
     collect, learn = sum(i["collect_s"] for i in infos), sum(i["learn_s"] for i in infos)
     train_sps = sum(i["steps"] for i in infos) / t
@@ -87,7 +90,8 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
     p = train_cfg.ppo
     return {
         "envs": N, "sim_dt": env.sim_dt, "decimation": env.decimation, "physics_threads": env.sim.num_threads,
-        "torch_threads": torch.get_num_threads(), "device": str(runner.device),
+        "torch_threads": torch.get_num_threads(), "update_torch_threads": update_thread_count(train_cfg) or torch.get_num_threads(),
+        "device": str(runner.device),
         "raw_physics_steps_per_s": round(raw_policy * env.decimation), "raw_policy_steps_per_s": round(raw_policy),
         "env_steps_per_s": round(env_sps), "train_steps_per_s": round(train_sps),
         "train_rollout_fraction": round(collect / t, 3), "train_update_fraction": round(learn / t, 3),
@@ -113,6 +117,8 @@ def run_train_benchmark(args: argparse.Namespace) -> dict:
         cfg.env.num_threads = a.physics_threads
     if a.torch_threads is not None:
         cfg.torch_threads = a.torch_threads
+    if a.update_torch_threads is not None:
+        cfg.update_torch_threads = a.update_torch_threads
     cfg.validate()
     return benchmark_training(cfg, load_reward_spec(a.reward), seconds=a.seconds,
                               log=lambda msg: print(msg, file=sys.stderr, flush=True))

@@ -89,8 +89,18 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     return vec, runner
 
 
-def run_iteration(runner, vec: LocomotionVecEnv) -> dict:
-    """One PPO iteration with rsl_rl's algorithm: rollout of num_steps_per_env steps, returns, update."""
+def update_thread_count(train_cfg: TrainConfig) -> int | None:
+    """torch threads for the PPO update: the config's, capped at the cores this process may use."""
+    from motionvl.sim.backend import default_num_threads
+
+    if train_cfg.update_torch_threads is None:
+        return None
+    return min(int(train_cfg.update_torch_threads), default_num_threads())
+
+
+def run_iteration(runner, vec: LocomotionVecEnv, update_threads: int | None = None) -> dict:
+    """One PPO iteration with rsl_rl's algorithm: rollout of num_steps_per_env steps, returns, update.
+    update_threads: torch threads during the update only (the physics threads idle then)."""
     from rsl_rl.utils import check_nan
 
     alg, steps = runner.alg, runner.cfg["num_steps_per_env"]
@@ -106,7 +116,13 @@ def run_iteration(runner, vec: LocomotionVecEnv) -> dict:
             alg.process_env_step(obs, rewards, dones, extras)
         alg.compute_returns(obs)
     t1 = time.perf_counter()
-    losses = alg.update()
+    rollout_threads = torch.get_num_threads()
+    if update_threads:
+        torch.set_num_threads(update_threads)
+    try:
+        losses = alg.update()
+    finally:
+        torch.set_num_threads(rollout_threads)
     t2 = time.perf_counter()
     runner.current_learning_iteration += 1
     return {"collect_s": t1 - t0, "learn_s": t2 - t1, "steps": steps * vec.num_envs, "losses": losses,
@@ -233,7 +249,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if elapsed + last_iter_s > budget_s:
                 break
             try:
-                info = run_iteration(runner, vec)
+                info = run_iteration(runner, vec, update_thread_count(cfg))
             except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
                 stop_reason = "interrupted"
                 break
