@@ -130,6 +130,15 @@ def _reward_tracking_ang_vel(state: RewardState, *, sigma: float = 0.25) -> np.n
     return np.exp(-np.square(state.command[:, 2] - state.base_ang_vel[:, 2]) / sigma)
 
 
+def _cost_yaw_rate_error(state: RewardState, *, scale: float = 1.0) -> np.ndarray:
+    """|cmd_yaw - w_z| / scale clipped: the yaw-rate error itself, linear (rad/s).
+
+    The exp kernel above pays 96 % at 0.1 rad/s error, which integrates to ~30 deg of heading
+    drift in 10 s at a zero yaw-rate command (measured on 60-minute policies).
+    """
+    return np.minimum(np.abs(state.command[:, 2] - state.base_ang_vel[:, 2]) / scale, 1.0)
+
+
 def _reward_alive(state: RewardState) -> np.ndarray:
     """1 every step the robot has not fallen (survival bonus)."""
     return (~state.terminated).astype(np.float64)
