@@ -246,9 +246,9 @@ def test_critic_node_vlm_path_collects_frames_and_never_blocks(graph, ros_contex
     frame[:, :, 0] = 200  # red in RGB
     probe.boundary(event="start", task="walk with straight knees")
     assert wait_for(lambda: critic.collected()["collecting"])
-    for i in range(21):  # 1 s of frames at 50 Hz: kept every 0.1 s
+    for i in range(21):  # 1 s of frames at 20 Hz, kept every 0.1 s: a lost best-effort frame leaves >= 5
         img = Image(height=12, width=16, encoding="bgr8", step=48, data=frame[:, :, ::-1].tobytes())
-        t = 5.0 + 0.02 * i
+        t = 5.0 + 0.05 * i
         img.header.stamp.sec, img.header.stamp.nanosec = int(t), int(round((t - int(t)) * 1e9))
         probe.image_pub.publish(img)
         probe.publish_state(t, knee=1.0)  # bent knees: the kinematics will contradict the fake VLM
