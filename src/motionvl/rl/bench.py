@@ -63,8 +63,9 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
 
     vec, runner = build_runner(train_cfg, reward_fn)
     env, N = vec.env, vec.num_envs
+    update_threads = update_thread_count(train_cfg) or torch.get_num_threads()
     log(f"bench train: {N} envs, sim_dt {env.sim_dt} x {env.decimation}, {env.sim.num_threads} physics threads, "
-        f"{torch.get_num_threads()} torch threads ({update_thread_count(train_cfg) or torch.get_num_threads()} in the update), "
+        f"{torch.get_num_threads()} torch threads ({update_threads} in the update), "
         f"device {runner.device}")
 
     calls, t = _timed(lambda: env.sim.step(env.decimation), seconds)
@@ -81,7 +82,7 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
     env.reset()
     vec.sync_observations()
     infos: list[dict] = []
-    iters, t = _timed(lambda: infos.append(run_iteration(runner, vec, update_thread_count(train_cfg))), seconds, warmup=1)
+    iters, t = _timed(lambda: infos.append(run_iteration(runner, vec, update_threads)), seconds, warmup=1)
     infos = infos[1:]
     collect, learn = sum(i["collect_s"] for i in infos), sum(i["learn_s"] for i in infos)
     train_sps = sum(i["steps"] for i in infos) / t
@@ -90,7 +91,7 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
     p = train_cfg.ppo
     return {
         "envs": N, "sim_dt": env.sim_dt, "decimation": env.decimation, "physics_threads": env.sim.num_threads,
-        "torch_threads": torch.get_num_threads(), "update_torch_threads": update_thread_count(train_cfg) or torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(), "update_torch_threads": update_threads,
         "device": str(runner.device),
         "raw_physics_steps_per_s": round(raw_policy * env.decimation), "raw_policy_steps_per_s": round(raw_policy),
         "env_steps_per_s": round(env_sps), "train_steps_per_s": round(train_sps),

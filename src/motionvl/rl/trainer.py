@@ -240,6 +240,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         _copy(latest, ckpt_dir / f"model_{it}.pt")
         _write_json(run_dir / "term_stats.json", term_stats(history))
 
+    update_threads = update_thread_count(cfg)
     with (run_dir / "history.jsonl").open("a") as hist_file:
         while True:
             elapsed = elapsed0 + time.perf_counter() - session_t0
@@ -249,7 +250,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if elapsed + last_iter_s > budget_s:
                 break
             try:
-                info = run_iteration(runner, vec, update_thread_count(cfg))
+                info = run_iteration(runner, vec, update_threads)
             except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
                 stop_reason = "interrupted"
                 break
