@@ -154,3 +154,40 @@ def test_push_times_are_when_step_pushes(robot):
     assert list(env.push_times(0.31)) == pytest.approx([0.1, 0.2, 0.3])
     assert env.push_times(0.09).size == 0
     assert LocomotionEnv(robot, EnvConfig(num_envs=1, randomization=RandomizationConfig.disabled())).push_times(10).size == 0
+
+
+def test_heading_hold_steers_the_yaw_rate_command_back_to_the_course(robot):
+    from motionvl.envs.config import CommandConfig
+    from motionvl.sim.math import quat_from_yaw
+
+    def env_with(gain: float, command=(0.5, 0.0, 0.0)) -> LocomotionEnv:
+        return LocomotionEnv(robot, EnvConfig(num_envs=2, seed=3, random_heading=False,
+                                              commands=CommandConfig(fixed=command, resample_s=1e9, heading_gain=gain),
+                                              randomization=RandomizationConfig.disabled()))
+
+    hold, open_loop = env_with(0.5), env_with(0.0)
+    for env in (hold, open_loop):
+        env.sim.qpos[0, 3:7] = quat_from_yaw(np.array([0.4]))[0]  # env 0 turned 0.4 rad left of its course
+        env.sim.qpos[1, 3:7] = quat_from_yaw(np.array([-3.0]))[0]  # env 1 turned 3 rad right
+        env.sim.forward(np.arange(2))
+        env.step(np.zeros((2, robot.num_joints)))
+    yaw_cmd = hold.command[:, 2]
+    assert yaw_cmd[0] == pytest.approx(-0.5 * 0.4, abs=0.02)  # the robot may turn a little in one step
+    assert yaw_cmd[1] == pytest.approx(1.0), "0.5 x 3 rad is clipped to the yaw-rate range"
+    assert np.all(hold.command[:, :2] == [0.5, 0.0]) and np.all(open_loop.command == [0.5, 0.0, 0.0])
+    names = [name for name, _, _ in hold.layout]
+    start = sum(n for _, n, _ in hold.layout[:names.index("command")])
+    scale = hold.layout[names.index("command")][2]
+    assert np.allclose(hold.observations()[:, start:start + 3] / scale, hold.command), "the policy sees the held command"
+
+    turning = env_with(0.5, command=(0.0, 0.0, 0.5))  # a commanded turn is the course: no correction at the start
+    turning.step(np.zeros((2, robot.num_joints)))
+    held = turning.command[:, 2] - 0.5
+    assert np.all(held > 0), "a standing robot falls behind the turning heading target and is told to turn faster"
+    assert np.allclose(held, 0.5 * (0.5 * turning.dt - _yaw(turning)), atol=1e-9)
+
+
+def _yaw(env: LocomotionEnv) -> np.ndarray:
+    from motionvl.sim.math import yaw_of
+
+    return yaw_of(env.sim.qpos[:, 3:7])

@@ -249,13 +249,24 @@ def test_steady_tracking_error_leaves_out_start_and_push_recovery():
     assert no_push["tracking_error_steady_mps"] > m["tracking_error_steady_mps"] + 0.05
 
 
+def test_heading_error_is_the_turn_the_command_did_not_ask_for():
+    traj = synthetic_gait(T=501)  # 10 s at 0.02 s
+    turned = np.linspace(0.0, 4.0, len(traj.time))  # 4 rad: past pi, so the yaw wraps on the way
+    traj.qpos[:, 3:7] = 0.0
+    traj.qpos[:, 3], traj.qpos[:, 6] = np.cos(turned / 2), np.sin(turned / 2)
+    assert episode_metrics(traj, (0.5, 0.0, 0.0), 10.0)["heading_error_deg"] == pytest.approx(np.degrees(4.0))
+    assert episode_metrics(traj, (0.5, 0.0, 0.4), 10.0)["heading_error_deg"] == pytest.approx(0.0, abs=1e-9)
+    assert episode_metrics(traj, (0.5, 0.0, 0.3), 10.0)["heading_error_deg"] == pytest.approx(np.degrees(1.0))
+
+
 def test_training_config_loads_and_rejects_bad_values(tmp_path):
     cfg = TrainConfig.from_yaml(ROOT / "config" / "training.yaml")
     assert cfg.to_rsl_rl()["algorithm"]["num_learning_epochs"] == cfg.ppo.num_learning_epochs
     bad = tmp_path / "bad.yaml"
     for text, msg in (("ppo: {num_epochs: 3}", "unknown keys"), ("ppo: {num_mini_batches: two}", "expected a number"),
                       ("env: {num_env: 3}", "unknown keys"), ("[1, 2]", "expected a mapping"),
-                      ("ppo: {schedule: cosine}", "schedule"), ("update_torch_threads: 0", "update_torch_threads")):
+                      ("ppo: {schedule: cosine}", "schedule"), ("update_torch_threads: 0", "update_torch_threads"),
+                      ("env: {commands: {heading_gain: -0.5}}", "heading_gain")):
         bad.write_text(text)
         with pytest.raises(ConfigError, match=msg):
             TrainConfig.from_yaml(bad)

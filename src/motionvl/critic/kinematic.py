@@ -56,7 +56,8 @@ from typing import Any
 import numpy as np
 
 from motionvl.critic.schema import QUANTITIES, Descriptor, MotionFeedback, Suggestion, discretise
-from motionvl.rl.gait_metrics import gait_metrics, torso_pitch, truncate_at_fall, yaw
+from motionvl.rl.gait_metrics import gait_metrics, torso_pitch, truncate_at_fall
+from motionvl.sim.math import yaw_of
 from motionvl.sim.trajectory import Trajectory
 
 CRITIC_NAME = "kinematic"
@@ -170,7 +171,7 @@ def analyse_gait(traj: Trajectory, warmup_s: float = 0.5, min_phase_s: float = 0
     win_dur = max(float(t[win][-1] - t[win][0]) + dt, dt)
 
     # ---------------------------------------------------------------- base motion
-    heading = np.unwrap(yaw(tr.base_quat))
+    heading = np.unwrap(yaw_of(tr.base_quat))
     pitch = np.degrees(torso_pitch(tr.base_quat))
     roll = np.degrees(_roll(tr.base_quat))
     if T > 1:

@@ -24,6 +24,11 @@ class CommandConfig:
     """Fraction of commands that are exactly zero (learn to stand still)."""
     fixed: tuple | None = None
     """If set, (vx, vy, yaw_rate) used for every env instead of sampling (evaluation)."""
+    heading_gain: float = 0.0
+    """0: the yaw-rate command goes to the policy as sampled (open loop: a small yaw-rate error
+    turns the robot off its course over time). > 0: heading hold, as an operator steering with a
+    joystick would: the env integrates the yaw-rate command into a heading target and gives the
+    policy yaw_rate + heading_gain x (target - heading) (1/s), clipped to the yaw_rate range."""
     curriculum: bool = False
     """Forward-first command curriculum: sample from the start_* ranges at first and widen
     linearly towards vx / vy / yaw_rate (level 0 -> 1) while velocity tracking is good."""

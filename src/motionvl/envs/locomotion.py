@@ -22,7 +22,7 @@ from motionvl.envs.config import EnvConfig
 from motionvl.rewards.state import RewardState
 from motionvl.robot import ConfigError, RobotConfig
 from motionvl.sim.backend import MujocoBatchBackend
-from motionvl.sim.math import projected_gravity, quat_from_yaw, quat_rotate_inverse
+from motionvl.sim.math import projected_gravity, quat_from_yaw, quat_rotate_inverse, wrap_angle, yaw_of
 from motionvl.sim.model import SOLE_SITES, TerrainConfig, build_model
 from motionvl.sim.trajectory import Trajectory
 
@@ -93,7 +93,10 @@ class LocomotionEnv:
         self.episode_length = np.zeros(N, dtype=np.int64)
         self.action = np.zeros((N, J))
         self.last_action = np.zeros((N, J))
-        self.command = np.zeros((N, 3))
+        self.command = np.zeros((N, 3))  # what the policy sees (and the reward tracks)
+        # heading hold (CommandConfig.heading_gain): the sampled yaw rate and its integral
+        self._yaw_rate_input = np.zeros(N)
+        self._heading_target = np.zeros(N)
         self.feet_air_time = np.zeros((N, 2))
         self.last_contact = np.zeros((N, 2), dtype=bool)
         self.last_joint_vel = np.zeros((N, J))
@@ -153,11 +156,19 @@ class LocomotionEnv:
         c, n = self.cfg.commands, len(ids)
         if c.fixed is not None:
             self.command[ids] = np.asarray(c.fixed, dtype=float)
-            return
-        vx, vy, yaw_rate = c.ranges(self.command_level)
-        cmd = np.stack([self.rng.uniform(*vx, n), self.rng.uniform(*vy, n), self.rng.uniform(*yaw_rate, n)], 1)
-        cmd[self.rng.random(n) < c.standing_fraction] = 0.0
-        self.command[ids] = cmd
+        else:
+            vx, vy, yaw_rate = c.ranges(self.command_level)
+            cmd = np.stack([self.rng.uniform(*vx, n), self.rng.uniform(*vy, n), self.rng.uniform(*yaw_rate, n)], 1)
+            cmd[self.rng.random(n) < c.standing_fraction] = 0.0
+            self.command[ids] = cmd
+        self._yaw_rate_input[ids] = self.command[ids, 2]
+        self._heading_target[ids] = yaw_of(self.sim.qpos[ids, 3:7])
+
+    def _hold_heading(self) -> None:
+        """Yaw-rate command = the sampled rate + heading_gain x heading error (CommandConfig.heading_gain)."""
+        c = self.cfg.commands
+        error = wrap_angle(self._heading_target - yaw_of(self.sim.qpos[:, 3:7]))
+        self.command[:, 2] = np.clip(self._yaw_rate_input + c.heading_gain * error, *c.yaw_rate)
 
     def _update_curriculum(self) -> None:
         err = np.linalg.norm(self.command[:, :2] - self.state.base_lin_vel[:, :2], axis=1)
@@ -227,6 +238,8 @@ class LocomotionEnv:
         self.sim.ctrl[:] = new_target
         self.sim.step(self.decimation)
         self.episode_length += 1
+        if self.cfg.commands.heading_gain > 0:
+            self._heading_target += self._yaw_rate_input * self.dt
 
         if self.cfg.randomization.push:
             push = (self.episode_length % self._push_steps) == 0
@@ -269,6 +282,8 @@ class LocomotionEnv:
         resample = (self.episode_length % self._resample_steps == 0) & (self.episode_length > 0)
         if resample.any():
             self._resample_commands(np.flatnonzero(resample))
+        if self.cfg.commands.heading_gain > 0:
+            self._hold_heading()
         self._obs = self._build_observations()
         return self._obs, reward, terminated, truncated, info
 

@@ -24,6 +24,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from motionvl.rewards.state import RewardState
+from motionvl.sim.math import yaw_of
 
 
 class LibraryTerm(NamedTuple):
@@ -94,11 +95,6 @@ def foot_height(state: RewardState) -> np.ndarray:
     """
     z = state.foot_pos[:, :, 2]
     return z - z.min(axis=1, keepdims=True)
-
-
-def _base_yaw(state: RewardState) -> np.ndarray:
-    w, x, y, z = state.base_quat.T
-    return np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
 
 
 def _stance_mean(values: np.ndarray, stance: np.ndarray) -> np.ndarray:
@@ -242,7 +238,7 @@ def _cost_feet_contact_forces(state: RewardState, *, limit: float = 500.0) -> np
 def _cost_feet_distance(state: RewardState, *, min_dist: float = 0.12, max_dist: float = 0.30,
                         tolerance: float = 0.1) -> np.ndarray:
     """Lateral sole spacing (heading frame) outside [min_dist, max_dist], / tolerance, clipped."""
-    yaw = _base_yaw(state)
+    yaw = yaw_of(state.base_quat)
     d = state.foot_pos[:, 0, :2] - state.foot_pos[:, 1, :2]
     lateral = -np.sin(yaw) * d[:, 0] + np.cos(yaw) * d[:, 1]
     out = np.maximum(min_dist - lateral, 0.0) + np.maximum(lateral - max_dist, 0.0)

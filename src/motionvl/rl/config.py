@@ -124,6 +124,7 @@ class TrainConfig:
         batch = self.env.num_envs * p.num_steps_per_env
         checks = [
             (self.env.num_envs >= 1, "env.num_envs must be >= 1"),
+            (self.env.commands.heading_gain >= 0, "env.commands.heading_gain must be >= 0"),
             (p.num_steps_per_env >= 1 and p.num_learning_epochs >= 1, "ppo.num_steps_per_env and num_learning_epochs must be >= 1"),
             (1 <= p.num_mini_batches <= batch, f"ppo.num_mini_batches must be in [1, num_envs*num_steps_per_env={batch}]"),
             (p.schedule in ("adaptive", "fixed"), "ppo.schedule must be 'adaptive' or 'fixed'"),

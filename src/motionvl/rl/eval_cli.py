@@ -28,6 +28,9 @@ class EvalArgs:
     command: tuple = dataclasses.field(default=(0.5, 0.0, 0.0), metadata={"nargs": 3, "type": float,
                                                                          "metavar": ("VX", "VY", "YAW")})
     """Velocity command: forward m/s, lateral m/s, yaw rate rad/s."""
+    heading_gain: float = 0.0
+    """0: the command goes to the policy as is. > 0: hold the commanded heading like an operator
+    would, yaw-rate command + gain x heading error (1/s; 0.5 as legged_gym's heading command)."""
     robot_dt: bool = True
     """Simulate at the robot config's sim_dt/decimation (500 Hz PD); --no-robot-dt uses the training dt."""
     seed: int = 0
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     a = args_to_dataclass(args, EvalArgs)
     try:
         result = evaluate(a.policy, seconds=a.seconds, terrain=a.terrain, episodes=a.episodes, randomize=a.randomize,
-                          command=tuple(a.command), robot_dt=a.robot_dt, seed=a.seed,
+                          command=tuple(a.command), robot_dt=a.robot_dt, seed=a.seed, heading_gain=a.heading_gain,
                           robot=load_robot_config(a.robot) if a.robot else None)
     except (FileNotFoundError, ContractError, ConfigError) as exc:
         print(f"motionvl eval: {exc}", file=sys.stderr)

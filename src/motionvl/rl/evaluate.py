@@ -15,7 +15,8 @@ import numpy as np
 from motionvl.envs.config import CommandConfig, EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.export import OnnxPolicy, check_contract, load_policy
-from motionvl.rl.gait_metrics import GAIT_KEYS, gait_metrics, truncate_at_fall, yaw
+from motionvl.rl.gait_metrics import GAIT_KEYS, gait_metrics, truncate_at_fall
+from motionvl.sim.math import yaw_of
 from motionvl.robot import ConfigError, RobotConfig, load_robot_config
 from motionvl.sim.trajectory import Trajectory
 
@@ -46,6 +47,8 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=()) ->
     tracking_error_mps: mean |v_xy - cmd_xy| (heading frame) over every sample, including the
     start from standstill and push recoveries; tracking_error_steady_mps: the same without the
     first START_SETTLE_S seconds and PUSH_RECOVERY_S after each of `push_times` (episode seconds).
+    heading_error_deg: |heading turned - commanded yaw rate x time| at the end (or the fall): how far
+    the robot has turned off the course its command asked for.
     """
     cmd = np.asarray(command, dtype=float)
     traj = truncate_at_fall(traj)
@@ -53,7 +56,8 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=()) ->
     duration = max(len(traj.time) - 1, 0) * traj.dt
     speed_cmd = float(np.linalg.norm(cmd[:2]))
     direction = cmd[:2] / speed_cmd if speed_cmd > 1e-9 else np.array([1.0, 0.0])
-    heading = yaw(traj.base_quat)
+    heading = yaw_of(traj.base_quat)
+    turned = np.unwrap(heading)[-1] - heading[0]
     c, s = np.cos(heading), np.sin(heading)
     v_world = traj.qvel[:, 0:2]
     v_heading = np.stack([c * v_world[:, 0] + s * v_world[:, 1], -s * v_world[:, 0] + c * v_world[:, 1]], 1)
@@ -71,6 +75,7 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=()) ->
         "tracking_error_mps": float(np.mean(error)),
         "tracking_error_steady_mps": float(np.mean(error[steady])) if steady.any() else float("nan"),
         "yaw_rate_error_rps": float(np.mean(np.abs(traj.qvel[:, 5] - cmd[2]))),
+        "heading_error_deg": float(np.degrees(abs(turned - cmd[2] * duration))),
         "fell": fell,
         "time_upright_s": duration if fell else seconds,
         "success": (not fell) and distance >= 0.9 * target,
@@ -81,12 +86,17 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=()) ->
 
 def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: str = "flat", episodes: int = 16,
              randomize: bool = False, command=(0.5, 0.0, 0.0), robot_dt: bool = True, seed: int = 0,
-             robot: RobotConfig | None = None, return_trajectories: bool = False) -> dict:
+             robot: RobotConfig | None = None, return_trajectories: bool = False, heading_gain: float = 0.0) -> dict:
     """Run `episodes` parallel episodes of `seconds` and return the summary dict (means over episodes).
+
+    heading_gain: 0 gives the policy the command as is; > 0 holds the heading the command asks for
+    (CommandConfig.heading_gain), as an operator steering the robot would.
 
     task_score: mean over episodes of min(1, distance / commanded distance) x (time upright / seconds).
     success_rate: share of episodes without a fall that covered >= 90 % of the commanded distance.
     """
+    if not heading_gain >= 0:
+        raise ConfigError(f"heading_gain must be >= 0, got {heading_gain}")
     policy = policy if isinstance(policy, OnnxPolicy) else load_policy(policy)
     robot = robot or load_robot_config()
     check_contract(policy.contract, robot.contract())
@@ -95,7 +105,8 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
         "sim_dt": meta.get("train_sim_dt"), "decimation": meta.get("train_decimation")}
     cfg = EnvConfig(num_envs=int(episodes), episode_length_s=float(seconds) + 1.0, terrain=terrain, seed=seed,
                     gait_period_s=float(policy.gait_period or EnvConfig.gait_period_s), obs_history=policy.obs_history,
-                    commands=CommandConfig(fixed=tuple(float(c) for c in command), resample_s=1e9),
+                    commands=CommandConfig(fixed=tuple(float(c) for c in command), resample_s=1e9,
+                                           heading_gain=float(heading_gain)),
                     randomization=RandomizationConfig() if randomize else RandomizationConfig.disabled(), **dt_kw)
     env = LocomotionEnv(robot, cfg)
     if env.num_obs != policy.num_obs:
@@ -115,12 +126,13 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     result = {
         "policy": str(policy.path), "terrain": terrain, "episodes": int(episodes), "seconds": float(seconds),
         "command": [float(c) for c in command], "sim_dt": env.sim_dt, "decimation": env.decimation,
-        "randomize": bool(randomize),
+        "randomize": bool(randomize), "heading_gain": float(heading_gain),
         "forward_distance_m": mean("forward_distance_m"),
         "forward_distance_min_m": round(min(e["forward_distance_m"] for e in per_episode), 4),
         "mean_speed_mps": mean("mean_speed_mps"), "tracking_error_mps": mean("tracking_error_mps"),
         "tracking_error_steady_mps": mean("tracking_error_steady_mps"),
-        "yaw_rate_error_rps": mean("yaw_rate_error_rps"), "fell_fraction": mean("fell"),
+        "yaw_rate_error_rps": mean("yaw_rate_error_rps"), "heading_error_deg": mean("heading_error_deg"),
+        "fell_fraction": mean("fell"),
         "time_upright_s": mean("time_upright_s"), "success_rate": mean("success"), "task_score": mean("task_score"),
         **{k: mean(k) for k in GAIT_KEYS},
     }

@@ -33,11 +33,6 @@ def torso_pitch(quat: np.ndarray) -> np.ndarray:
     return np.arcsin(np.clip(2.0 * (w * y - z * x), -1.0, 1.0))
 
 
-def yaw(quat: np.ndarray) -> np.ndarray:
-    w, x, y, z = np.moveaxis(np.asarray(quat, dtype=float), -1, 0)
-    return np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
-
-
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """[start, stop) index ranges where the 1-D bool mask is True."""
     edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))

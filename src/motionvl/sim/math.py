@@ -40,8 +40,14 @@ def quat_rotate(q: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def yaw_of(q: np.ndarray) -> np.ndarray:
-    w, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
+    """Heading angle (rad, about world z) of (..., 4) wxyz quaternions."""
+    w, x, y, z = np.moveaxis(np.asarray(q, dtype=float), -1, 0)
     return np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def wrap_angle(a: np.ndarray) -> np.ndarray:
+    """Angles wrapped to [-pi, pi)."""
+    return np.mod(np.asarray(a) + np.pi, 2.0 * np.pi) - np.pi
 
 
 def roll_pitch_of(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
