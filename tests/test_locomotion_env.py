@@ -191,3 +191,20 @@ def _yaw(env: LocomotionEnv) -> np.ndarray:
     from motionvl.sim.math import yaw_of
 
     return yaw_of(env.sim.qpos[:, 3:7])
+
+
+def test_velocity_average_follows_each_policy_step_and_restarts_at_reset(robot):
+    env = LocomotionEnv(robot, EnvConfig(num_envs=3, seed=4, randomization=RandomizationConfig.disabled()))
+    assert np.all(env.state.base_vel_avg == 0.0)
+    alpha = env.dt / env.cfg.gait_period_s
+    expected = np.zeros((3, 3))
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        env.step(rng.uniform(-0.3, 0.3, (3, robot.num_joints)))
+        now = np.column_stack([env.state.base_lin_vel[:, 0:2], env.state.base_ang_vel[:, 2]])
+        expected += alpha * (now - expected)
+        assert np.allclose(env.state.base_vel_avg, expected)
+    assert np.abs(expected).max() > 1e-3, "the robots moved, the average must have too"
+    env.reset(np.array([1]))  # resetting one env must neither advance the others nor keep its own
+    assert np.allclose(env.state.base_vel_avg[[0, 2]], expected[[0, 2]])
+    assert np.all(env.state.base_vel_avg[1] == 0.0)

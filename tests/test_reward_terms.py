@@ -31,6 +31,7 @@ def make_state(n: int = 4, **over) -> RewardState:
     base = dict(
         dt=DT, base_pos=np.tile([0.0, 0.0, 0.82], (n, 1)), base_quat=np.tile([1.0, 0, 0, 0], (n, 1)),
         base_lin_vel=np.tile([0.6, 0.0, 0.0], (n, 1)), base_ang_vel=np.zeros((n, 3)),
+        base_vel_avg=np.tile([0.6, 0.0, 0.0], (n, 1)),
         projected_gravity=np.tile([0.0, 0.0, -1.0], (n, 1)), base_height=np.full(n, 0.82),
         joint_pos=np.tile(ROBOT.default_pose, (n, 1)), joint_vel=np.zeros((n, J)), joint_acc=np.zeros((n, J)),
         joint_torque=np.zeros((n, J)), default_joint_pos=ROBOT.default_pose, joint_pos_lower=ROBOT.lower,
@@ -100,6 +101,12 @@ def test_velocity_tracking():
     assert T.REGISTRY["yaw_rate_error"].sign == -1
     turning = make_state(base_ang_vel=np.tile([0.0, 0.0, 0.5], (4, 1)))
     assert term("tracking_ang_vel", turning) == pytest.approx(np.exp(-1.0))
+    # yaw_drift reads the stride-averaged yaw rate, not the sway of this step
+    drifting = make_state(base_vel_avg=np.tile([0.6, 0.0, -0.1], (4, 1)), base_ang_vel=np.tile([0.0, 0.0, 0.4], (4, 1)))
+    assert term("yaw_drift", drifting) == pytest.approx(0.2)
+    assert term("yaw_drift", make_state(base_ang_vel=np.tile([0.0, 0.0, 0.4], (4, 1)))) == pytest.approx(0.0)
+    assert term("yaw_drift", make_state(base_vel_avg=np.tile([0.6, 0.0, 0.9], (4, 1)))) == pytest.approx(1.0)
+    assert T.REGISTRY["yaw_drift"].sign == -1
 
 
 def test_base_terms():

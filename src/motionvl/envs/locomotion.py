@@ -100,6 +100,7 @@ class LocomotionEnv:
         self.feet_air_time = np.zeros((N, 2))
         self.last_contact = np.zeros((N, 2), dtype=bool)
         self.last_joint_vel = np.zeros((N, J))
+        self.vel_avg = np.zeros((N, 3))  # RewardState.base_vel_avg: (vx, vy, yaw rate), averaged over a gait period
         self.latency = np.zeros(N, dtype=np.int64)
         self.history = np.zeros((N, max(cfg.obs_history, 0), self.num_proprio))
         # per-episode sum of each reward term: rows of one (terms, N) array, episode_sums views them by name
@@ -213,6 +214,7 @@ class LocomotionEnv:
         self.feet_air_time[ids] = 0.0
         self.last_contact[ids] = True
         self.last_joint_vel[ids] = self.sim.qvel[ids, self._qv]
+        self.vel_avg[ids] = 0.0
         self._resample_commands(ids)
         if cfg.obs_history:
             self.history[ids] = 0.0
@@ -249,7 +251,7 @@ class LocomotionEnv:
         contact = self.sim.sensordata[:, self._touch_idx] > self.cfg.contact_force_threshold
         first_contact = (self.feet_air_time > 0) & contact & ~self.last_contact
         self.feet_air_time += self.dt
-        self.state = self._compute_state(first_contact)
+        self.state = self._compute_state(first_contact, advance_average=True)
         terminated = self.state.terminated
         truncated = self.episode_length >= self.max_episode_length
 
@@ -309,11 +311,16 @@ class LocomotionEnv:
         self.episode_sums = {n: row for n, row in zip(names, self._term_sums)}
 
     # ------------------------------------------------------------------ state and observations
-    def _compute_state(self, first_contact: np.ndarray) -> RewardState:
+    def _compute_state(self, first_contact: np.ndarray, advance_average: bool = False) -> RewardState:
+        """The state after the last physics step; `advance_average` once per policy step (not after resets)."""
         qpos, qvel, sd, cfg = self.sim.qpos, self.sim.qvel, self.sim.sensordata, self.cfg
         quat = qpos[:, 3:7].copy()
         gravity = projected_gravity(quat)
         lin_vel = quat_rotate_inverse(quat, qvel[:, 0:3])
+        if advance_average:
+            alpha = min(1.0, self.dt / cfg.gait_period_s)
+            self.vel_avg[:, 0:2] += alpha * (lin_vel[:, 0:2] - self.vel_avg[:, 0:2])
+            self.vel_avg[:, 2] += alpha * (qvel[:, 5] - self.vel_avg[:, 2])
         joint_vel = qvel[:, self._qv].copy()
         foot_pos = sd[:, self._foot_pos_idx]
         foot_vel = sd[:, self._foot_vel_idx]
@@ -326,7 +333,8 @@ class LocomotionEnv:
         terminated = (base_height < cfg.min_base_height) | (-gravity[:, 2] < np.cos(cfg.max_tilt_rad)) | body_collision
         return RewardState(
             dt=self.dt, base_pos=qpos[:, 0:3].copy(), base_quat=quat, base_lin_vel=lin_vel,
-            base_ang_vel=qvel[:, 3:6].copy(), projected_gravity=gravity, base_height=base_height,
+            base_ang_vel=qvel[:, 3:6].copy(), base_vel_avg=self.vel_avg.copy(), projected_gravity=gravity,
+            base_height=base_height,
             joint_pos=qpos[:, self._qp].copy(), joint_vel=joint_vel,
             joint_acc=(joint_vel - self.last_joint_vel) / self.dt, joint_torque=self.sim.actuator_force.copy(),
             default_joint_pos=self.default_pose, joint_pos_lower=self.lower, joint_pos_upper=self.upper,

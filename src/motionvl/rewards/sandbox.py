@@ -885,6 +885,7 @@ def random_reward_state(num_envs: int, rng: np.random.Generator) -> RewardState:
         base_quat=quat,
         base_lin_vel=rng.normal([0.4, 0.0, 0.0], [0.3, 0.15, 0.1], (n, 3)),
         base_ang_vel=rng.normal(0.0, 0.3, (n, 3)),
+        base_vel_avg=rng.normal([0.4, 0.0, 0.0], [0.2, 0.1, 0.1], (n, 3)),
         projected_gravity=gravity,
         base_height=height.copy(),
         joint_pos=np.clip(default + rng.normal(0.0, 0.15, (n, nj)), lower, upper),

@@ -28,6 +28,10 @@ class RewardState:
     """(N, 3) pelvis linear velocity in the body frame, m/s."""
     base_ang_vel: np.ndarray
     """(N, 3) pelvis angular velocity in the body frame, rad/s."""
+    base_vel_avg: np.ndarray
+    """(N, 3) forward and lateral velocity (body frame, m/s) and yaw rate (rad/s), each averaged
+    exponentially over one gait period: the sway within a stride averaged out, a steady drift or
+    speed shortfall left in (zero at a reset)."""
     projected_gravity: np.ndarray
     """(N, 3) unit gravity vector in the body frame ((0, 0, -1) when upright)."""
     base_height: np.ndarray
