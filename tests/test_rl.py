@@ -17,7 +17,7 @@ from tensordict import TensorDict
 from motionvl.envs.config import EnvConfig
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.config import PPOConfig, TrainConfig
-from motionvl.rl.evaluate import episode_metrics
+from motionvl.rl.evaluate import episode_metrics, evaluate
 from motionvl.rl.export import ContractError, check_contract, export_policy, load_policy, policy_metadata
 from motionvl.rl.gait_metrics import gait_metrics, truncate_at_fall
 from motionvl.rl.trainer import build_runner, run_iteration, train_policy, update_thread_count
@@ -257,6 +257,8 @@ def test_heading_error_is_the_turn_the_command_did_not_ask_for():
     assert episode_metrics(traj, (0.5, 0.0, 0.0), 10.0)["heading_error_deg"] == pytest.approx(np.degrees(4.0))
     assert episode_metrics(traj, (0.5, 0.0, 0.4), 10.0)["heading_error_deg"] == pytest.approx(0.0, abs=1e-9)
     assert episode_metrics(traj, (0.5, 0.0, 0.3), 10.0)["heading_error_deg"] == pytest.approx(np.degrees(1.0))
+    with pytest.raises(ConfigError, match="heading_gain"):
+        evaluate("never_loaded.onnx", heading_gain=-0.5)
 
 
 def test_training_config_loads_and_rejects_bad_values(tmp_path):
