@@ -66,14 +66,13 @@ def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int) -> d
     ok = walked(per)
     upright = [e for e in per if not e["fell"]]
     held = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=(0.6, 0.0, 0.0),
-                    seed=seed, return_trajectories=True, heading_gain=HOLD_GAIN)["per_episode"]
+                    seed=seed, return_trajectories=True, heading_gain=HOLD_GAIN)
     return {"walk_5m_fraction": round(len(ok) / len(per), 4), "fell_fraction": result["fell_fraction"],
             "forward_distance_m": result["forward_distance_m"], "tracking_error_mps": result["tracking_error_mps"],
             "tracking_error_steady_mps": result["tracking_error_steady_mps"],
             "heading_error_deg": result["heading_error_deg"],
-            "heading_hold": {"walk_5m_fraction": round(len(walked(held)) / len(held), 4),
-                             "fell_fraction": round(float(np.mean([e["fell"] for e in held])), 4),
-                             "heading_error_deg": round(float(np.mean([e["heading_error_deg"] for e in held])), 4)},
+            "heading_hold": {"walk_5m_fraction": round(len(walked(held["per_episode"])) / len(per), 4),
+                             "fell_fraction": held["fell_fraction"], "heading_error_deg": held["heading_error_deg"]},
             "gait_in_walking_episodes": gait_summary(ok), "gait_in_upright_episodes": gait_summary(upright)}
 
 

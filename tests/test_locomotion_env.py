@@ -8,10 +8,11 @@ import mujoco
 import numpy as np
 import pytest
 
-from motionvl.envs.config import EnvConfig, RandomizationConfig
+from motionvl.envs.config import CommandConfig, EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.sim.backend import MujocoBatchBackend
+from motionvl.sim.math import quat_from_yaw, yaw_of
 from motionvl.sim.model import build_model
 
 
@@ -117,8 +118,6 @@ def test_fixed_heading_and_disabled_randomization(robot):
 
 
 def test_command_curriculum_starts_forward_and_widens_only_while_tracking(robot):
-    from motionvl.envs.config import CommandConfig
-
     commands = CommandConfig(curriculum=True, standing_fraction=0.0, curriculum_window_s=0.04, curriculum_error=0.0)
     env = LocomotionEnv(robot, EnvConfig(num_envs=64, seed=2, commands=commands,
                                          randomization=RandomizationConfig.disabled()))
@@ -157,9 +156,6 @@ def test_push_times_are_when_step_pushes(robot):
 
 
 def test_heading_hold_steers_the_yaw_rate_command_back_to_the_course(robot):
-    from motionvl.envs.config import CommandConfig
-    from motionvl.sim.math import quat_from_yaw
-
     def env_with(gain: float, command=(0.5, 0.0, 0.0)) -> LocomotionEnv:
         return LocomotionEnv(robot, EnvConfig(num_envs=2, seed=3, random_heading=False,
                                               commands=CommandConfig(fixed=command, resample_s=1e9, heading_gain=gain),
@@ -184,13 +180,7 @@ def test_heading_hold_steers_the_yaw_rate_command_back_to_the_course(robot):
     turning.step(np.zeros((2, robot.num_joints)))
     held = turning.command[:, 2] - 0.5
     assert np.all(held > 0), "a standing robot falls behind the turning heading target and is told to turn faster"
-    assert np.allclose(held, 0.5 * (0.5 * turning.dt - _yaw(turning)), atol=1e-9)
-
-
-def _yaw(env: LocomotionEnv) -> np.ndarray:
-    from motionvl.sim.math import yaw_of
-
-    return yaw_of(env.sim.qpos[:, 3:7])
+    assert np.allclose(held, 0.5 * (0.5 * turning.dt - yaw_of(turning.sim.qpos[:, 3:7])), atol=1e-9)
 
 
 def test_velocity_average_follows_each_policy_step_and_restarts_at_reset(robot):
