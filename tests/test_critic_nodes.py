@@ -149,14 +149,23 @@ def test_camera_node_publishes_image_and_camera_info(graph, ros_context):
     assert cam.frames_published >= 1
 
 
-def feed_rollout(probe: Probe, seconds: float, speed: float = 0.0, knee: float = 0.4, t0: float = 10.0,
+def feed_rollout(probe: Probe, critic, seconds: float, speed: float = 0.0, knee: float = 0.4, t0: float = 10.0,
                  dt: float = 0.02) -> int:
+    """Publish a rollout in chunks, each sent once the critic holds the previous one: a loaded machine
+    can let a burst overrun the reliable keep-last queues, which would drop samples."""
     n = int(round(seconds / dt))
     for i in range(n + 1):
         probe.publish_state(t0 + i * dt, x=speed * i * dt, knee=knee)
-        if i % 20 == 0:
-            time.sleep(0.01)  # let the reliable queues drain
+        if i % 20 == 19:
+            assert wait_for(lambda: min(critic.collected()["states"], critic.collected()["odom"]) >= i + 1,
+                            timeout=10.0)
     return n + 1
+
+
+def start_rollout(probe: Probe, critic, **boundary) -> None:
+    """A start boundary, and wait until the critic has begun collecting (topics are not ordered across)."""
+    probe.boundary(event="start", **boundary)
+    assert wait_for(lambda: critic.collected()["collecting"] and critic.collected()["states"] == 0)
 
 
 def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):
@@ -164,9 +173,8 @@ def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):
                                                    parameter_overrides=params(backend="kinematic")))
     assert wait_for(lambda: probe.boundary_pub.get_subscription_count() > 0 and probe.js_pub.get_subscription_count() > 0
                     and probe.odom_pub.get_subscription_count() > 0)
-    probe.boundary(event="start", task="stand still", id="r1")
-    time.sleep(0.2)
-    sent = feed_rollout(probe, seconds=2.0)
+    start_rollout(probe, critic, task="stand still", id="r1")
+    sent = feed_rollout(probe, critic, seconds=2.0)
     assert wait_for(lambda: critic.collected()["states"] >= sent and critic.collected()["odom"] >= sent, timeout=10.0)
     probe.boundary(event="end")
     assert wait_for(lambda: probe.count(probe.feedback) >= 1)
@@ -178,9 +186,8 @@ def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):
     assert knee.value == pytest.approx(math.degrees(0.4), abs=0.5)
 
     # a second rollout: walking speed from odom, the end message's task wins; judged against the best
-    probe.boundary(event="start", task="stand still")
-    time.sleep(0.2)
-    sent = feed_rollout(probe, seconds=2.0, speed=0.5, t0=20.0)
+    start_rollout(probe, critic, task="stand still")
+    sent = feed_rollout(probe, critic, seconds=2.0, speed=0.5, t0=20.0)
     assert wait_for(lambda: critic.collected()["states"] >= sent and critic.collected()["odom"] >= sent, timeout=10.0)
     probe.boundary(event="end", task="walk forward at 0.5 m/s")
     assert wait_for(lambda: probe.count(probe.feedback) >= 2)
@@ -287,8 +294,7 @@ def test_camera_frames_reach_the_critic(graph, ros_context):
                                  parameter_overrides=params(backend="transformers", frame_interval_s=0.0)))
     assert wait_for(lambda: probe.boundary_pub.get_subscription_count() > 0 and probe.js_pub.get_subscription_count() >= 2
                     and cam.image_pub.get_subscription_count() >= 2)
-    probe.boundary(event="start", task="walk forward")
-    time.sleep(0.2)
+    start_rollout(probe, critic, task="walk forward")
     for i in range(30):  # 30 states, 0.1 s of stamp time apart, sent every 50 ms of wall time
         probe.publish_state(1.0 + 0.1 * i, x=0.05 * i)
         time.sleep(0.05)
