@@ -148,7 +148,8 @@ def _wait(predicate, timeout, what):
 
 def test_recorder_node_records_over_dds(ros_context, tmp_path):
     source = Node("bag_source", context=ros_context)
-    joints = source.create_publisher(JointState, "/joint_states", RELIABLE)
+    # deeper than the burst below: a keep-last writer on a loaded machine may otherwise replace unacked samples
+    joints = source.create_publisher(JointState, "/joint_states", QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
     status = source.create_publisher(String, "/trainer/status", LATCHED)
     imu = source.create_publisher(Imu, "/imu/data", qos_profile_sensor_data)
     # latched before the recorder exists: a transient-local subscription must still get these
