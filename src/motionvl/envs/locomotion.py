@@ -42,6 +42,15 @@ def obs_layout(num_joints: int) -> list:
     ]
 
 
+def proprio_layout(num_joints: int) -> list:
+    """The proprioceptive blocks of `obs_layout`, the part kept as history frames with `obs_history`."""
+    return [block for block in obs_layout(num_joints) if block[0] not in ("command", "gait_phase_sin_cos")]
+
+
+PRIVILEGED_LAYOUT = [("base_lin_vel", 3, 2.0), ("base_height", 1, 1.0), ("foot_contact", 2, 1.0)]
+"""(name, size, scale) of what the critic sees after the actor observation."""
+
+
 class LocomotionEnv:
     def __init__(self, robot: RobotConfig, cfg: EnvConfig | None = None, reward_fn: RewardFn | None = None):
         self.robot = robot
@@ -85,9 +94,11 @@ class LocomotionEnv:
         self.max_episode_length = int(round(cfg.episode_length_s / self.dt))
         self.layout = obs_layout(J)
         self._obs_scale = np.concatenate([np.broadcast_to(np.asarray(s, float), (n,)) for _, n, s in self.layout])
-        self.num_proprio = 3 + 3 + 3 * J
+        self.proprio_layout = proprio_layout(J)
+        self.privileged_layout = PRIVILEGED_LAYOUT
+        self.num_proprio = sum(n for _, n, _ in self.proprio_layout)
         self.num_obs = int(self._obs_scale.size + cfg.obs_history * self.num_proprio)
-        self.num_privileged = 6
+        self.num_privileged = sum(n for _, n, _ in self.privileged_layout)
 
         # per-env buffers
         self.episode_length = np.zeros(N, dtype=np.int64)

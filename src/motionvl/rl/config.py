@@ -62,6 +62,13 @@ class PPOConfig:
     """Empirical observation normalisation in actor and critic (baked into the exported ONNX graph)."""
     init_at_random_ep_len: bool = True
     """Start episodes at random lengths so that time-outs do not happen in lock step."""
+    symmetry_augmentation: bool = False
+    """Append the left-right mirror image of every mini-batch (rsl_rl's symmetry extension,
+    Mittal et al. 2024; maps from motionvl.envs.mirror): the policy learns both sides from each
+    sample and cannot keep a one-way bias. Doubles the PPO update's work."""
+    mirror_loss_coeff: float = 0.0
+    """Weight of the mirror loss (MSE between the actor on mirrored observations and its mirrored
+    actions); 0 = off. With either option on, the loss is logged as 'symmetry'."""
 
 
 @dataclasses.dataclass
@@ -128,6 +135,7 @@ class TrainConfig:
             (p.num_steps_per_env >= 1 and p.num_learning_epochs >= 1, "ppo.num_steps_per_env and num_learning_epochs must be >= 1"),
             (1 <= p.num_mini_batches <= batch, f"ppo.num_mini_batches must be in [1, num_envs*num_steps_per_env={batch}]"),
             (p.schedule in ("adaptive", "fixed"), "ppo.schedule must be 'adaptive' or 'fixed'"),
+            (p.mirror_loss_coeff >= 0, "ppo.mirror_loss_coeff must be >= 0"),
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
             (self.minutes > 0, "minutes must be > 0"),
@@ -169,6 +177,10 @@ class TrainConfig:
                 "value_loss_coef": p.value_loss_coef, "entropy_coef": p.entropy_coef, "learning_rate": p.learning_rate,
                 "max_grad_norm": p.max_grad_norm, "use_clipped_value_loss": True, "schedule": p.schedule,
                 "desired_kl": p.desired_kl,
+                "symmetry_cfg": ({"data_augmentation_func": "motionvl.rl.vecenv:mirror_batch",
+                                  "use_data_augmentation": p.symmetry_augmentation,
+                                  "use_mirror_loss": p.mirror_loss_coeff > 0, "mirror_loss_coeff": p.mirror_loss_coeff}
+                                 if p.symmetry_augmentation or p.mirror_loss_coeff > 0 else None),
             },
         }
 

@@ -5,6 +5,9 @@ exported ONNX policy receives) and "critic" (policy + privileged observations). 
 and time-outs are torch tensors on `device`. Per-term episode rewards go to `extras["log"]` as
 "/episode_reward/<term>" (the keys rsl_rl and TensorBoard show), and are also accumulated here
 so that a trainer can read per-iteration statistics with `pop_stats()`.
+
+`mirror_batch` is the data-augmentation function of rsl_rl's symmetry extension for this env
+(PPOConfig.symmetry_augmentation / mirror_loss_coeff; the maps are motionvl.envs.mirror's).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
 from motionvl.envs.locomotion import LocomotionEnv
+from motionvl.envs.mirror import EnvMirror
 
 
 class LocomotionVecEnv(VecEnv):
@@ -31,6 +35,7 @@ class LocomotionVecEnv(VecEnv):
         self._return = np.zeros(self.num_envs)
         self._length = np.zeros(self.num_envs, dtype=np.int64)
         self._clear_stats()
+        self._mirror: dict | None = None
 
     # ------------------------------------------------------------------ rsl_rl VecEnv API
     @property
@@ -102,3 +107,32 @@ class LocomotionVecEnv(VecEnv):
         critic = np.concatenate([policy, self.env.privileged_observations().astype(np.float32)], axis=1)
         return TensorDict({"policy": self._tensor(policy, torch.float32), "critic": self._tensor(critic, torch.float32)},
                           batch_size=[self.num_envs], device=self.device)
+
+    # ------------------------------------------------------------------ symmetry
+    def mirror_maps(self) -> dict:
+        """{"policy" | "critic" | "action": (index, sign)} as tensors on `device`, built on first use."""
+        if self._mirror is None:
+            m = EnvMirror.of(self.env)
+            as_tensors = lambda i, s: (torch.as_tensor(i, device=self.device),  # noqa: E731
+                                       torch.as_tensor(s, dtype=torch.float32, device=self.device))
+            self._mirror = {"policy": as_tensors(m.obs_index, m.obs_sign),
+                            "critic": as_tensors(m.critic_index, m.critic_sign),
+                            "action": as_tensors(m.action_index, m.action_sign)}
+        return self._mirror
+
+
+def mirror_batch(env: LocomotionVecEnv, obs: TensorDict | None = None, actions: torch.Tensor | None = None):
+    """rsl_rl symmetry `data_augmentation_func`: each batch followed by its left-right mirror image
+    (rows [0, B) as given, [B, 2B) mirrored); None stays None."""
+    maps = env.mirror_maps()
+
+    def doubled(x: torch.Tensor, key: str) -> torch.Tensor:
+        index, sign = maps[key]
+        return torch.cat([x, x[..., index] * sign.to(x.dtype)], dim=0)
+
+    obs_aug = None
+    if obs is not None:
+        obs_aug = TensorDict({k: doubled(v, k) for k, v in obs.items()}, batch_size=[2 * obs.batch_size[0]],
+                             device=obs.device)
+    actions_aug = doubled(actions, "action") if actions is not None else None
+    return obs_aug, actions_aug
