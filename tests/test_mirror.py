@@ -114,7 +114,7 @@ def test_mirror_batch_appends_the_mirror_image():
     assert mirror_batch(vec, obs=None, actions=actions)[0] is None
 
 
-def test_ppo_with_symmetry_augmentation_and_mirror_loss_trains(tmp_path):
+def test_ppo_with_symmetry_augmentation_and_mirror_loss_trains():
     cfg = TrainConfig.from_dict({"env": {"num_envs": 8, "num_threads": 1},
                                  "ppo": {"num_steps_per_env": 4, "num_mini_batches": 2, "num_learning_epochs": 1,
                                          "actor_hidden_dims": [16], "critic_hidden_dims": [16],
@@ -130,4 +130,3 @@ def test_ppo_with_symmetry_augmentation_and_mirror_loss_trains(tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, runner.alg.actor.parameters()))
     with pytest.raises(ConfigError, match="mirror_loss_coeff"):
         TrainConfig.from_dict({"ppo": {"mirror_loss_coeff": -1.0}})
-

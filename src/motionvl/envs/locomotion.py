@@ -7,7 +7,7 @@ Observation layout of the actor (`OBS_LAYOUT`, also written into the ONNX metada
     base_ang_vel (3) x0.25 | projected_gravity (3) | command (3) x(2, 2, 0.25) |
     joint_pos - default (J) | joint_vel (J) x0.05 | last_action (J) | gait_phase sin, cos (2)
 then, with `obs_history=H`, H past frames of the proprioceptive part (all but command/phase).
-The critic additionally sees base_lin_vel x2 (3), base height (1), foot contacts (2).
+The critic additionally sees base_lin_vel x2 (3), base height (1), foot contacts (2) (`PRIVILEGED_LAYOUT`).
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ class LocomotionEnv:
         self.num_proprio = sum(n for _, n, _ in self.proprio_layout)
         self.num_obs = int(self._obs_scale.size + cfg.obs_history * self.num_proprio)
         self.num_privileged = sum(n for _, n, _ in self.privileged_layout)
+        self._privileged_scale = np.concatenate([np.full(n, float(sc)) for _, n, sc in self.privileged_layout])
 
         # per-env buffers
         self.episode_length = np.zeros(N, dtype=np.int64)
@@ -383,7 +384,7 @@ class LocomotionEnv:
 
     def privileged_observations(self) -> np.ndarray:
         s = self.state
-        return np.concatenate([s.base_lin_vel * 2.0, s.base_height[:, None], s.foot_contact.astype(np.float64)], axis=1)
+        return np.concatenate([s.base_lin_vel, s.base_height[:, None], s.foot_contact], axis=1) * self._privileged_scale
 
     # ------------------------------------------------------------------ recording
     def push_times(self, seconds: float) -> np.ndarray:
