@@ -9,9 +9,13 @@ evaluated too. Prints a Markdown table and writes curve.json in the run director
     .venv/bin/python bench/time_to_walk.py --minutes 60 --eval-every 5 --out runs/time_to_walk
 
 Probes that compare configs use an iteration budget, which CPU contention does not distort
-(620 iterations are ~10 minutes here), e.g. with a copy of training.yaml:
+(620 iterations are ~10 minutes here), or a time budget on an idle machine; training-config keys
+are changed with --set, and --train-seeds runs the same probe once per training seed (one seed
+is not evidence here: 10-minute policies of the same config differ by up to 40 points):
 
     .venv/bin/python bench/time_to_walk.py --iterations 620 --no-final --config probe.yaml [--reward spec.yaml] --out /tmp/probe
+    .venv/bin/python bench/time_to_walk.py --minutes 10 --eval-every 10 --no-final --train-seeds 0,1,2 \
+        --set ppo.symmetry_augmentation=true --out /tmp/probe_sym      # /tmp/probe_sym/seed_0, seed_1, seed_2
 
 Each evaluation is run twice: with the command as is (the goal's numbers) and with the heading
 held like an operator steering the robot (`heading_gain` 0.5), since a small yaw-rate error left
@@ -32,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from motionvl.rl.config import TrainConfig
 from motionvl.rl.evaluate import evaluate
 from motionvl.rl.trainer import train_policy
 
@@ -93,23 +98,8 @@ def final_eval(policy: Path, episodes: int, seconds: float, seed: int) -> dict:
                                                     "tracking_error_steady_mps", "success_rate")}}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=60.0, help="total training minutes")
-    parser.add_argument("--eval-every", type=float, default=5.0, help="minutes of training between evaluations")
-    parser.add_argument("--episodes", type=int, default=32, help="randomised evaluation episodes")
-    parser.add_argument("--seconds", type=float, default=10.0, help="length of each evaluation episode")
-    parser.add_argument("--config", default=None, help="training YAML (default: config/training.yaml)")
-    parser.add_argument("--reward", default=None, help="reward spec YAML (default: config/rewards/reference.yaml)")
-    parser.add_argument("--out", default="runs/time_to_walk", help="run directory (resumed if it exists)")
-    parser.add_argument("--seed", type=int, default=1, help="evaluation seed (the training seed is in the config)")
-    parser.add_argument("--iterations", type=int, default=None,
-                        help="budget in PPO iterations instead of minutes (probes comparable on a busy machine)")
-    parser.add_argument("--eval-every-iterations", type=int, default=None, help="with --iterations: iterations between evaluations")
-    parser.add_argument("--no-final", action="store_true", help="skip the command sweep / rough terrain evaluation")
-    args = parser.parse_args(argv)
-
-    out = Path(args.out)
+def run_curve(args, out: Path, train_cfg) -> tuple[list, dict | None]:
+    """Train in `out` (resumed if it holds a run) up to the budget, evaluating at every mark."""
     curve_path = out / "curve.json"
     curve = json.loads(curve_path.read_text()) if curve_path.exists() else []
     if args.iterations:
@@ -122,7 +112,7 @@ def main(argv=None) -> int:
                  if m > done + 1e-6]
     for minutes, iterations in marks:
         resume = (out / "checkpoints" / "latest.pt").exists()
-        result = train_policy(out, None if resume else args.reward, None if resume else args.config, minutes=minutes or 1e9,
+        result = train_policy(out, None if resume else args.reward, None if resume else train_cfg, minutes=minutes or 1e9,
                               max_iterations=iterations, resume=resume, progress=True)
         t0 = time.perf_counter()
         row = {"train_minutes": round(result.elapsed_s / 60.0, 2), "iterations": result.iterations,
@@ -135,7 +125,10 @@ def main(argv=None) -> int:
     final = None if args.no_final else final_eval(out / "policy.onnx", args.episodes, args.seconds, args.seed)
     if final is not None:
         (out / "final_eval.json").write_text(json.dumps(final, indent=1))
+    return curve, final
 
+
+def print_curve(curve: list) -> None:
     print("\n| train min | iterations | policy steps | walk >= 5 m | fell | distance m | heading error deg "
           "| walk >= 5 m, heading held | clearance m | stance slip m/s | touchdown m/s | step Hz | double support |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -147,8 +140,72 @@ def main(argv=None) -> int:
               f"| {g['swing_clearance_m']} | {g['stance_slip_mps']} "
               f"| {g.get('touchdown_speed_mps')} "
               f"| {g['step_frequency_hz']} | {g['double_support_fraction']} |")
-    if final is not None:
-        print(json.dumps(final))
+
+
+def seed_summary(last_rows: dict) -> dict:
+    """The last row of each training seed's curve side by side: the figure that decides a probe is
+    the worst seed, not the mean."""
+    walk = [r["walk_5m_fraction"] for r in last_rows.values()]
+    return {"per_seed": {str(s): {k: r[k] for k in ("iterations", "walk_5m_fraction", "fell_fraction",
+                                                    "forward_distance_m", "heading_error_deg")}
+                         for s, r in last_rows.items()},
+            "walk_5m_fraction_min": min(walk), "walk_5m_fraction_mean": round(float(np.mean(walk)), 4),
+            "fell_fraction_mean": round(float(np.mean([r["fell_fraction"] for r in last_rows.values()])), 4)}
+
+
+def parse_seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        seeds = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise SystemExit(f"--train-seeds: expected comma-separated integers, got {text!r}")
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise SystemExit(f"--train-seeds: expected distinct integers, got {text!r}")
+    return seeds
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=60.0, help="total training minutes")
+    parser.add_argument("--eval-every", type=float, default=5.0, help="minutes of training between evaluations")
+    parser.add_argument("--episodes", type=int, default=32, help="randomised evaluation episodes")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each evaluation episode")
+    parser.add_argument("--config", default=None, help="training YAML (default: config/training.yaml)")
+    parser.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
+                        help="override a training-config key, e.g. ppo.desired_kl=0.03 (repeatable)")
+    parser.add_argument("--train-seeds", default=None, metavar="S,S,...",
+                        help="run once per training seed, in OUT/seed_S, and print a summary over the seeds")
+    parser.add_argument("--reward", default=None, help="reward spec YAML (default: config/rewards/reference.yaml)")
+    parser.add_argument("--out", default="runs/time_to_walk", help="run directory (resumed if it exists)")
+    parser.add_argument("--seed", type=int, default=1, help="evaluation seed (the training seed is in the config)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="budget in PPO iterations instead of minutes (probes comparable on a busy machine)")
+    parser.add_argument("--eval-every-iterations", type=int, default=None, help="with --iterations: iterations between evaluations")
+    parser.add_argument("--no-final", action="store_true", help="skip the command sweep / rough terrain evaluation")
+    args = parser.parse_args(argv)
+    overrides = list(args.set or [])
+    seeds = parse_seeds(args.train_seeds)
+    out = Path(args.out)
+
+    if seeds is None:
+        curve, final = run_curve(args, out, TrainConfig.from_yaml(args.config, overrides) if overrides else args.config)
+        print_curve(curve)
+        if final is not None:
+            print(json.dumps(final))
+        return 0
+
+    last_rows = {}
+    for s in seeds:
+        print(f"=== training seed {s}", flush=True)
+        curve, final = run_curve(args, out / f"seed_{s}", TrainConfig.from_yaml(args.config, overrides + [f"seed={s}"]))
+        print_curve(curve)
+        if final is not None:
+            print(json.dumps(final))
+        last_rows[s] = curve[-1]
+    summary = seed_summary(last_rows)
+    (out / "seeds.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary))
     return 0
 
 

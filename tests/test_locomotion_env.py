@@ -125,9 +125,13 @@ def test_command_curriculum_starts_forward_and_widens_only_while_tracking(robot)
     lo, hi = np.array([commands.start_vx[0], commands.start_vy[0], commands.start_yaw_rate[0]]), \
         np.array([commands.start_vx[1], commands.start_vy[1], commands.start_yaw_rate[1]])
     assert np.all((env.command >= lo) & (env.command <= hi)), "level 0 samples the forward start ranges"
+    assert env.window_tracking_error is None
+    errors = []
     for _ in range(6):  # three windows; no error is below 0 m/s: the level must not move
         env.step(np.zeros((64, robot.num_joints)))
+        errors.append(np.linalg.norm(env.command[:, :2] - env.state.base_lin_vel[:, :2], axis=1))
     assert env.command_level == 0.0
+    assert env.window_tracking_error == pytest.approx(np.mean(errors[4:])), "the last window's mean error"
 
     env.cfg.commands.curriculum_error = 10.0  # every window now counts as tracking well
     for _ in range(6):

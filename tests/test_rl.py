@@ -274,6 +274,44 @@ def test_training_config_loads_and_rejects_bad_values(tmp_path):
             TrainConfig.from_yaml(bad)
 
 
+def test_training_config_overrides_are_checked_like_the_file(tmp_path):
+    base = ROOT / "config" / "training.yaml"
+    cfg = TrainConfig.from_yaml(base, ["seed=3", "ppo.desired_kl=0.03", "ppo.symmetry_augmentation=true",
+                                       "ppo.actor_hidden_dims=[64, 32]", "env.commands.vx=[0.0, 0.8]"])
+    assert (cfg.seed, cfg.ppo.desired_kl, cfg.ppo.symmetry_augmentation) == (3, 0.03, True)
+    assert tuple(cfg.ppo.actor_hidden_dims) == (64, 32) and tuple(cfg.env.commands.vx) == (0.0, 0.8)
+    assert cfg.ppo.num_mini_batches == TrainConfig.from_yaml(base).ppo.num_mini_batches  # the rest is the file's
+    for override, msg in (("ppo.desird_kl=0.03", "unknown keys"), ("ppo.desired_kl=abc", "expected a number"),
+                          ("seed.x=1", "seed is a value"), ("ppo.desired_kl", "KEY=VALUE"), ("ppo..x=1", "KEY=VALUE"),
+                          ("update_torch_threads=0", "update_torch_threads")):
+        with pytest.raises(ConfigError, match=msg):
+            TrainConfig.from_yaml(base, [override])
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "motionvl.cli", "train-policy", "--out", str(out), "--set",
+                           "ppo.desird_kl=0.03", "--minutes", "0.1"], capture_output=True, text=True, env=env,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "desird_kl" in proc.stderr and not out.exists()
+
+
+def test_time_to_walk_runs_each_training_seed_with_overrides(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    tiny = ["--set", "env.num_envs=8", "--set", "env.num_threads=1", "--set", "ppo.num_steps_per_env=4",
+            "--set", "ppo.num_mini_batches=1", "--set", "ppo.actor_hidden_dims=[16]", "--set", "ppo.critic_hidden_dims=[16]"]
+    out = tmp_path / "probe"
+    proc = subprocess.run([sys.executable, "bench/time_to_walk.py", "--iterations", "1", "--episodes", "2", "--seconds",
+                           "0.3", "--no-final", "--train-seeds", "0,3", "--out", str(out), *tiny],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for seed in (0, 3):
+        cfg = yaml.safe_load((out / f"seed_{seed}" / "config.yaml").read_text())
+        assert cfg["seed"] == seed and cfg["env"]["num_envs"] == 8 and cfg["ppo"]["actor_hidden_dims"] == [16]
+        assert json.loads((out / f"seed_{seed}" / "curve.json").read_text())[-1]["iterations"] == 1
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary == json.loads((out / "seeds.json").read_text()) and set(summary["per_seed"]) == {"0", "3"}
+    assert summary["walk_5m_fraction_min"] == min(r["walk_5m_fraction"] for r in summary["per_seed"].values())
+
+
 def test_update_runs_on_its_own_torch_threads_and_rollout_threads_come_back(robot):
     cfg = tiny_config()
     cfg.update_torch_threads = 64

@@ -124,6 +124,9 @@ class LocomotionEnv:
         self.command_level = 0.0 if cfg.commands.curriculum else 1.0
         self._curriculum_steps = max(1, int(round(cfg.commands.curriculum_window_s / self.dt)))
         self._tracking = [0.0, 0]  # summed |command_xy - v_xy| and samples in the current window
+        # mean |command_xy - v_xy| of the last complete window (m/s, body frame, every env and step,
+        # falls and pushes included): what the curriculum compares with curriculum_error
+        self.window_tracking_error: float | None = None
         self._recorders: list["TrajectoryRecorder"] = []
         self._setup_randomization()
         self.state: RewardState | None = None
@@ -183,13 +186,15 @@ class LocomotionEnv:
         error = wrap_angle(self._heading_target - yaw_of(self.sim.qpos[:, 3:7]))
         self.command[:, 2] = np.clip(self._yaw_rate_input + c.heading_gain * error, *c.yaw_rate)
 
-    def _update_curriculum(self) -> None:
+    def _track_commands(self) -> None:
+        """Windowed tracking error (window_tracking_error); the curriculum level rises after a window under curriculum_error."""
         err = np.linalg.norm(self.command[:, :2] - self.state.base_lin_vel[:, :2], axis=1)
         self._tracking[0] += float(err.sum())
         self._tracking[1] += err.size
         if self._tracking[1] >= self._curriculum_steps * self.num_envs:
             c = self.cfg.commands
-            if self._tracking[0] / self._tracking[1] < c.curriculum_error:
+            self.window_tracking_error = self._tracking[0] / self._tracking[1]
+            if c.curriculum and self.window_tracking_error < c.curriculum_error:
                 self.command_level = min(1.0, self.command_level + c.curriculum_step)
             self._tracking = [0.0, 0]
 
@@ -274,8 +279,7 @@ class LocomotionEnv:
         else:
             reward, terms = np.zeros(self.num_envs), {}
 
-        if self.cfg.commands.curriculum and self.command_level < 1.0:
-            self._update_curriculum()
+        self._track_commands()
 
         # after the reward has seen the air time of this touchdown
         self.feet_air_time[contact] = 0.0

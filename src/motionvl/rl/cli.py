@@ -31,6 +31,9 @@ class TrainPolicyArgs:
     """Override env.num_envs of the training config."""
     seed: int | None = dataclasses.field(default=None, metadata={"type": int})
     """Override the seed of the training config."""
+    set: list | None = dataclasses.field(default=None, metadata={"action": "append", "metavar": "KEY=VALUE"})
+    """Override a training-config key (dotted, value read as YAML; repeatable), e.g.
+    --set ppo.desired_kl=0.03 --set env.commands.curriculum=false."""
     max_iterations: int | None = dataclasses.field(default=None, metadata={"type": int})
     """Stop after this many PPO iterations in total."""
     eval_episodes: int = 16
@@ -54,11 +57,12 @@ def run(args: argparse.Namespace) -> int:
     out = Path(a.out)
     try:
         if a.config is not None:
-            cfg = TrainConfig.from_yaml(a.config)
+            config_path = a.config
         elif a.resume and (out / "config.yaml").exists():
-            cfg = TrainConfig.from_yaml(out / "config.yaml")
+            config_path = out / "config.yaml"
         else:
-            cfg = TrainConfig.from_yaml()
+            config_path = None
+        cfg = TrainConfig.from_yaml(config_path, overrides=a.set or ())
         if a.num_envs is not None:
             cfg.env.num_envs = a.num_envs
         if a.seed is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import dataclasses
 import inspect
 import textwrap
@@ -112,8 +113,9 @@ class TrainConfig:
         return cfg
 
     @classmethod
-    def from_yaml(cls, path: str | Path | None = None) -> "TrainConfig":
-        """Read a training YAML (default: the package's config/training.yaml)."""
+    def from_yaml(cls, path: str | Path | None = None, overrides=()) -> "TrainConfig":
+        """Read a training YAML (default: the package's config/training.yaml), then apply
+        `overrides` ("ppo.desired_kl=0.03" ..., see apply_overrides) before validation."""
         path = Path(path) if path is not None else package_root() / DEFAULT_TRAINING_CONFIG
         if not path.exists():
             raise ConfigError(f"training config not found: {path}")
@@ -121,7 +123,9 @@ class TrainConfig:
             raw = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-        return cls.from_dict(raw, str(path))
+        if not overrides:
+            return cls.from_dict(raw, str(path))
+        return cls.from_dict(apply_overrides(raw, overrides, str(path)), f"{path} with overrides {list(overrides)}")
 
     def to_dict(self) -> dict:
         return _plain(dataclasses.asdict(self))
@@ -186,6 +190,34 @@ class TrainConfig:
 
 
 # ---------------------------------------------------------------------- dict <-> dataclass
+def apply_overrides(raw, overrides, where: str = "training config") -> dict:
+    """A copy of the YAML mapping `raw` with each "dotted.key=value" of `overrides` set; the value
+    is read as YAML ("0.03", "true", "[256, 128]"). Keys are checked later, by from_dict, like
+    the file's own, so a misspelt key is an error rather than a silent no-op."""
+    if raw is not None and not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    out = copy.deepcopy(raw or {})
+    for item in overrides:
+        key, sep, text = str(item).partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE with a dotted key, e.g. ppo.desired_kl=0.03")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: value is not valid YAML: {exc}") from exc
+        node = out
+        for depth, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {'.'.join(parts[:depth + 1])} is a value, not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
 def _plain(obj):
     if isinstance(obj, dict):
         return {k: _plain(v) for k, v in obj.items()}
@@ -212,7 +244,9 @@ def field_docs(cls) -> dict:
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls) -> None:
     """One --option per dataclass field: type from the default, help from the field docstring.
 
-    Field metadata may set "flags" (option strings), "nargs", "type", "choices", "metavar", "required".
+    Field metadata may set "flags" (option strings), "nargs", "type", "choices", "metavar", "required",
+    "action" (e.g. "append" for a repeatable option; give it a None default, as argparse appends to
+    the default object itself).
     """
     docs = field_docs(cls)
     for f in dataclasses.fields(cls):
@@ -222,7 +256,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls) -> None:
         if isinstance(default, bool):
             kw["action"] = argparse.BooleanOptionalAction
         else:
-            for key in ("nargs", "type", "choices", "metavar", "required"):
+            for key in ("nargs", "type", "choices", "metavar", "required", "action"):
                 if key in f.metadata:
                     kw[key] = f.metadata[key]
             if "type" not in kw and default is not None and not isinstance(default, (tuple, list)):

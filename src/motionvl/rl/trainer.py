@@ -260,6 +260,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             last_iter_s = info["collect_s"] + info["learn_s"]
             record = _record(it, total_steps, elapsed0 + time.perf_counter() - session_t0, info, vec.env.dt)
             record["command_level"] = vec.env.command_level
+            record["command_tracking_error"] = vec.env.window_tracking_error
             history.append(record)
             hist_file.write(json.dumps(record) + "\n")
             hist_file.flush()
@@ -332,7 +333,8 @@ def _log_tensorboard(writer, r: dict, info: dict) -> None:
                "Train/mean_step_reward": r["mean_step_reward"], "Train/fall_fraction": r["fall_fraction"],
                "Perf/steps_per_s": r["steps_per_s"], "Perf/collection_time": r["collect_s"],
                "Perf/learning_time": r["learn_s"], "Loss/learning_rate": r["learning_rate"],
-               "Policy/mean_std": r["action_std"], "Train/command_level": r.get("command_level")}
+               "Policy/mean_std": r["action_std"], "Train/command_level": r.get("command_level"),
+               "Train/command_tracking_error": r.get("command_tracking_error")}
     scalars.update({f"Loss/{k}": v for k, v in r["losses"].items()})
     scalars.update({f"Episode_Reward/{k}": v for k, v in r["terms"].items()})
     for key, value in scalars.items():
