@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ import numpy as np
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.evaluate import evaluate
 from motionvl.rl.trainer import train_policy
+from motionvl.robot import ConfigError
 
 # heading hold as an operator would steer (motionvl eval --heading-gain): the gain legged_gym's
 # heading command uses
@@ -178,7 +180,7 @@ def main(argv=None) -> int:
                         help="run once per training seed, in OUT/seed_S, and print a summary over the seeds")
     parser.add_argument("--reward", default=None, help="reward spec YAML (default: config/rewards/reference.yaml)")
     parser.add_argument("--out", default="runs/time_to_walk", help="run directory (resumed if it exists)")
-    parser.add_argument("--seed", type=int, default=1, help="evaluation seed (the training seed is in the config)")
+    parser.add_argument("--seed", type=int, default=1, help="evaluation seed (training seed: the config's, --set seed=N or --train-seeds)")
     parser.add_argument("--iterations", type=int, default=None,
                         help="budget in PPO iterations instead of minutes (probes comparable on a busy machine)")
     parser.add_argument("--eval-every-iterations", type=int, default=None, help="with --iterations: iterations between evaluations")
@@ -188,8 +190,16 @@ def main(argv=None) -> int:
     seeds = parse_seeds(args.train_seeds)
     out = Path(args.out)
 
+    try:  # a bad --set or config is reported before any training starts
+        configs = {s: TrainConfig.from_yaml(args.config, overrides + [f"seed={s}"]) for s in seeds or []}
+        if seeds is None and overrides:
+            configs[None] = TrainConfig.from_yaml(args.config, overrides)
+    except ConfigError as exc:
+        print(f"time_to_walk: {exc}", file=sys.stderr)
+        return 2
+
     if seeds is None:
-        curve, final = run_curve(args, out, TrainConfig.from_yaml(args.config, overrides) if overrides else args.config)
+        curve, final = run_curve(args, out, configs.get(None, args.config))
         print_curve(curve)
         if final is not None:
             print(json.dumps(final))
@@ -198,7 +208,7 @@ def main(argv=None) -> int:
     last_rows = {}
     for s in seeds:
         print(f"=== training seed {s}", flush=True)
-        curve, final = run_curve(args, out / f"seed_{s}", TrainConfig.from_yaml(args.config, overrides + [f"seed={s}"]))
+        curve, final = run_curve(args, out / f"seed_{s}", configs[s])
         print_curve(curve)
         if final is not None:
             print(json.dumps(final))

@@ -310,6 +310,9 @@ def test_time_to_walk_runs_each_training_seed_with_overrides(tmp_path):
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary == json.loads((out / "seeds.json").read_text()) and set(summary["per_seed"]) == {"0", "3"}
     assert summary["walk_5m_fraction_min"] == min(r["walk_5m_fraction"] for r in summary["per_seed"].values())
+    bad = subprocess.run([sys.executable, "bench/time_to_walk.py", "--train-seeds", "0", "--set", "ppo.desird_kl=1",
+                          "--out", str(tmp_path / "bad")], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "desird_kl" in bad.stderr and not (tmp_path / "bad").exists()
 
 
 def test_update_runs_on_its_own_torch_threads_and_rollout_threads_come_back(robot):
