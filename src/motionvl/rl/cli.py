@@ -62,12 +62,9 @@ def run(args: argparse.Namespace) -> int:
             config_path = out / "config.yaml"
         else:
             config_path = None
-        cfg = TrainConfig.from_yaml(config_path, overrides=a.set or ())
-        if a.num_envs is not None:
-            cfg.env.num_envs = a.num_envs
-        if a.seed is not None:
-            cfg.seed = a.seed
-        cfg.validate()
+        # --num-envs / --seed are shorthands for --set, checked the same way
+        shorthands = [f"env.num_envs={a.num_envs}"] * (a.num_envs is not None) + [f"seed={a.seed}"] * (a.seed is not None)
+        cfg = TrainConfig.from_yaml(config_path, overrides=[*(a.set or ()), *shorthands])
         result = train_policy(out, reward_spec=a.reward, train_cfg=cfg, minutes=a.minutes, resume=a.resume,
                               progress=a.progress, max_iterations=a.max_iterations)
     except (ConfigError, FileNotFoundError, FileExistsError) as exc:

@@ -20,7 +20,9 @@ A history record (one line of history.jsonl, and the argument of `on_iteration`)
 iteration, total_steps, elapsed_s, steps_per_s, collect_s, learn_s, episodes (finished in the
 iteration), mean_step_reward, mean_return, mean_episode_length (steps), mean_episode_length_s,
 fall_fraction, terms {term: mean episode reward per episode second}, losses {value, surrogate,
-entropy, and symmetry with the mirror options}, learning_rate, action_std. Values are None when no episode finished.
+entropy, and symmetry with the mirror options}, learning_rate, action_std, command_level (curriculum)
+and command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
+window). Values are None when no episode finished.
 """
 
 from __future__ import annotations
