@@ -144,19 +144,6 @@ def test_command_curriculum_starts_forward_and_widens_only_while_tracking(robot)
     assert without.ranges(0.0) == (without.vx, without.vy, without.yaw_rate), "no curriculum: full ranges"
 
 
-def test_curriculum_start_error_gates_only_the_first_step(robot):
-    commands = CommandConfig(curriculum=True, curriculum_window_s=0.04, curriculum_error=10.0, curriculum_start_error=0.0)
-    env = LocomotionEnv(robot, EnvConfig(num_envs=16, seed=3, commands=commands,
-                                         randomization=RandomizationConfig.disabled()))
-    for _ in range(6):  # three windows that curriculum_error alone would pass
-        env.step(np.zeros((16, robot.num_joints)))
-    assert env.command_level == 0.0, "the stricter start threshold holds the start ranges"
-    commands.curriculum_start_error, commands.curriculum_error = 10.0, 0.0
-    for _ in range(6):
-        env.step(np.zeros((16, robot.num_joints)))
-    assert env.command_level == pytest.approx(commands.curriculum_step), "one step on the start threshold, then curriculum_error"
-
-
 def test_push_times_are_when_step_pushes(robot):
     only_push = dataclasses.replace(RandomizationConfig.disabled(), push=True, push_interval_s=0.1, push_velocity=1.0)
     env = LocomotionEnv(robot, EnvConfig(num_envs=2, seed=5, randomization=only_push))

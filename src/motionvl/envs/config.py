@@ -41,9 +41,6 @@ class CommandConfig:
     curriculum_error: float = 0.25
     """The level rises when the mean |command_xy - base velocity_xy| (body frame, m/s, over
     all envs and steps of a window) is below this."""
-    curriculum_start_error: float | None = None
-    """Stricter threshold for the first step only (leaving the start ranges), m/s: the forward
-    walk is learnt well before the commands widen. None: curriculum_error for every step."""
     curriculum_step: float = 0.1
     """Level added after each window that tracks well enough."""
     curriculum_window_s: float = 5.0

@@ -194,10 +194,7 @@ class LocomotionEnv:
         if self._tracking[1] >= self._curriculum_steps * self.num_envs:
             c = self.cfg.commands
             self.window_tracking_error = self._tracking[0] / self._tracking[1]
-            threshold = c.curriculum_error
-            if self.command_level == 0.0 and c.curriculum_start_error is not None:
-                threshold = c.curriculum_start_error
-            if c.curriculum and self.window_tracking_error < threshold:
+            if c.curriculum and self.window_tracking_error < c.curriculum_error:
                 self.command_level = min(1.0, self.command_level + c.curriculum_step)
             self._tracking = [0.0, 0]
 
