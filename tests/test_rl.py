@@ -300,19 +300,45 @@ def test_time_to_walk_runs_each_training_seed_with_overrides(tmp_path):
             "--set", "ppo.num_mini_batches=1", "--set", "ppo.actor_hidden_dims=[16]", "--set", "ppo.critic_hidden_dims=[16]"]
     out = tmp_path / "probe"
     proc = subprocess.run([sys.executable, "bench/time_to_walk.py", "--iterations", "1", "--episodes", "2", "--seconds",
-                           "0.3", "--no-final", "--train-seeds", "0,3", "--out", str(out), *tiny],
+                           "0.3", "--no-final", "--train-seeds", "0,3", "--confirm-episodes", "3", "--out", str(out), *tiny],
                           capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for seed in (0, 3):
         cfg = yaml.safe_load((out / f"seed_{seed}" / "config.yaml").read_text())
         assert cfg["seed"] == seed and cfg["env"]["num_envs"] == 8 and cfg["ppo"]["actor_hidden_dims"] == [16]
-        assert json.loads((out / f"seed_{seed}" / "curve.json").read_text())[-1]["iterations"] == 1
+        row = json.loads((out / f"seed_{seed}" / "curve.json").read_text())[-1]
+        assert row["iterations"] == 1 and row["confirm"]["episodes"] == 3
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary == json.loads((out / "seeds.json").read_text()) and set(summary["per_seed"]) == {"0", "3"}
     assert summary["walk_5m_fraction_min"] == min(r["walk_5m_fraction"] for r in summary["per_seed"].values())
+    assert summary["confirm_walk_5m_fraction_min"] == min(r["confirm"]["walk_5m_fraction"] for r in summary["per_seed"].values())
+
+    policy = out / "seed_0" / "policy.onnx"
+    again = subprocess.run([sys.executable, "bench/time_to_walk.py", "--policy", str(policy), "--episodes", "2",
+                            "--seconds", "0.3", "--confirm-episodes", "2"],
+                           capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-2000:]
+    row = json.loads(again.stdout.strip().splitlines()[-1])
+    assert row["policy"] == str(policy) and row["confirm"]["episodes"] == 2 and "walk_5m_fraction" in row
+    missing = subprocess.run([sys.executable, "bench/time_to_walk.py", "--policy", str(tmp_path / "none.onnx")],
+                             capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert missing.returncode == 2 and "none.onnx" in missing.stderr
     bad = subprocess.run([sys.executable, "bench/time_to_walk.py", "--train-seeds", "0", "--set", "ppo.desird_kl=1",
                           "--out", str(tmp_path / "bad")], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "desird_kl" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_wilson_interval_of_the_confirmation_sample():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from time_to_walk import wilson_interval
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    lo, hi = wilson_interval(31, 32)
+    assert 0.83 < lo < 0.85 and 0.99 < hi < 1.0  # textbook score interval of 31/32: 0.843-0.994
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0
+    narrow = wilson_interval(497, 512)
+    assert narrow[0] < 497 / 512 < narrow[1] and narrow[1] - narrow[0] < 0.04 < hi - lo
 
 
 def test_update_runs_on_its_own_torch_threads_and_rollout_threads_come_back(robot):
