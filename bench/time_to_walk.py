@@ -53,6 +53,8 @@ from motionvl.robot import ConfigError
 # heading hold as an operator would steer (motionvl eval --heading-gain): the gain legged_gym's
 # heading command uses
 HOLD_GAIN = 0.5
+# the goal's task: 0.6 m/s straight ahead (10 s episodes, >= 5 m counts as walking)
+GOAL_COMMAND = (0.6, 0.0, 0.0)
 COMMAND_SWEEP = [(-0.5, 0.0, 0.0), (0.3, 0.0, 0.0), (1.0, 0.0, 0.0), (0.5, 0.3, 0.0), (0.5, -0.3, 0.0),
                  (0.4, 0.0, 1.0), (0.4, 0.0, -1.0), (0.0, 0.0, 0.0)]
 
@@ -72,15 +74,16 @@ def gait_summary(episodes: list) -> dict:
     return out
 
 
-def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int) -> dict:
-    """The goal's numbers with the command as is; walk/fell again with the heading held (HOLD_GAIN)."""
-    result = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=(0.6, 0.0, 0.0),
+def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int, confirm_episodes: int = 0) -> dict:
+    """The goal's numbers with the command as is; walk/fell again with the heading held (HOLD_GAIN);
+    with confirm_episodes > 0 also walk/fell over that many more episodes ("confirm")."""
+    result = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=GOAL_COMMAND,
                       seed=seed, return_trajectories=True)
     per = result.pop("per_episode")
     result.pop("trajectories")
     ok = walked(per)
     upright = [e for e in per if not e["fell"]]
-    held = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=(0.6, 0.0, 0.0),
+    held = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=GOAL_COMMAND,
                     seed=seed, return_trajectories=True, heading_gain=HOLD_GAIN)
     return {"walk_5m_fraction": round(len(ok) / len(per), 4), "fell_fraction": result["fell_fraction"],
             "forward_distance_m": result["forward_distance_m"], "tracking_error_mps": result["tracking_error_mps"],
@@ -88,7 +91,8 @@ def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int) -> d
             "heading_error_deg": result["heading_error_deg"],
             "heading_hold": {"walk_5m_fraction": round(len(walked(held["per_episode"])) / len(per), 4),
                              "fell_fraction": held["fell_fraction"], "heading_error_deg": held["heading_error_deg"]},
-            "gait_in_walking_episodes": gait_summary(ok), "gait_in_upright_episodes": gait_summary(upright)}
+            "gait_in_walking_episodes": gait_summary(ok), "gait_in_upright_episodes": gait_summary(upright),
+            **({"confirm": confirm_eval(policy, confirm_episodes, seconds, seed)} if confirm_episodes else {})}
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
@@ -108,7 +112,7 @@ def confirm_eval(policy: Path, episodes: int, seconds: float, seed: int, chunk: 
     k = 0
     while done < episodes:
         n = min(chunk, episodes - done)
-        r = evaluate(policy, seconds=seconds, episodes=n, randomize=True, command=(0.6, 0.0, 0.0),
+        r = evaluate(policy, seconds=seconds, episodes=n, randomize=True, command=GOAL_COMMAND,
                      seed=seed + 1000 + k, return_trajectories=True)
         walked_n += len(walked(r["per_episode"]))
         fell_n += sum(bool(e["fell"]) for e in r["per_episode"])
@@ -126,7 +130,7 @@ def final_eval(policy: Path, episodes: int, seconds: float, seed: int) -> dict:
                       "yaw_rate_error_rps": r["yaw_rate_error_rps"], "heading_error_deg": r["heading_error_deg"],
                       "fell_fraction": r["fell_fraction"]})
     rough = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, terrain="rough",
-                     command=(0.6, 0.0, 0.0), seed=seed)
+                     command=GOAL_COMMAND, seed=seed)
     return {"command_sweep": sweep,
             "mean_tracking_error_mps": round(float(np.mean([s["tracking_error_mps"] for s in sweep])), 4),
             "mean_tracking_error_steady_mps": round(float(np.mean([s["tracking_error_steady_mps"] for s in sweep])), 4),
@@ -153,9 +157,7 @@ def run_curve(args, out: Path, train_cfg) -> tuple[list, dict | None]:
         t0 = time.perf_counter()
         row = {"train_minutes": round(result.elapsed_s / 60.0, 2), "iterations": result.iterations,
                "policy_steps": result.total_steps, "steps_per_s": round(result.steps_per_s),
-               **checkpoint_eval(result.policy_path, args.episodes, args.seconds, args.seed)}
-        if args.confirm_episodes:
-            row["confirm"] = confirm_eval(result.policy_path, args.confirm_episodes, args.seconds, args.seed)
+               **checkpoint_eval(result.policy_path, args.episodes, args.seconds, args.seed, args.confirm_episodes)}
         row["eval_s"] = round(time.perf_counter() - t0, 1)
         curve.append(row)
         curve_path.write_text(json.dumps(curve, indent=1))
@@ -220,9 +222,7 @@ def evaluate_policy(args) -> int:
     if not policy.is_file():
         print(f"time_to_walk: no policy file {policy}", file=sys.stderr)
         return 2
-    row = {"policy": str(policy), **checkpoint_eval(policy, args.episodes, args.seconds, args.seed)}
-    if args.confirm_episodes:
-        row["confirm"] = confirm_eval(policy, args.confirm_episodes, args.seconds, args.seed)
+    row = {"policy": str(policy), **checkpoint_eval(policy, args.episodes, args.seconds, args.seed, args.confirm_episodes)}
     print(json.dumps(row), flush=True)
     return 0
 
