@@ -29,6 +29,10 @@ existing policy that way without training:
 
     .venv/bin/python bench/time_to_walk.py --policy runs/x/policy.onnx --confirm-episodes 512
 
+With `policy_average_iterations` set (the exported policy is then an average of recent iterates),
+the last iterate is evaluated on the same confirmation episodes too: a paired comparison that
+the spread between runs does not blur.
+
 Goals (issue #3): by 10 min >= 95 % of episodes walk >= 5 m without falling; by 20 min swing
 clearance >= 8 cm, stance slip < 0.05 m/s, step frequency within 15 % of the gait frequency,
 double support < 25 %; by 60 min commands tracked with mean error < 0.1 m/s, 0.5 m/s pushes
@@ -158,6 +162,10 @@ def run_curve(args, out: Path, train_cfg) -> tuple[list, dict | None]:
         row = {"train_minutes": round(result.elapsed_s / 60.0, 2), "iterations": result.iterations,
                "policy_steps": result.total_steps, "steps_per_s": round(result.steps_per_s),
                **checkpoint_eval(result.policy_path, args.episodes, args.seconds, args.seed, args.confirm_episodes)}
+        if result.last_iterate_path is not None and args.confirm_episodes:
+            # same episodes as "confirm": the averaged policy and the iterate it ends on, paired
+            row["confirm_last_iterate"] = confirm_eval(result.last_iterate_path, args.confirm_episodes, args.seconds,
+                                                       args.seed)
         row["eval_s"] = round(time.perf_counter() - t0, 1)
         curve.append(row)
         curve_path.write_text(json.dumps(curve, indent=1))
@@ -171,14 +179,15 @@ def run_curve(args, out: Path, train_cfg) -> tuple[list, dict | None]:
 def print_curve(curve: list) -> None:
     print("\n| train min | iterations | policy steps | walk >= 5 m | fell | distance m | heading error deg "
           "| walk >= 5 m, heading held | walk >= 5 m, confirmation episodes (95% interval) "
+          "| same, last iterate (averaging on) "
           "| clearance m | stance slip m/s | touchdown m/s | step Hz | double support |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in curve:
         g, hold = r["gait_in_walking_episodes"], r.get("heading_hold", {})
         held = f"{hold['walk_5m_fraction']:.0%}" if hold else "-"
         print(f"| {r['train_minutes']} | {r['iterations']} | {r['policy_steps']} | {r['walk_5m_fraction']:.0%} "
               f"| {r['fell_fraction']} | {r['forward_distance_m']} | {r.get('heading_error_deg', '-')} | {held} "
-              f"| {confirm_cell(r.get('confirm'))} "
+              f"| {confirm_cell(r.get('confirm'))} | {confirm_cell(r.get('confirm_last_iterate'))} "
               f"| {g['swing_clearance_m']} | {g['stance_slip_mps']} "
               f"| {g.get('touchdown_speed_mps')} "
               f"| {g['step_frequency_hz']} | {g['double_support_fraction']} |")

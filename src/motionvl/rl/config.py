@@ -94,6 +94,11 @@ class TrainConfig:
     the cores this process may use; None: keep torch_threads). On 2 cores 2 threads cut the update
     from ~0.33 to ~0.23 s per iteration (+12% whole-loop steps/s); a second process sharing the
     cores (two trainings side by side) makes it worse, set 1 then."""
+    policy_average_iterations: float = 0.0
+    """Export (and evaluate) the exponential moving average of the actor's weights with a time
+    constant of this many PPO iterations instead of the last iterate; 0 = the last iterate. With
+    averaging on, the last iterate is exported beside it as policy_last_iterate.onnx. Training
+    always continues on the last iterate (motionvl.rl.averaging)."""
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     """Environment used for training (env section of the YAML)."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
@@ -142,6 +147,8 @@ class TrainConfig:
             (p.mirror_loss_coeff >= 0, "ppo.mirror_loss_coeff must be >= 0"),
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
+            (self.policy_average_iterations == 0 or self.policy_average_iterations >= 1,
+             "policy_average_iterations must be 0 (off) or >= 1"),
             (self.minutes > 0, "minutes must be > 0"),
             (self.torch_threads is None or self.torch_threads >= 1, "torch_threads must be >= 1 or null"),
             (self.update_torch_threads is None or self.update_torch_threads >= 1, "update_torch_threads must be >= 1 or null"),

@@ -5,11 +5,13 @@ Run directory layout (everything a later step needs, nothing else):
     RUN_DIR/config.yaml            the TrainConfig used (env + ppo + run settings)
     RUN_DIR/reward_spec.yaml       the reward spec trained on (its to_dict())
     RUN_DIR/tb/                    TensorBoard event files
-    RUN_DIR/checkpoints/model_<it>.pt, latest.pt   rsl_rl checkpoints (+ our counters in "infos")
+    RUN_DIR/checkpoints/model_<it>.pt, latest.pt   rsl_rl checkpoints (+ our counters and the policy average in "infos")
     RUN_DIR/history.jsonl          one JSON record per PPO iteration
     RUN_DIR/term_stats.json        per-term episode reward mean/min/max/last over training
                                    (the "reward reflection" fed back to the LLM)
-    RUN_DIR/policy.onnx            the exported actor with the deployment contract
+    RUN_DIR/policy.onnx            the exported actor with the deployment contract (with
+                                   policy_average_iterations: the average of the recent iterates)
+    RUN_DIR/policy_last_iterate.onnx   only with averaging on: the last iterate, for comparison
 
 `train_policy(...)` runs until the time budget (summed over resumed sessions) or the iteration
 limit is reached, the `on_iteration` callback returns False or SIGINT arrives; it then saves,
@@ -40,6 +42,7 @@ import torch
 import yaml
 
 from motionvl.envs.locomotion import LocomotionEnv
+from motionvl.rl.averaging import PolicyAverage
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.export import export_policy, policy_metadata
 from motionvl.rl.vecenv import LocomotionVecEnv
@@ -66,6 +69,8 @@ class TrainResult:
     """'time budget', 'max iterations', 'callback' or 'interrupted'."""
     term_stats: dict
     """Contents of term_stats.json."""
+    last_iterate_path: Path | None = None
+    """policy_last_iterate.onnx when the run exports an averaged policy (policy_average_iterations), else None."""
 
 
 # ---------------------------------------------------------------------- building blocks
@@ -208,6 +213,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         infos = torch.load(latest, weights_only=False, map_location="cpu").get("infos") or {}
         start_it = int(infos.get("iteration", 0))
     vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it)
+    average = PolicyAverage(runner.alg.get_policy(), cfg.policy_average_iterations) if cfg.policy_average_iterations else None
     if resume:
         try:
             runner.load(str(latest), map_location=runner.device)
@@ -219,6 +225,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
                                f"config {run_dir / 'config.yaml'}); it was written by another MotionVL version or "
                                f"config. Start a new run directory. Torch said: {str(exc).splitlines()[0]}") from exc
         runner.current_learning_iteration = start_it
+        if average is not None and "policy_average" in infos:
+            average.load_state_dict(infos["policy_average"])
         if cfg.env.commands.curriculum:
             vec.env.command_level = float(infos.get("command_level", 0.0))
     history = _load_history(run_dir / "history.jsonl", start_it)
@@ -235,7 +243,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
 
     def save() -> None:
         state = {"iteration": it, "total_steps": total_steps, "elapsed_s": elapsed0 + time.perf_counter() - session_t0,
-                 "command_level": vec.env.command_level, "train_config": cfg.to_dict()}
+                 "command_level": vec.env.command_level, "train_config": cfg.to_dict(),
+                 **({"policy_average": average.state_dict()} if average is not None else {})}
         tmp = ckpt_dir / "latest.pt.tmp"
         runner.save(str(tmp), infos=state)
         os.replace(tmp, latest)
@@ -257,6 +266,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
                 stop_reason = "interrupted"
                 break
             it += 1
+            if average is not None:
+                average.update(runner.alg.get_policy())
             total_steps += info["steps"]
             session_steps += info["steps"]
             last_iter_s = info["collect_s"] + info["learn_s"]
@@ -279,10 +290,15 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     writer.close()
     save()
     meta = policy_metadata(robot, cfg.env, vec.num_obs)
-    policy_path = export_policy(runner.alg.get_policy(), run_dir / "policy.onnx", meta)
+    actor = runner.alg.get_policy()
+    last_iterate_path = None
+    if average is not None:
+        last_iterate_path = export_policy(actor, run_dir / "policy_last_iterate.onnx", meta)
+        actor = average.averaged_actor(actor)
+    policy_path = export_policy(actor, run_dir / "policy.onnx", meta)
     return TrainResult(run_dir=run_dir, policy_path=policy_path, iterations=it, total_steps=total_steps,
                        elapsed_s=elapsed0 + session_s, steps_per_s=session_steps / max(session_s, 1e-9),
-                       stop_reason=stop_reason, term_stats=term_stats(history))
+                       stop_reason=stop_reason, term_stats=term_stats(history), last_iterate_path=last_iterate_path)
 
 
 # ---------------------------------------------------------------------- helpers
