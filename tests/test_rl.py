@@ -420,5 +420,6 @@ def test_averaged_run_exports_the_average_and_the_last_iterate_and_resumes_it(ro
     got_avg, got_last = load_policy(result.policy_path)(obs.numpy()), load_policy(result.last_iterate_path)(obs.numpy())
     assert np.max(np.abs(got_avg - expect_avg)) < 1e-5 and np.max(np.abs(got_last - expect_last)) < 1e-5
     assert np.max(np.abs(got_avg - got_last)) > 1e-4, "policy.onnx is the average, not the last iterate"
-    plain = train_policy(tmp_path / "plain", PlaceholderReward(), tiny_config(), max_iterations=1, progress=False, robot=robot)
+    cfg.policy_average_iterations = 0
+    plain = train_policy(tmp_path / "plain", PlaceholderReward(), cfg, max_iterations=1, progress=False, robot=robot)
     assert plain.last_iterate_path is None and not (tmp_path / "plain" / "policy_last_iterate.onnx").exists()

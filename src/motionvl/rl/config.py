@@ -94,11 +94,12 @@ class TrainConfig:
     the cores this process may use; None: keep torch_threads). On 2 cores 2 threads cut the update
     from ~0.33 to ~0.23 s per iteration (+12% whole-loop steps/s); a second process sharing the
     cores (two trainings side by side) makes it worse, set 1 then."""
-    policy_average_iterations: float = 0.0
+    policy_average_iterations: float = 10.0
     """Export (and evaluate) the exponential moving average of the actor's weights with a time
     constant of this many PPO iterations instead of the last iterate; 0 = the last iterate. With
     averaging on, the last iterate is exported beside it as policy_last_iterate.onnx. Training
-    always continues on the last iterate (motionvl.rl.averaging)."""
+    always continues on the last iterate (motionvl.rl.averaging). 10 (~8 s of training here):
+    longer horizons lag a policy that is still improving (bench/RESULTS.md, policy averaging)."""
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     """Environment used for training (env section of the YAML)."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
