@@ -423,3 +423,29 @@ def test_averaged_run_exports_the_average_and_the_last_iterate_and_resumes_it(ro
     cfg.policy_average_iterations = 0
     plain = train_policy(tmp_path / "plain", PlaceholderReward(), cfg, max_iterations=1, progress=False, robot=robot)
     assert plain.last_iterate_path is None and not (tmp_path / "plain" / "policy_last_iterate.onnx").exists()
+
+
+def test_policy_average_scan_rebuilds_what_training_exported(robot, tmp_path):
+    cfg = tiny_config()  # save_interval 1: every iterate on disk
+    cfg.policy_average_iterations = 2.0
+    run_dir = tmp_path / "run"
+    result = train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=3, progress=False, robot=robot)
+    # the scan rebuilds the env from the run's files: a library spec in place of the placeholder
+    (run_dir / "reward_spec.yaml").write_text((ROOT / "config" / "rewards" / "reference.yaml").read_text())
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = tmp_path / "scan"
+    proc = subprocess.run([sys.executable, "bench/policy_average_scan.py", str(run_dir), "--horizons", "2", "--window", "2",
+                           "--episodes", "2", "--seconds", "0.3", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [r["policy"] for r in rows] == ["last iterate", "moving average, 2 iterations", "mean of checkpoints 2..3 (2)"]
+    assert all(r["iteration"] == 3 and r["episodes"] == 2 for r in rows)
+    obs = np.random.default_rng(0).normal(size=(16, load_policy(result.policy_path).num_obs)).astype(np.float32)
+    same = lambda a, b: np.max(np.abs(load_policy(a)(obs) - load_policy(b)(obs))) < 1e-5  # noqa: E731
+    assert same(rows[0]["onnx"], result.last_iterate_path) and same(rows[1]["onnx"], result.policy_path)
+    assert not same(rows[2]["onnx"], result.policy_path)
+    (run_dir / "checkpoints" / "model_1.pt").unlink()
+    gaps = subprocess.run([sys.executable, "bench/policy_average_scan.py", str(run_dir), "--horizons", "2"],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert gaps.returncode != 0 and "save_interval=1" in gaps.stderr
