@@ -49,23 +49,36 @@ def actor_weights(run: Path, iteration: int) -> dict:
     return torch.load(run / "checkpoints" / f"model_{iteration}.pt", weights_only=False, map_location="cpu")["actor_state_dict"]
 
 
-def variants(run: Path, actor, target: int, horizons: list[float], window: int, saved: list[int]):
-    """(name, actor-like module) for the iterate `target` and each requested average."""
-    if horizons:
-        missing = [i for i in range(1, target + 1) if i not in set(saved)]
+class MovingAverages:
+    """The EMAs of a run's iterates for several horizons, folded forward one saved iterate at a time,
+    so that several target iterations (ascending) read each checkpoint once."""
+
+    def __init__(self, run: Path, actor, horizons: list[float], saved: list[int]):
+        self.run, self.actor, self.saved = run, actor, set(saved)
+        self.averages = {h: PolicyAverage(actor, h) for h in horizons}
+        self.done = 0
+
+    def advance_to(self, target: int) -> None:
+        missing = [i for i in range(self.done + 1, target + 1) if i not in self.saved]
         if missing:
-            raise SystemExit(f"policy_average_scan: --horizons needs every iterate 1..{target} in {run}/checkpoints; "
+            raise SystemExit(f"policy_average_scan: --horizons needs every iterate 1..{target} in {self.run}/checkpoints; "
                              f"{len(missing)} missing (first {missing[0]}). Train with --set save_interval=1, "
                              f"or use --window K")
-        averages = {h: PolicyAverage(actor, h) for h in horizons}
-        for i in range(1, target + 1):
-            actor.load_state_dict(actor_weights(run, i))
-            for average in averages.values():
-                average.update(actor)
+        for i in range(self.done + 1, target + 1):
+            self.actor.load_state_dict(actor_weights(self.run, i))
+            for average in self.averages.values():
+                average.update(self.actor)
+        self.done = max(self.done, target)
+
+
+def variants(run: Path, actor, target: int, moving: MovingAverages, window: int, saved: list[int]):
+    """(name, actor-like module) for the iterate `target` and each requested average."""
+    if moving.averages:
+        moving.advance_to(target)
     actor.load_state_dict(actor_weights(run, target))
     yield "last iterate", actor
-    for h in horizons:
-        yield f"moving average, {h:g} iterations", averages[h].averaged_actor(actor)
+    for h, average in moving.averages.items():
+        yield f"moving average, {h:g} iterations", average.averaged_actor(actor)
     if window:
         its = [i for i in saved if i <= target][-window:]
         module = copy.deepcopy(actor)  # this actor never ran a training step: nothing in it refuses a copy
@@ -79,7 +92,7 @@ def variants(run: Path, actor, target: int, horizons: list[float], window: int, 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a training run directory (checkpoints/model_<it>.pt)")
-    parser.add_argument("--iterations", default=None, help="comma-separated target iterations (default: the last saved)")
+    parser.add_argument("--iterations", default=None, help="comma-separated target iterations, evaluated in ascending order (default: the last saved)")
     parser.add_argument("--horizons", default="", help="EMA time constants in iterations, comma-separated")
     parser.add_argument("--window", type=int, default=0, help="also the plain mean of the last K saved checkpoints")
     parser.add_argument("--episodes", type=int, default=512, help="randomised 10 s episodes per variant")
@@ -92,7 +105,7 @@ def main(argv=None) -> int:
     if not saved:
         print(f"policy_average_scan: no checkpoints/model_<it>.pt in {args.run}", file=sys.stderr)
         return 2
-    targets = [int(t) for t in args.iterations.split(",")] if args.iterations else [saved[-1]]
+    targets = sorted(int(t) for t in args.iterations.split(",")) if args.iterations else [saved[-1]]
     horizons = [float(h) for h in args.horizons.split(",") if h.strip()]
     out = args.out or args.run / "average_scan"
     cfg = TrainConfig.from_yaml(args.run / "config.yaml")
@@ -101,12 +114,13 @@ def main(argv=None) -> int:
     vec, runner = build_runner(cfg, load_reward_spec(args.run / "reward_spec.yaml"), robot)
     actor = runner.alg.get_policy()
     meta = policy_metadata(robot, cfg.env, vec.num_obs)
+    moving = MovingAverages(args.run, actor, horizons, saved)
     rows = []
     for target in targets:
         if target not in saved:
             print(f"policy_average_scan: no checkpoint model_{target}.pt in {args.run}", file=sys.stderr)
             return 2
-        for k, (name, module) in enumerate(variants(args.run, actor, target, horizons, args.window, saved)):
+        for k, (name, module) in enumerate(variants(args.run, actor, target, moving, args.window, saved)):
             path = export_policy(module, out / f"it{target}_{k}.onnx", meta)
             row = {"iteration": target, "policy": name, "onnx": str(path),
                    **confirm_eval(path, args.episodes, args.seconds, args.seed)}
