@@ -6,7 +6,8 @@ averaged in two ways, exported to ONNX and evaluated like time_to_walk's confirm
 
 - `--horizons H,...`: the exponential moving average with time constant H iterations, exactly as
   training with `policy_average_iterations: H` exports it (motionvl.rl.averaging). It needs every
-  iterate 1..IT on disk: train with `--set save_interval=1` (~0.4 MB per iteration).
+  iterate 1..IT on disk: train with `--set save_interval=1` (~0.9 MB per iteration). `H:G` is the
+  growing time constant max(H, G x iteration) (`policy_average_growth: G`).
 - `--window K`: the plain mean of the last K saved checkpoints up to IT, for runs saved every 25
   iterations (the default save_interval).
 
@@ -14,7 +15,7 @@ The observation normaliser is the iterate IT's in every variant. Every variant i
 the same episodes, so the comparison is paired.
 
     .venv/bin/python bench/time_to_walk.py --minutes 10 --eval-every 10 --no-final --set save_interval=1 --out /tmp/r
-    .venv/bin/python bench/policy_average_scan.py /tmp/r --horizons 5,10,30 --episodes 512
+    .venv/bin/python bench/policy_average_scan.py /tmp/r --horizons 5,10,30,10:0.02 --episodes 512
     .venv/bin/python bench/policy_average_scan.py runs/time_to_walk --iterations 768,1957 --window 4
 """
 
@@ -53,9 +54,9 @@ class MovingAverages:
     """The EMAs of a run's iterates for several horizons, folded forward one saved iterate at a time,
     so that several target iterations (ascending) read each checkpoint once."""
 
-    def __init__(self, run: Path, actor, horizons: list[float], saved: list[int]):
+    def __init__(self, run: Path, actor, horizons: list[tuple[float, float]], saved: list[int]):
         self.run, self.actor, self.saved = run, actor, set(saved)
-        self.averages = {h: PolicyAverage(actor, h) for h in horizons}
+        self.averages = {horizon_name(h, g): PolicyAverage(actor, h, g) for h, g in horizons}
         self.done = 0
 
     def advance_to(self, target: int) -> None:
@@ -71,14 +72,30 @@ class MovingAverages:
         self.done = max(self.done, target)
 
 
+def horizon_name(iterations: float, growth: float) -> str:
+    return f"max({iterations:g}, {growth:g} x it)" if growth else f"{iterations:g}"
+
+
+def parse_horizons(text: str) -> list[tuple[float, float]]:
+    """"5,10,10:0.02" -> [(5, 0), (10, 0), (10, 0.02)]: fixed time constants, or minimum:growth."""
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        iterations, _, growth = item.partition(":")
+        try:
+            out.append((float(iterations), float(growth or 0)))
+        except ValueError:
+            raise SystemExit(f"policy_average_scan: --horizons item {item!r}: expected H or H:G (numbers)") from None
+    return out
+
+
 def variants(run: Path, actor, target: int, moving: MovingAverages, window: int, saved: list[int]):
     """(name, actor-like module) for the iterate `target` and each requested average."""
     if moving.averages:
         moving.advance_to(target)
     actor.load_state_dict(actor_weights(run, target))
     yield "last iterate", actor
-    for h, average in moving.averages.items():
-        yield f"moving average, {h:g} iterations", average.averaged_actor(actor)
+    for name, average in moving.averages.items():
+        yield f"moving average, {name} iterations", average.averaged_actor(actor)
     if window:
         its = [i for i in saved if i <= target][-window:]
         module = copy.deepcopy(actor)  # this actor never ran a training step: nothing in it refuses a copy
@@ -93,7 +110,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a training run directory (checkpoints/model_<it>.pt)")
     parser.add_argument("--iterations", default=None, help="comma-separated target iterations, evaluated in ascending order (default: the last saved)")
-    parser.add_argument("--horizons", default="", help="EMA time constants in iterations, comma-separated")
+    parser.add_argument("--horizons", default="", help="EMA time constants in iterations, comma-separated; H:G grows as max(H, G x iteration)")
     parser.add_argument("--window", type=int, default=0, help="also the plain mean of the last K saved checkpoints")
     parser.add_argument("--episodes", type=int, default=512, help="randomised 10 s episodes per variant")
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -106,7 +123,7 @@ def main(argv=None) -> int:
         print(f"policy_average_scan: no checkpoints/model_<it>.pt in {args.run}", file=sys.stderr)
         return 2
     targets = sorted(int(t) for t in args.iterations.split(",")) if args.iterations else [saved[-1]]
-    horizons = [float(h) for h in args.horizons.split(",") if h.strip()]
+    horizons = parse_horizons(args.horizons)
     out = args.out or args.run / "average_scan"
     cfg = TrainConfig.from_yaml(args.run / "config.yaml")
     cfg.env.num_envs = 1  # the runner only carries the actor here

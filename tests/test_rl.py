@@ -269,7 +269,8 @@ def test_training_config_loads_and_rejects_bad_values(tmp_path):
                       ("env: {num_env: 3}", "unknown keys"), ("[1, 2]", "expected a mapping"),
                       ("ppo: {schedule: cosine}", "schedule"), ("update_torch_threads: 0", "update_torch_threads"),
                       ("env: {commands: {heading_gain: -0.5}}", "heading_gain"),
-                      ("policy_average_iterations: 0.5", "policy_average_iterations")):
+                      ("policy_average_iterations: 0.5", "policy_average_iterations"),
+                      ("policy_average_growth: -1", "policy_average_growth")):
         bad.write_text(text)
         with pytest.raises(ConfigError, match=msg):
             TrainConfig.from_yaml(bad)
@@ -394,6 +395,29 @@ def test_policy_average_is_an_ema_of_parameters_with_the_current_normaliser():
     assert again.updates == 3 and torch.allclose(again.averaged_actor(actor).layer.weight, averaged.layer.weight)
     with pytest.raises(ValueError, match=">= 1"):
         PolicyAverage(actor, iterations=0.5)
+    with pytest.raises(ValueError, match=">= 0"):
+        PolicyAverage(actor, iterations=1, growth=-0.1)
+
+
+def test_growing_policy_average_horizon():
+    from motionvl.rl.averaging import PolicyAverage
+
+    actor = torch.nn.Linear(1, 1, bias=False)
+    # time constant max(1, 1 x k) at the k-th update: weight 1/k, the running arithmetic mean
+    mean = PolicyAverage(actor, iterations=1, growth=1.0)
+    # time constant max(4, 0.5 x k): fixed 1/4 until k = 8, then 2/k
+    late = PolicyAverage(actor, iterations=4, growth=0.5)
+    values = [1.0, 3.0, 8.0, 0.0, 2.0, 6.0, 1.0, 3.0, 9.0, 7.0]
+    expect_late = None
+    for k, value in enumerate(values, start=1):
+        with torch.no_grad():
+            actor.weight.fill_(value)
+        mean.update(actor)
+        late.update(actor)
+        expect_late = value if k == 1 else expect_late + (value - expect_late) / max(4.0, 0.5 * k)
+        assert late.horizon(k) == max(4.0, 0.5 * k)
+    assert torch.allclose(mean.averaged_actor(actor).weight, torch.tensor([[sum(values) / len(values)]]))
+    assert torch.allclose(late.averaged_actor(actor).weight, torch.tensor([[expect_late]]))
 
 
 def test_averaged_run_exports_the_average_and_the_last_iterate_and_resumes_it(robot, tmp_path):
@@ -427,19 +451,21 @@ def test_averaged_run_exports_the_average_and_the_last_iterate_and_resumes_it(ro
 
 def test_policy_average_scan_rebuilds_what_training_exported(robot, tmp_path):
     cfg = tiny_config()  # save_interval 1: every iterate on disk
-    cfg.policy_average_iterations = 2.0
+    cfg.policy_average_iterations = 1.0
+    cfg.policy_average_growth = 1.0  # max(1, k): training exports the plain mean of iterates 1..3
     run_dir = tmp_path / "run"
     result = train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=3, progress=False, robot=robot)
     # the scan rebuilds the env from the run's files: a library spec in place of the placeholder
     (run_dir / "reward_spec.yaml").write_text((ROOT / "config" / "rewards" / "reference.yaml").read_text())
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = tmp_path / "scan"
-    proc = subprocess.run([sys.executable, "bench/policy_average_scan.py", str(run_dir), "--horizons", "2", "--window", "2",
+    proc = subprocess.run([sys.executable, "bench/policy_average_scan.py", str(run_dir), "--horizons", "1:1", "--window", "2",
                            "--episodes", "2", "--seconds", "0.3", "--out", str(out)],
                           capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert [r["policy"] for r in rows] == ["last iterate", "moving average, 2 iterations", "mean of checkpoints 2..3 (2)"]
+    assert [r["policy"] for r in rows] == ["last iterate", "moving average, max(1, 1 x it) iterations",
+                                         "mean of checkpoints 2..3 (2)"]
     assert all(r["iteration"] == 3 and r["episodes"] == 2 for r in rows)
     obs = np.random.default_rng(0).normal(size=(16, load_policy(result.policy_path).num_obs)).astype(np.float32)
     same = lambda a, b: np.max(np.abs(load_policy(a)(obs) - load_policy(b)(obs))) < 1e-5  # noqa: E731

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 DEFAULT_TASK = "walk forward at 0.6 m/s with an upright torso"
-DEFAULT_MINUTES = 5.0
+DEFAULT_MINUTES = 10.0
 DEFAULT_OUT = Path("out/demo")
 
 

@@ -100,6 +100,10 @@ class TrainConfig:
     averaging on, the last iterate is exported beside it as policy_last_iterate.onnx. Training
     always continues on the last iterate (motionvl.rl.averaging). 10 (~8 s of training here):
     longer horizons lag a policy that is still improving (bench/RESULTS.md, policy averaging)."""
+    policy_average_growth: float = 0.0
+    """Let the averaging time constant grow with training: max(policy_average_iterations, this x
+    iteration) iterations (0.04: 10 until iteration 250, ~180 after 60 minutes here). 0 = fixed.
+    On one 60-minute run 0.01-0.04 were within noise of the fixed 10 (bench/RESULTS.md, fifth run)."""
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     """Environment used for training (env section of the YAML)."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
@@ -150,6 +154,7 @@ class TrainConfig:
             (self.save_interval >= 1, "save_interval must be >= 1"),
             (self.policy_average_iterations == 0 or self.policy_average_iterations >= 1,
              "policy_average_iterations must be 0 (off) or >= 1"),
+            (self.policy_average_growth >= 0, "policy_average_growth must be >= 0"),
             (self.minutes > 0, "minutes must be > 0"),
             (self.torch_threads is None or self.torch_threads >= 1, "torch_threads must be >= 1 or null"),
             (self.update_torch_threads is None or self.update_torch_threads >= 1, "update_torch_threads must be >= 1 or null"),

@@ -213,7 +213,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         infos = torch.load(latest, weights_only=False, map_location="cpu").get("infos") or {}
         start_it = int(infos.get("iteration", 0))
     vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it)
-    average = PolicyAverage(runner.alg.get_policy(), cfg.policy_average_iterations) if cfg.policy_average_iterations else None
+    average = (PolicyAverage(runner.alg.get_policy(), cfg.policy_average_iterations, cfg.policy_average_growth)
+               if cfg.policy_average_iterations else None)
     if resume:
         try:
             runner.load(str(latest), map_location=runner.device)
