@@ -6,7 +6,7 @@ averaged in two ways, exported to ONNX and evaluated like time_to_walk's confirm
 
 - `--horizons H,...`: the exponential moving average with time constant H iterations, exactly as
   training with `policy_average_iterations: H` exports it (motionvl.rl.averaging). It needs every
-  iterate 1..IT on disk: train with `--set save_interval=1` (~0.9 MB per iteration). `H:G` is the
+  iterate 1..IT on disk: train with `--set save_interval=1` (~0.5 MB kept per iteration). `H:G` is the
   growing time constant max(H, G x iteration) (`policy_average_growth: G`).
 - `--window K`: the plain mean of the last K saved checkpoints up to IT, for runs saved every 25
   iterations (the default save_interval).

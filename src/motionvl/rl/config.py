@@ -103,6 +103,8 @@ class TrainConfig:
     policy_average_growth: float = 0.0
     """Let the averaging time constant grow with training: max(policy_average_iterations, this x
     iteration) iterations (0.04: 10 until iteration 250, ~180 after 60 minutes here). 0 = fixed.
+    "Iteration" counts the average's updates: the same as the run's iteration unless averaging
+    was switched on when resuming a run that had none.
     On one 60-minute run 0.01-0.04 were within noise of the fixed 10 (bench/RESULTS.md, fifth run)."""
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     """Environment used for training (env section of the YAML)."""
