@@ -105,6 +105,35 @@ def test_latency_is_drawn_in_robot_pd_steps(robot):
     assert np.all(np.where(lat > 0, (delay > lat - 1) & (delay < lat), delay == 0))
 
 
+def test_critic_sees_the_randomization_draws_the_simulator_uses(robot):
+    J = robot.num_joints
+    rand = RandomizationConfig(added_mass=True)
+    plain = LocomotionEnv(robot, EnvConfig(num_envs=8, num_threads=1, seed=2, randomization=rand))
+    env = LocomotionEnv(robot, EnvConfig(num_envs=8, num_threads=1, seed=2, randomization=rand,
+                                         critic_sees_randomization=True))
+    assert plain.num_privileged == 6 and env.num_privileged == 6 + 2 * J + 4
+    assert sum(n for _, n, _ in env.privileged_layout) == env.num_privileged
+    for _ in range(3):
+        env.step(np.zeros((8, J)))
+    priv = env.privileged_observations()
+    s = env.state
+    np.testing.assert_allclose(priv[:, :6], np.column_stack([2 * s.base_lin_vel, s.base_height, s.foot_contact]))
+    tail = priv[:, 6:]
+    # each column read back from the per-env MuJoCo model, not from the draw buffers
+    friction = env.sim.per_env_model_field("geom_friction")[:, 0, 0]
+    np.testing.assert_allclose(tail[:, 0], friction - 0.75)
+    kp = env.sim.per_env_model_field("actuator_gainprm")[:, :, 0]
+    np.testing.assert_allclose(tail[:, 1:1 + J], np.log(kp / env.model.actuator_gainprm[:, 0]), atol=1e-12)
+    frictionloss = env.sim.per_env_model_field("dof_frictionloss")[:, env._qvel_j]
+    np.testing.assert_allclose(tail[:, 1 + J:1 + 2 * J], np.log(frictionloss / robot.joint_friction), atol=1e-12)
+    delay = env.sim.per_env_model_field("actuator_delay")[:, 0] / env.sim_dt
+    np.testing.assert_allclose(tail[:, 1 + 2 * J], np.ceil(delay - 1e-9) / env.decimation)
+    mass = env.sim.per_env_model_field("body_mass")[:, env._base_body] - env.model.body_mass[env._base_body]
+    np.testing.assert_allclose(tail[:, 2 + 2 * J], mass * 0.25)
+    np.testing.assert_allclose(tail[:, 3 + 2 * J], 3 / env._push_steps)
+    assert np.ptp(tail[:, 0]) > 0.1 and np.ptp(tail[:, 1:1 + J]) > 0.05, "draws differ between envs"
+
+
 def test_training_dt_must_keep_the_control_period(robot):
     with pytest.raises(ConfigError, match="control period"):
         LocomotionEnv(robot, EnvConfig(num_envs=2, sim_dt=0.005, decimation=5))

@@ -99,6 +99,23 @@ def test_mirrored_physics_gives_mirrored_observations_and_equal_rewards(obs_hist
     np.testing.assert_array_equal(m.obs(m.obs(x)), x)
 
 
+def test_mirror_of_the_randomization_draws_permutes_joint_scales_and_keeps_scalars():
+    env = LocomotionEnv(ROBOT, EnvConfig(num_envs=2, num_threads=1, critic_sees_randomization=True))
+    m = EnvMirror.of(env)
+    total = env.num_obs + env.num_privileged
+    assert sorted(m.critic_index) == list(range(total))
+    perm, _ = joint_mirror(env.model, ROBOT.joint_names)
+    J = env.num_joints
+    critic = np.concatenate([env.observations(), env.privileged_observations()], axis=1)
+    mirrored = m.critic(critic[0])
+    draws = slice(env.num_obs + 6, total)
+    tail, tail_m = critic[0, draws], mirrored[draws]
+    np.testing.assert_array_equal(tail_m[1:1 + J], tail[1:1 + J][perm])  # gain scales: the partner's, sign kept
+    np.testing.assert_array_equal(tail_m[1 + J:1 + 2 * J], tail[1 + J:1 + 2 * J][perm])
+    np.testing.assert_array_equal(tail_m[[0, -3, -2, -1]], tail[[0, -3, -2, -1]])
+    assert np.any(tail[1:1 + J] != tail[1:1 + J][perm])
+
+
 def test_mirror_batch_appends_the_mirror_image():
     env = LocomotionEnv(ROBOT, EnvConfig(num_envs=4, num_threads=1))
     vec = LocomotionVecEnv(env)

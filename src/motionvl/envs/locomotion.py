@@ -7,7 +7,8 @@ Observation layout of the actor (`OBS_LAYOUT`, also written into the ONNX metada
     base_ang_vel (3) x0.25 | projected_gravity (3) | command (3) x(2, 2, 0.25) |
     joint_pos - default (J) | joint_vel (J) x0.05 | last_action (J) | gait_phase sin, cos (2)
 then, with `obs_history=H`, H past frames of the proprioceptive part (all but command/phase).
-The critic additionally sees base_lin_vel x2 (3), base height (1), foot contacts (2) (`PRIVILEGED_LAYOUT`).
+The critic additionally sees base_lin_vel x2 (3), base height (1), foot contacts (2) (`PRIVILEGED_LAYOUT`)
+and, with `critic_sees_randomization`, the episode's randomisation draws (`randomization_layout`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,22 @@ def proprio_layout(num_joints: int) -> list:
 
 PRIVILEGED_LAYOUT = [("base_lin_vel", 3, 2.0), ("base_height", 1, 1.0), ("foot_contact", 2, 1.0)]
 """(name, size, scale) of what the critic sees after the actor observation."""
+
+
+def randomization_layout(num_joints: int) -> list:
+    """(name, size, scale) of the randomisation draws the critic sees with `critic_sees_randomization`.
+
+    Values are centred near 0 at the nominal robot: friction - 0.75, log of the gain and
+    joint-friction multipliers, latency in policy periods, added mass / 4 kg, push phase in [0, 1).
+    """
+    return [
+        ("ground_friction", 1, 1.0),
+        ("gain_scale_log", num_joints, 1.0),
+        ("joint_friction_scale_log", num_joints, 1.0),
+        ("latency_periods", 1, 1.0),
+        ("added_mass", 1, 0.25),
+        ("push_phase", 1, 1.0),
+    ]
 
 
 class LocomotionEnv:
@@ -95,7 +112,9 @@ class LocomotionEnv:
         self.layout = obs_layout(J)
         self._obs_scale = np.concatenate([np.broadcast_to(np.asarray(s, float), (n,)) for _, n, s in self.layout])
         self.proprio_layout = proprio_layout(J)
-        self.privileged_layout = PRIVILEGED_LAYOUT
+        self.privileged_layout = list(PRIVILEGED_LAYOUT)
+        if cfg.critic_sees_randomization:
+            self.privileged_layout += randomization_layout(J)
         self.num_proprio = sum(n for _, n, _ in self.proprio_layout)
         self.num_obs = int(self._obs_scale.size + cfg.obs_history * self.num_proprio)
         self.num_privileged = sum(n for _, n, _ in self.privileged_layout)
@@ -114,6 +133,11 @@ class LocomotionEnv:
         self.last_joint_vel = np.zeros((N, J))
         self.vel_avg = np.zeros((N, 3))  # RewardState.base_vel_avg: (vx, vy, yaw rate), averaged over a gait period
         self.latency = np.zeros(N, dtype=np.int64)
+        # this episode's randomisation draws, nominal (1 = unscaled) where a randomisation is off
+        self.ground_friction = np.full(N, float(self.model.geom_friction[0, 0]))
+        self.gain_scale = np.ones((N, J))
+        self.joint_friction_scale = np.ones((N, J))
+        self.added_mass = np.zeros(N)
         self.history = np.zeros((N, max(cfg.obs_history, 0), self.num_proprio))
         # per-episode sum of each reward term: rows of one (terms, N) array, episode_sums views them by name
         self._term_sums = np.zeros((0, N))
@@ -148,18 +172,20 @@ class LocomotionEnv:
     def _randomize(self, ids: np.ndarray) -> None:
         r, n, rng = self.cfg.randomization, len(ids), self.rng
         if self._friction is not None:
-            self._friction[ids, :, 0] = rng.uniform(*r.friction_range, size=(n, 1))
+            self.ground_friction[ids] = rng.uniform(*r.friction_range, size=n)
+            self._friction[ids, :, 0] = self.ground_friction[ids, None]
         if r.gain_scale:
-            scale = rng.uniform(*r.gain_scale_range, size=(n, self.num_joints))
+            self.gain_scale[ids] = scale = rng.uniform(*r.gain_scale_range, size=(n, self.num_joints))
             kp, kd = self._kp0 * scale, self._kd0 * scale
             self._gain[ids, :, 0] = kp
             self._bias[ids, :, 1] = -kp
             self._bias[ids, :, 2] = -kd
         if self._joint_friction is not None:
-            scale = rng.uniform(*r.joint_friction_range, size=(n, self.num_joints))
+            self.joint_friction_scale[ids] = scale = rng.uniform(*r.joint_friction_range, size=(n, self.num_joints))
             self._joint_friction[ids[:, None], self._qvel_j[None, :]] = self.robot.joint_friction * scale
         if self._mass is not None:
-            self._mass[ids, self._base_body] = self.model.body_mass[self._base_body] + rng.uniform(*r.added_mass_range, n)
+            self.added_mass[ids] = rng.uniform(*r.added_mass_range, n)
+            self._mass[ids, self._base_body] = self.model.body_mass[self._base_body] + self.added_mass[ids]
             self.sim.set_const()
         if r.latency:
             lo, hi = r.latency_range
@@ -388,7 +414,13 @@ class LocomotionEnv:
 
     def privileged_observations(self) -> np.ndarray:
         s = self.state
-        return np.concatenate([s.base_lin_vel, s.base_height[:, None], s.foot_contact], axis=1) * self._privileged_scale
+        blocks = [s.base_lin_vel, s.base_height[:, None], s.foot_contact]
+        if self.cfg.critic_sees_randomization:
+            push_phase = (self.episode_length % self._push_steps) / self._push_steps if self.cfg.randomization.push \
+                else np.zeros(self.num_envs)
+            blocks += [self.ground_friction[:, None] - 0.75, np.log(self.gain_scale), np.log(self.joint_friction_scale),
+                       self.latency[:, None] / self.decimation, self.added_mass[:, None], push_phase[:, None]]
+        return np.concatenate(blocks, axis=1) * self._privileged_scale
 
     # ------------------------------------------------------------------ recording
     def push_times(self, seconds: float) -> np.ndarray:

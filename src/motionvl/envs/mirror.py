@@ -16,6 +16,7 @@ instead of teaching the policy a wrong mirror:
   gravity        (gx, gy, gz) -> (gx, -gy, gz)        command (vx, vy, yaw rate) -> (vx, -vy, -yaw rate)
   gait phase     phase + 1/2 (the legs are half a period apart): (sin, cos) -> (-sin, -cos)
   foot contacts  swapped.
+  randomisation draws (critic only): scalars unchanged, per-joint gain/friction scales permuted.
 """
 
 from __future__ import annotations
@@ -40,8 +41,15 @@ _VECTOR_BLOCKS = {
     "base_lin_vel": ([0, 1, 2], [1.0, -1.0, 1.0]),
     "base_height": ([0], [1.0]),
     "foot_contact": ([1, 0], [1.0, 1.0]),  # (left, right)
+    # randomisation draws the critic may see: scalars of the whole robot or world
+    "ground_friction": ([0], [1.0]),
+    "latency_periods": ([0], [1.0]),
+    "added_mass": ([0], [1.0]),
+    "push_phase": ([0], [1.0]),
 }
+# per-joint blocks; the draws (gain and friction scales) are magnitudes, so only the permutation applies
 _JOINT_BLOCKS = ("joint_pos_rel", "joint_vel", "last_action")
+_JOINT_MAGNITUDE_BLOCKS = ("gain_scale_log", "joint_friction_scale_log")
 
 
 def mirror_name(name: str) -> str:
@@ -87,6 +95,8 @@ def _block_maps(layout: list, joint_perm: np.ndarray, joint_sign: np.ndarray) ->
     for name, size, _ in layout:
         if name in _JOINT_BLOCKS:
             p, s = joint_perm, joint_sign
+        elif name in _JOINT_MAGNITUDE_BLOCKS:
+            p, s = joint_perm, np.ones_like(joint_sign)
         elif name in _VECTOR_BLOCKS:
             p, s = _VECTOR_BLOCKS[name]
         else:
