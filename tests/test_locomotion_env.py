@@ -108,7 +108,8 @@ def test_latency_is_drawn_in_robot_pd_steps(robot):
 def test_critic_sees_the_randomization_draws_the_simulator_uses(robot):
     J = robot.num_joints
     rand = RandomizationConfig(added_mass=True)
-    plain = LocomotionEnv(robot, EnvConfig(num_envs=8, num_threads=1, seed=2, randomization=rand))
+    plain = LocomotionEnv(robot, EnvConfig(num_envs=8, num_threads=1, seed=2, randomization=rand,
+                                           critic_sees_randomization=False))
     env = LocomotionEnv(robot, EnvConfig(num_envs=8, num_threads=1, seed=2, randomization=rand,
                                          critic_sees_randomization=True))
     assert plain.num_privileged == 6 and env.num_privileged == 6 + 2 * J + 4

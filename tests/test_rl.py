@@ -136,6 +136,22 @@ def test_resume_of_a_checkpoint_with_other_network_shapes_says_so(trained_run, r
         train_policy(copy, PlaceholderReward(), None, resume=True, max_iterations=3, progress=False, robot=robot)
 
 
+def test_a_run_written_before_the_critic_saw_the_randomization_resumes_as_it_was_trained(robot, tmp_path):
+    run_dir = tmp_path / "older_run"
+    train_policy(run_dir, PlaceholderReward(), tiny_config(critic_sees_randomization=False), max_iterations=1,
+                 progress=False, robot=robot)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del config["env"]["critic_sees_randomization"]  # the config copy of a version without the key
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    result = train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=2, progress=False, robot=robot)
+    assert result.iterations == 2
+    # a run whose copy has the key keeps it: today's default critic, resumed with its own inputs
+    fresh = tmp_path / "fresh_run"
+    train_policy(fresh, PlaceholderReward(), tiny_config(), max_iterations=1, progress=False, robot=robot)
+    assert train_policy(fresh, PlaceholderReward(), None, resume=True, max_iterations=2, progress=False,
+                        robot=robot).iterations == 2
+
+
 # ---------------------------------------------------------------------- ONNX export and contract
 def test_onnx_matches_torch_with_normalisation(robot, tmp_path):
     cfg = tiny_config()

@@ -106,10 +106,11 @@ class EnvConfig:
     """Nominal gait period for the phase clock in the observation and the gait reward terms."""
     obs_history: int = 0
     """Extra past proprioceptive frames appended to the actor observation."""
-    critic_sees_randomization: bool = False
+    critic_sees_randomization: bool = True
     """The critic (never the actor: the robot cannot measure these) also sees this episode's
     domain-randomisation draws: ground friction, PD gain and joint-friction scale per joint,
-    command latency, added mass, and where the env is in the push cycle."""
+    command latency, added mass, and where the env is in the push cycle. Training only: the
+    exported policy and its observation contract do not change."""
     random_heading: bool = True
     """Reset with a random yaw; False faces +x (evaluation, videos)."""
     reset_joint_noise: float = 0.05

@@ -309,7 +309,12 @@ def _resolve_config(train_cfg, run_dir: Path, resume: bool) -> TrainConfig:
     if train_cfg is not None:
         return TrainConfig.from_yaml(train_cfg)
     if resume and (run_dir / "config.yaml").exists():
-        return TrainConfig.from_yaml(run_dir / "config.yaml")
+        cfg = TrainConfig.from_yaml(run_dir / "config.yaml")
+        # keys a run's config copy predates keep the behaviour the run was trained with, not today's default
+        written = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        if "critic_sees_randomization" not in (written.get("env") or {}):
+            cfg.env.critic_sees_randomization = False
+        return cfg
     return TrainConfig.from_yaml()
 
 
