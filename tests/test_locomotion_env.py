@@ -122,7 +122,7 @@ def test_critic_sees_the_randomization_draws_the_simulator_uses(robot):
     tail = priv[:, 6:]
     # each column read back from the per-env MuJoCo model, not from the draw buffers
     friction = env.sim.per_env_model_field("geom_friction")[:, 0, 0]
-    np.testing.assert_allclose(tail[:, 0], friction - 0.75)
+    np.testing.assert_allclose(tail[:, 0], friction - np.mean(rand.friction_range))
     kp = env.sim.per_env_model_field("actuator_gainprm")[:, :, 0]
     np.testing.assert_allclose(tail[:, 1:1 + J], np.log(kp / env.model.actuator_gainprm[:, 0]), atol=1e-12)
     frictionloss = env.sim.per_env_model_field("dof_frictionloss")[:, env._qvel_j]

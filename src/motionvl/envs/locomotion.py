@@ -55,7 +55,7 @@ PRIVILEGED_LAYOUT = [("base_lin_vel", 3, 2.0), ("base_height", 1, 1.0), ("foot_c
 def randomization_layout(num_joints: int) -> list:
     """(name, size, scale) of the randomisation draws the critic sees with `critic_sees_randomization`.
 
-    Values are centred near 0 at the nominal robot: friction - 0.75, log of the gain and
+    Values are centred near 0: friction minus the middle of its range, log of the gain and
     joint-friction multipliers, latency in policy periods, added mass / 4 kg, push phase in [0, 1).
     """
     return [
@@ -418,7 +418,8 @@ class LocomotionEnv:
         if self.cfg.critic_sees_randomization:
             push_phase = (self.episode_length % self._push_steps) / self._push_steps if self.cfg.randomization.push \
                 else np.zeros(self.num_envs)
-            blocks += [self.ground_friction[:, None] - 0.75, np.log(self.gain_scale), np.log(self.joint_friction_scale),
+            friction = self.ground_friction - np.mean(self.cfg.randomization.friction_range)
+            blocks += [friction[:, None], np.log(self.gain_scale), np.log(self.joint_friction_scale),
                        self.latency[:, None] / self.decimation, self.added_mass[:, None], push_phase[:, None]]
         return np.concatenate(blocks, axis=1) * self._privileged_scale
 
