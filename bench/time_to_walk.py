@@ -166,6 +166,12 @@ def run_curve(args, out: Path, train_cfg) -> tuple[list, dict | None]:
             # same episodes as "confirm": the averaged policy and the iterate it ends on, paired
             row["confirm_last_iterate"] = confirm_eval(result.last_iterate_path, args.confirm_episodes, args.seconds,
                                                        args.seed)
+        if result.selected is not None:
+            # policy.onnx is a validated candidate: the policy the run ended on, on the same episodes
+            row["selected_iteration"] = result.selected["iteration"]
+            if args.confirm_episodes:
+                row["confirm_final"] = confirm_eval(out / "policy_final.onnx", args.confirm_episodes, args.seconds,
+                                                    args.seed)
         row["eval_s"] = round(time.perf_counter() - t0, 1)
         curve.append(row)
         curve_path.write_text(json.dumps(curve, indent=1))

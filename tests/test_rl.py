@@ -242,6 +242,9 @@ def test_gait_metrics_on_synthetic_trajectory():
     m = gait_metrics(landing)
     assert m["stance_slip_mps"] == pytest.approx(0.02, abs=1e-9)
     assert m["touchdown_speed_mps"] == pytest.approx(0.9, abs=1e-9)
+    hop = synthetic_gait(T=60)  # both feet land at one sample, once: a rate over the trajectory, not 1 / 0
+    hop.foot_contact[:, 1], hop.foot_pos[:, 1] = hop.foot_contact[:, 0], hop.foot_pos[:, 0]
+    assert gait_metrics(hop)["step_frequency_hz"] == pytest.approx(2 / 1.2)
     traj = synthetic_gait()
     traj.fell[50:] = True
     assert len(truncate_at_fall(traj).time) == 51
@@ -491,3 +494,46 @@ def test_policy_average_scan_rebuilds_what_training_exported(robot, tmp_path):
     gaps = subprocess.run([sys.executable, "bench/policy_average_scan.py", str(run_dir), "--horizons", "2"],
                           capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert gaps.returncode != 0 and "save_interval=1" in gaps.stderr
+
+
+def test_selection_exports_the_best_validated_candidate_within_the_budget(robot, tmp_path):
+    from motionvl.rl.config import SelectionConfig
+
+    cfg = tiny_config()
+    cfg.minutes = 0.4
+    cfg.selection = SelectionConfig(minutes=1.0, every=2, episodes=2, seconds=0.5, seed=11)  # stretch: 1/4 of 24 s
+    run_dir = tmp_path / "sel"
+    result = train_policy(run_dir, PlaceholderReward(), cfg, progress=False, robot=robot)
+    record = json.loads((run_dir / "selection.json").read_text())
+    candidates = record["candidates"]
+    assert len(candidates) >= 2, "the stretch validated several candidates"
+    budget = cfg.minutes * 60
+    assert all(c["iteration"] % 2 == 0 and budget - 6.0 - 1e-6 <= c["elapsed_s"] <= budget for c in candidates)
+    assert result.elapsed_s <= budget + 2.0, "validation time is part of the budget"
+    best = max(candidates, key=lambda c: (c["success_rate"], c["task_score"], c["iteration"]))
+    assert record["chosen_iteration"] == best["iteration"] == result.selected["iteration"]
+    assert (run_dir / "policy.onnx").read_bytes() == Path(best["onnx"]).read_bytes()
+    assert (run_dir / "policy_final.onnx").is_file()
+    # the recorded scores are the evaluation's: the same episodes give the same numbers again
+    again = evaluate(best["onnx"], seconds=0.5, episodes=2, randomize=True, command=cfg.selection.command, seed=11,
+                     robot=robot)
+    assert again["task_score"] == best["task_score"] and again["success_rate"] == best["success_rate"]
+
+
+def test_selection_chooses_within_the_final_stretch_of_the_budget(tmp_path):
+    from motionvl.rl.config import SelectionConfig
+    from motionvl.rl.selection import PolicySelection
+
+    sel = PolicySelection(SelectionConfig(minutes=1.0, every=10), tmp_path, meta={})
+    assert not sel.due(10, elapsed_s=500.0, budget_s=600.0), "before the stretch"
+    assert sel.due(550, elapsed_s=550.0, budget_s=600.0) and not sel.due(555, elapsed_s=550.0, budget_s=600.0)
+    assert not sel.due(590, elapsed_s=590.0, budget_s=600.0, validation_s=15.0), "no time left to validate"
+    sel.candidates = [
+        {"iteration": 740, "elapsed_s": 560.0, "success_rate": 0.9, "task_score": 0.9},  # a 10-minute run's stretch
+        {"iteration": 1500, "elapsed_s": 1150.0, "success_rate": 0.7, "task_score": 0.8},  # resumed to 20 minutes
+        {"iteration": 1510, "elapsed_s": 1160.0, "success_rate": 0.7, "task_score": 0.85},
+        {"iteration": 1520, "elapsed_s": 1170.0, "success_rate": 0.6, "task_score": 0.99}]
+    assert sel.best(600.0)["iteration"] == 740
+    assert sel.best(1200.0)["iteration"] == 1510, "earlier budgets' candidates do not compete; ties go to task score"
+    assert sel.best(3600.0) is None
+    assert sel.stretch_s(600.0) == 60.0 and sel.stretch_s(120.0) == 30.0, "at most a quarter of a short budget"

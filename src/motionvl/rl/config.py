@@ -73,6 +73,28 @@ class PPOConfig:
 
 
 @dataclasses.dataclass
+class SelectionConfig:
+    """Choose the exported policy on held-out episodes over the last stretch of the run (motionvl.rl.selection)."""
+
+    minutes: float = 1.5
+    """Length of the final stretch of the time budget in which candidates are validated, at most a
+    quarter of the budget; 0 = off (policy.onnx is the policy the run ends on). The validation time
+    is part of the budget: a longer stretch leaves fewer training iterations. Time budgets only:
+    a run that stops on max_iterations first validates nothing."""
+    every: int = 10
+    """PPO iterations between validated candidates within the stretch."""
+    episodes: int = 128
+    """Randomised validation episodes per candidate (all candidates see the same episodes)."""
+    seconds: float = 10.0
+    """Length of each validation episode."""
+    command: tuple = (0.6, 0.0, 0.0)
+    """Velocity command (vx, vy, yaw rate) of the validation episodes: the task the policy is chosen for."""
+    seed: int = 7000
+    """Evaluation seed of the validation episodes; keep it apart from the seeds the policy is tested
+    with afterwards (bench/time_to_walk.py tests with 0-1010), or the choice is tested on its own data."""
+
+
+@dataclasses.dataclass
 class TrainConfig:
     """Everything a training run needs apart from the reward spec and the robot config."""
 
@@ -106,6 +128,8 @@ class TrainConfig:
     "Iteration" counts the average's updates: the same as the run's iteration unless averaging
     was switched on when resuming a run that had none.
     On one 60-minute run 0.01-0.04 were within noise of the fixed 10 (bench/RESULTS.md, fifth run)."""
+    selection: SelectionConfig = dataclasses.field(default_factory=SelectionConfig)
+    """Validation of the last iterates on held-out episodes (selection section of the YAML)."""
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     """Environment used for training (env section of the YAML)."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
@@ -158,6 +182,10 @@ class TrainConfig:
              "policy_average_iterations must be 0 (off) or >= 1"),
             (self.policy_average_growth >= 0, "policy_average_growth must be >= 0"),
             (self.minutes > 0, "minutes must be > 0"),
+            (self.selection.minutes >= 0, "selection.minutes must be >= 0"),
+            (self.selection.every >= 1 and self.selection.episodes >= 1 and self.selection.seconds > 0,
+             "selection.every and selection.episodes must be >= 1, selection.seconds > 0"),
+            (len(self.selection.command) == 3, "selection.command must be [vx, vy, yaw_rate]"),
             (self.torch_threads is None or self.torch_threads >= 1, "torch_threads must be >= 1 or null"),
             (self.update_torch_threads is None or self.update_torch_threads >= 1, "update_torch_threads must be >= 1 or null"),
             (self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"), "device must be auto, cpu or cuda[:N]"),

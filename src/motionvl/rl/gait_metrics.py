@@ -80,8 +80,8 @@ def gait_metrics(traj: Trajectory, min_swing_s: float = 0.06) -> dict:
             if stop < T:
                 touchdowns.append(stop)
     touchdowns.sort()
-    if len(touchdowns) >= 2:
-        out["step_frequency_hz"] = float(1.0 / (np.mean(np.diff(touchdowns)) * dt))
+    if len(touchdowns) >= 2 and touchdowns[-1] > touchdowns[0]:  # both feet landing together: no interval
+        out["step_frequency_hz"] = float((len(touchdowns) - 1) / ((touchdowns[-1] - touchdowns[0]) * dt))
     elif touchdowns:
         out["step_frequency_hz"] = len(touchdowns) / (T * dt)
     else:

@@ -12,6 +12,9 @@ Run directory layout (everything a later step needs, nothing else):
     RUN_DIR/policy.onnx            the exported actor with the deployment contract (with
                                    policy_average_iterations: the average of the recent iterates)
     RUN_DIR/policy_last_iterate.onnx   only with averaging on: the last iterate, for comparison
+    RUN_DIR/selection/, selection.json  only with selection.minutes > 0: the candidates validated
+                                   on held-out episodes and their scores; policy.onnx is then the
+                                   best of them and policy_final.onnx the policy the run ended on
 
 `train_policy(...)` runs until the time budget (summed over resumed sessions) or the iteration
 limit is reached, the `on_iteration` callback returns False or SIGINT arrives; it then saves,
@@ -45,6 +48,7 @@ from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.averaging import PolicyAverage
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.export import export_policy, policy_metadata
+from motionvl.rl.selection import PolicySelection
 from motionvl.rl.vecenv import LocomotionVecEnv
 from motionvl.robot import RobotConfig, load_robot_config
 
@@ -64,13 +68,15 @@ class TrainResult:
     elapsed_s: float
     """Training wall time in total."""
     steps_per_s: float
-    """Policy steps per second of this session (rollout + update)."""
+    """Policy steps per second of this session (rollout + update; the selection's validation left out)."""
     stop_reason: str
     """'time budget', 'max iterations', 'callback' or 'interrupted'."""
     term_stats: dict
     """Contents of term_stats.json."""
     last_iterate_path: Path | None = None
     """policy_last_iterate.onnx when the run exports an averaged policy (policy_average_iterations), else None."""
+    selected: dict | None = None
+    """With selection on: the validated candidate exported as policy.onnx (iteration, scores), else None."""
 
 
 # ---------------------------------------------------------------------- building blocks
@@ -252,6 +258,14 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         _copy(latest, ckpt_dir / f"model_{it}.pt")
         _write_json(run_dir / "term_stats.json", term_stats(history))
 
+    meta = policy_metadata(robot, cfg.env, vec.num_obs)
+    selection = PolicySelection(cfg.selection, run_dir, meta, robot) if cfg.selection.minutes > 0 else None
+    last_validation_s = validation_s = 0.0
+
+    def exported_actor():
+        actor = runner.alg.get_policy()
+        return average.averaged_actor(actor) if average is not None else actor
+
     update_threads = update_thread_count(cfg)
     with (run_dir / "history.jsonl").open("a") as hist_file:
         while True:
@@ -282,6 +296,12 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             _update_bar(bar, record, cfg, last_iter_s)
             if it % cfg.save_interval == 0:
                 save()
+            now = elapsed0 + time.perf_counter() - session_t0
+            if selection is not None and selection.due(it, now, budget_s, last_validation_s):
+                t0 = time.perf_counter()
+                selection.validate(exported_actor(), it, now)
+                last_validation_s = time.perf_counter() - t0
+                validation_s += last_validation_s
             if on_iteration is not None and on_iteration(record) is False:
                 stop_reason = "callback"
                 break
@@ -290,16 +310,15 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         bar.close()
     writer.close()
     save()
-    meta = policy_metadata(robot, cfg.env, vec.num_obs)
-    actor = runner.alg.get_policy()
     last_iterate_path = None
     if average is not None:
-        last_iterate_path = export_policy(actor, run_dir / "policy_last_iterate.onnx", meta)
-        actor = average.averaged_actor(actor)
-    policy_path = export_policy(actor, run_dir / "policy.onnx", meta)
+        last_iterate_path = export_policy(runner.alg.get_policy(), run_dir / "policy_last_iterate.onnx", meta)
+    policy_path = export_policy(exported_actor(), run_dir / "policy.onnx", meta)
+    selected = selection.install(policy_path, budget_s) if selection is not None else None
     return TrainResult(run_dir=run_dir, policy_path=policy_path, iterations=it, total_steps=total_steps,
-                       elapsed_s=elapsed0 + session_s, steps_per_s=session_steps / max(session_s, 1e-9),
-                       stop_reason=stop_reason, term_stats=term_stats(history), last_iterate_path=last_iterate_path)
+                       elapsed_s=elapsed0 + session_s, steps_per_s=session_steps / max(session_s - validation_s, 1e-9),
+                       stop_reason=stop_reason, term_stats=term_stats(history), last_iterate_path=last_iterate_path,
+                       selected=selected)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -1,0 +1,96 @@
+"""Choose the exported policy on held-out episodes: validation over the last stretch of a run.
+
+The walking quality of consecutive PPO iterates swings by tens of points within a minute of
+training (bench/RESULTS.md, "Held-out selection"), so the policy a run happens to end on can
+be a poor one. With `selection.minutes > 0` the trainer exports the policy it would export at
+that point (the moving average, or the iterate) every `selection.every` iterations of the
+budget's final stretch, runs it through the ONNX evaluation users run (`motionvl eval`,
+randomised episodes at `selection.command`), and policy.onnx becomes the candidate with the
+best score. Validation time is part of the budget.
+
+Score: the evaluation's success rate (no fall and >= 90 % of the commanded distance), ties
+broken by its task score. Every candidate sees the same episodes (`selection.seed`), so the
+comparison is paired. Candidates and their scores live in RUN_DIR/selection/ and
+RUN_DIR/selection.json; a resumed run keeps the ones validated before it was stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from motionvl.rl.config import SelectionConfig
+from motionvl.rl.evaluate import evaluate
+from motionvl.rl.export import export_policy
+
+SCORE_KEYS = ("success_rate", "task_score", "fell_fraction", "forward_distance_m", "tracking_error_mps")
+
+
+class PolicySelection:
+    """Validates candidates as training reaches them and remembers the best one."""
+
+    def __init__(self, cfg: SelectionConfig, run_dir: Path, meta: dict, robot=None):
+        self.cfg, self.meta, self.robot = cfg, meta, robot
+        self.dir = Path(run_dir) / "selection"
+        self.record_path = Path(run_dir) / "selection.json"
+        self.candidates: list[dict] = []
+        if self.record_path.exists():
+            self.candidates = json.loads(self.record_path.read_text()).get("candidates", [])
+
+    def stretch_s(self, budget_s: float) -> float:
+        """Seconds at the end of the budget in which candidates are validated: selection.minutes,
+        at most a quarter of the budget (a short run still trains for most of its time)."""
+        return min(self.cfg.minutes * 60.0, 0.25 * budget_s)
+
+    def due(self, iteration: int, elapsed_s: float, budget_s: float, validation_s: float = 0.0) -> bool:
+        """Whether the iterate just trained is a candidate: inside the final stretch, on the grid,
+        and with time left in the budget for a validation as long as the last one (`validation_s`)."""
+        return (self.cfg.minutes > 0 and budget_s - elapsed_s <= self.stretch_s(budget_s)
+                and iteration % self.cfg.every == 0 and elapsed_s + validation_s <= budget_s)
+
+    def validate(self, actor, iteration: int, elapsed_s: float) -> dict:
+        """Export `actor` (the policy the run would export now, `elapsed_s` into the run), evaluate
+        it, record it."""
+        c = self.cfg
+        path = export_policy(actor, self.dir / f"policy_{iteration}.onnx", self.meta)
+        r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=c.command,
+                     seed=c.seed, robot=self.robot)
+        candidate = {"iteration": int(iteration), "elapsed_s": round(float(elapsed_s), 2), "onnx": str(path),
+                     **{k: r[k] for k in SCORE_KEYS}}
+        self.candidates = [x for x in self.candidates if x["iteration"] != iteration] + [candidate]
+        self._write()
+        return candidate
+
+    def best(self, budget_s: float) -> dict | None:
+        """The candidate of the final stretch of `budget_s` with the highest success rate (then
+        task score; then the later one). Candidates of an earlier, shorter budget (a run resumed
+        with more minutes) are not in the stretch and do not compete."""
+        start = budget_s - self.stretch_s(budget_s)
+        stretch = [x for x in self.candidates if x["elapsed_s"] >= start]
+        if not stretch:
+            return None
+        return max(stretch, key=lambda x: (x["success_rate"], x["task_score"], x["iteration"]))
+
+    def install(self, policy_path: Path, budget_s: float) -> dict | None:
+        """Copy the best candidate over `policy_path` (keeping the run's own final policy beside it
+        as policy_final.onnx) and record the choice; None when nothing was validated."""
+        best = self.best(budget_s)
+        if best is None:
+            return None
+        policy_path = Path(policy_path)
+        shutil.copyfile(policy_path, policy_path.with_name("policy_final.onnx"))
+        tmp = policy_path.with_name(policy_path.name + ".tmp")
+        shutil.copyfile(best["onnx"], tmp)
+        os.replace(tmp, policy_path)
+        self._write(chosen=best["iteration"])
+        return best
+
+    def _write(self, chosen: int | None = None) -> None:
+        data = {"config": {"every": self.cfg.every, "episodes": self.cfg.episodes, "seconds": self.cfg.seconds,
+                           "command": list(self.cfg.command), "seed": self.cfg.seed},
+                "chosen_iteration": chosen, "candidates": sorted(self.candidates, key=lambda x: x["iteration"])}
+        tmp = self.record_path.with_name(self.record_path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, self.record_path)
