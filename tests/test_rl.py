@@ -512,10 +512,10 @@ def test_selection_exports_the_best_validated_candidate_within_the_budget(robot,
     assert result.elapsed_s <= budget + 2.0, "validation time is part of the budget"
     best = max(candidates, key=lambda c: (c["success_rate"], c["task_score"], c["iteration"]))
     assert record["chosen_iteration"] == best["iteration"] == result.selected["iteration"]
-    assert (run_dir / "policy.onnx").read_bytes() == Path(best["onnx"]).read_bytes()
+    assert (run_dir / "policy.onnx").read_bytes() == (run_dir / best["onnx"]).read_bytes()
     assert (run_dir / "policy_final.onnx").is_file()
     # the recorded scores are the evaluation's: the same episodes give the same numbers again
-    again = evaluate(best["onnx"], seconds=0.5, episodes=2, randomize=True, command=cfg.selection.command, seed=11,
+    again = evaluate(run_dir / best["onnx"], seconds=0.5, episodes=2, randomize=True, command=cfg.selection.command, seed=11,
                      robot=robot)
     assert again["task_score"] == best["task_score"] and again["success_rate"] == best["success_rate"]
 

@@ -33,7 +33,8 @@ class PolicySelection:
 
     def __init__(self, cfg: SelectionConfig, run_dir: Path, meta: dict, robot=None):
         self.cfg, self.meta, self.robot = cfg, meta, robot
-        self.dir = Path(run_dir) / "selection"
+        self.run_dir = Path(run_dir)
+        self.dir = self.run_dir / "selection"
         self.record_path = Path(run_dir) / "selection.json"
         self.candidates: list[dict] = []
         if self.record_path.exists():
@@ -57,7 +58,9 @@ class PolicySelection:
         path = export_policy(actor, self.dir / f"policy_{iteration}.onnx", self.meta)
         r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=c.command,
                      seed=c.seed, robot=self.robot)
-        candidate = {"iteration": int(iteration), "elapsed_s": round(float(elapsed_s), 2), "onnx": str(path),
+        # the path relative to the run directory: a moved run directory still finds its candidates
+        candidate = {"iteration": int(iteration), "elapsed_s": round(float(elapsed_s), 2),
+                     "onnx": str(path.relative_to(self.run_dir)),
                      **{k: r[k] for k in SCORE_KEYS}}
         self.candidates = [x for x in self.candidates if x["iteration"] != iteration] + [candidate]
         self._write()
@@ -82,7 +85,7 @@ class PolicySelection:
         policy_path = Path(policy_path)
         shutil.copyfile(policy_path, policy_path.with_name("policy_final.onnx"))
         tmp = policy_path.with_name(policy_path.name + ".tmp")
-        shutil.copyfile(best["onnx"], tmp)
+        shutil.copyfile(self.run_dir / best["onnx"], tmp)
         os.replace(tmp, policy_path)
         self._write(chosen=best["iteration"])
         return best
