@@ -91,7 +91,8 @@ class SelectionConfig:
     """Velocity command (vx, vy, yaw rate) of the validation episodes: the task the policy is chosen for."""
     seed: int = 7000
     """Evaluation seed of the validation episodes; keep it apart from the seeds the policy is tested
-    with afterwards (bench/time_to_walk.py tests with 0-1010), or the choice is tested on its own data."""
+    with afterwards (bench/time_to_walk.py: its --seed S and S + 1000 upwards), or the choice is
+    tested on its own data."""
 
 
 @dataclasses.dataclass

@@ -35,7 +35,7 @@ class PolicySelection:
         self.cfg, self.meta, self.robot = cfg, meta, robot
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / "selection"
-        self.record_path = Path(run_dir) / "selection.json"
+        self.record_path = self.run_dir / "selection.json"
         self.candidates: list[dict] = []
         if self.record_path.exists():
             self.candidates = json.loads(self.record_path.read_text()).get("candidates", [])
