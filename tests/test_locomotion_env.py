@@ -22,7 +22,7 @@ def robot():
 
 
 def test_observation_layout_size_and_reading_is_pure(robot):
-    env = LocomotionEnv(robot, EnvConfig(num_envs=4, obs_history=2, seed=3))
+    env = LocomotionEnv(robot, EnvConfig(num_envs=4, obs_history=2, seed=3, heading_observation=False))
     assert env.num_obs == 3 + 3 + 3 + 3 * robot.num_joints + 2 + 2 * (6 + 3 * robot.num_joints)
     first = env.observations().copy()
     assert np.array_equal(env.observations(), first), "reading observations must not advance the history"
@@ -215,6 +215,38 @@ def test_heading_hold_steers_the_yaw_rate_command_back_to_the_course(robot):
     held = turning.command[:, 2] - 0.5
     assert np.all(held > 0), "a standing robot falls behind the turning heading target and is told to turn faster"
     assert np.allclose(held, 0.5 * (0.5 * turning.dt - yaw_of(turning.sim.qpos[:, 3:7])), atol=1e-9)
+
+
+def test_heading_error_is_the_course_minus_the_heading_and_the_actor_may_see_it(robot):
+    def env_with(heading_observation: bool, yaw_rate: float) -> LocomotionEnv:
+        return LocomotionEnv(robot, EnvConfig(num_envs=2, seed=3, random_heading=False, heading_observation=heading_observation,
+                                              commands=CommandConfig(fixed=(0.0, 0.0, yaw_rate), resample_s=1e9),
+                                              randomization=RandomizationConfig.disabled()))
+
+    plain, seeing = env_with(False, 0.5), env_with(True, 0.5)
+    assert seeing.num_obs == plain.num_obs + 1
+    names = [name for name, _, _ in seeing.layout]
+    at = sum(n for _, n, _ in seeing.layout[:names.index("heading_error")])
+    assert names.index("heading_error") == names.index("command") + 1
+    assert np.allclose(seeing.observations()[:, at], 0.0), "a new command starts on course"
+    for env in (plain, seeing):
+        for _ in range(25):  # 0.5 s of a 0.5 rad/s turn command while holding the standing pose
+            env.step(np.zeros((2, robot.num_joints)))
+    expected = 0.5 * 25 * seeing.dt - yaw_of(seeing.sim.qpos[:, 3:7])
+    assert np.allclose(seeing.state.heading_error, expected, atol=1e-9)
+    assert np.all(expected > 0.2), "standing still, the robot falls behind the turning course: + = turn left"
+    assert np.allclose(seeing.observations()[:, at], expected), "unscaled, unclipped below 1 rad"
+    without = np.delete(seeing.observations(), at, axis=1)
+    assert np.allclose(without, plain.observations()), "the other inputs do not change"
+    # the input saturates far off course, the state keeps the wrapped angle
+    seeing.sim.qpos[0, 3:7] = quat_from_yaw(np.array([-2.5]))[0]
+    seeing.sim.forward(np.arange(2))
+    seeing.step(np.zeros((2, robot.num_joints)))
+    assert seeing.observations()[0, at] == pytest.approx(1.0)
+    assert -np.pi <= seeing.state.heading_error[0] < np.pi and seeing.state.heading_error[0] > 2.5
+    # a reset starts a new course from the heading the robot has then
+    seeing.reset(np.array([0]))
+    assert seeing.observations()[0, at] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_velocity_average_follows_each_policy_step_and_restarts_at_reset(robot):

@@ -57,6 +57,8 @@ def _mirror_env_1_onto_env_0(env: LocomotionEnv, m: EnvMirror, half_period_steps
     env.episode_length[1] = env.episode_length[0] + half_period_steps
     env.command[0] = [0.5, 0.2, 0.3]
     env.command[1] = [0.5, -0.2, -0.3]
+    env._yaw_rate_input[:] = [0.3, -0.3]
+    env._heading_target[1] = -env._heading_target[0]  # the yaw of the reflected quaternion
     for buf in (env.action, env.last_action, env.last_joint_vel):
         buf[1] = m.action(buf[0])
     for buf in (env.feet_air_time, env.last_contact):
@@ -67,12 +69,13 @@ def _mirror_env_1_onto_env_0(env: LocomotionEnv, m: EnvMirror, half_period_steps
     env._obs = env._build_observations()
 
 
-@pytest.mark.parametrize("obs_history", [0, 2])
-def test_mirrored_physics_gives_mirrored_observations_and_equal_rewards(obs_history):
+@pytest.mark.parametrize("obs_history, heading", [(0, False), (2, True)])
+def test_mirrored_physics_gives_mirrored_observations_and_equal_rewards(obs_history, heading):
     """The maps are checked against the simulator itself: a mirrored robot driven by mirrored actions
     must observe exactly the mirror image of what the original observes, and earn the same reward."""
     period = 0.72  # 36 control steps: half a gait period is a whole number of steps
     cfg = EnvConfig(num_envs=2, num_threads=1, gait_period_s=period, random_heading=False, obs_history=obs_history,
+                    heading_observation=heading,
                     randomization=RandomizationConfig.disabled())
     spec = load_reward_spec()
     env = LocomotionEnv(ROBOT, cfg, reward_fn=spec)

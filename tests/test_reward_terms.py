@@ -38,7 +38,7 @@ def make_state(n: int = 4, **over) -> RewardState:
         joint_pos_upper=ROBOT.upper, effort_limit=ROBOT.effort_limit, foot_pos=foot_pos,
         foot_vel=np.zeros((n, 2, 3)), foot_contact=np.ones((n, 2), bool), foot_contact_force=np.full((n, 2), 190.0),
         foot_air_time=np.zeros((n, 2)), first_contact=np.zeros((n, 2), bool), body_collision=np.zeros(n, bool),
-        command=np.tile([0.6, 0.0, 0.0], (n, 1)), gait_phase=np.full(n, 0.25), gait_period=0.7,
+        command=np.tile([0.6, 0.0, 0.0], (n, 1)), heading_error=np.zeros(n), gait_phase=np.full(n, 0.25), gait_period=0.7,
         action=np.zeros((n, J)), last_action=np.zeros((n, J)), terminated=np.zeros(n, bool),
         joint_names=ROBOT.joint_names)
     base.update(over)
@@ -107,6 +107,13 @@ def test_velocity_tracking():
     assert term("yaw_drift", make_state(base_ang_vel=np.tile([0.0, 0.0, 0.4], (4, 1)))) == pytest.approx(0.0)
     assert term("yaw_drift", make_state(base_vel_avg=np.tile([0.6, 0.0, 0.9], (4, 1)))) == pytest.approx(1.0)
     assert T.REGISTRY["yaw_drift"].sign == -1
+
+    # the heading term grows with the course lost, either way round
+    assert term("tracking_heading", make_state()) == pytest.approx(1.0)
+    off = term("tracking_heading", make_state(heading_error=np.array([0.1, -0.1, 0.3, -3.0])))
+    assert off[:3] == pytest.approx(np.exp(-np.array([0.01, 0.01, 0.09]) / 0.1))
+    assert off[3] < 1e-30
+    assert T.REGISTRY["tracking_heading"].sign == 1
 
 
 def test_base_terms():

@@ -20,7 +20,7 @@ from motionvl.rl.config import PPOConfig, TrainConfig
 from motionvl.rl.evaluate import episode_metrics, evaluate
 from motionvl.rl.export import ContractError, check_contract, export_policy, load_policy, policy_metadata
 from motionvl.rl.gait_metrics import gait_metrics, truncate_at_fall
-from motionvl.rl.trainer import build_runner, run_iteration, train_policy, update_thread_count
+from motionvl.rl.trainer import ENV_KEYS_ADDED_LATER, build_runner, run_iteration, train_policy, update_thread_count
 from motionvl.rl.vecenv import LocomotionVecEnv
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.sim.trajectory import Trajectory
@@ -136,12 +136,13 @@ def test_resume_of_a_checkpoint_with_other_network_shapes_says_so(trained_run, r
         train_policy(copy, PlaceholderReward(), None, resume=True, max_iterations=3, progress=False, robot=robot)
 
 
-def test_a_run_written_before_the_critic_saw_the_randomization_resumes_as_it_was_trained(robot, tmp_path):
+@pytest.mark.parametrize("key", sorted(ENV_KEYS_ADDED_LATER))
+def test_a_run_written_before_an_env_key_existed_resumes_as_it_was_trained(robot, tmp_path, key):
     run_dir = tmp_path / "older_run"
-    train_policy(run_dir, PlaceholderReward(), tiny_config(critic_sees_randomization=False), max_iterations=1,
+    train_policy(run_dir, PlaceholderReward(), tiny_config(**{key: ENV_KEYS_ADDED_LATER[key]}), max_iterations=1,
                  progress=False, robot=robot)
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    del config["env"]["critic_sees_randomization"]  # the config copy of a version without the key
+    del config["env"][key]  # the config copy of a version without the key
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     result = train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=2, progress=False, robot=robot)
     assert result.iterations == 2
@@ -188,6 +189,20 @@ def test_contract_round_trip_and_mismatch(trained_run, robot):
         check_contract(policy.contract, {**swapped, "joint_names": names[:-1]})
     with pytest.raises(ContractError, match="kp"):
         check_contract(policy.contract, {**robot.contract(), "kp": [1.0] * robot.num_joints})
+
+
+def test_a_policy_that_sees_its_heading_error_carries_it_in_its_contract_and_evaluates(robot, tmp_path):
+    cfg = tiny_config(heading_observation=True)
+    vec, runner = build_runner(cfg, PlaceholderReward(), robot)
+    path = export_policy(runner.alg.get_policy(), tmp_path / "p.onnx", policy_metadata(robot, cfg.env, vec.num_obs))
+    policy = load_policy(path)
+    assert policy.heading_observation and policy.num_obs == vec.num_obs == LocomotionEnv(robot, tiny_config(heading_observation=False).env).num_obs + 1
+    names = [b["name"] for b in policy.obs_layout]
+    assert names[:4] == ["base_ang_vel", "projected_gravity", "command", "heading_error"]
+    assert policy.obs_layout[3]["clip"] == 1.0  # what a deployment needs to build the input
+    assert sum(b["size"] for b in policy.obs_layout) == policy.num_obs
+    result = evaluate(policy, seconds=0.2, episodes=2, command=(0.4, 0.0, 0.0), robot=robot)
+    assert result["episodes"] == 2  # the evaluation env gave the policy the input it was trained with
 
 
 # ---------------------------------------------------------------------- evaluation

@@ -106,6 +106,13 @@ class EnvConfig:
     """Nominal gait period for the phase clock in the observation and the gait reward terms."""
     obs_history: int = 0
     """Extra past proprioceptive frames appended to the actor observation."""
+    heading_observation: bool = True
+    """The actor also sees the heading error (`RewardState.heading_error`: the heading the command
+    asks for minus the pelvis heading, rad, clipped to +-1): the integral of the yaw-rate error,
+    which a policy seeing only rates cannot know, so it cannot undo a steady turn by itself. On a
+    robot it comes from the IMU yaw since the command was given. Part of the exported contract.
+    With the reference reward's `tracking_heading` term the drift of 10-30 deg in 10 s fell to 1-4
+    (bench/RESULTS.md, heading error in the actor's input)."""
     critic_sees_randomization: bool = True
     """The critic (never the actor: the robot cannot measure these) also sees this episode's
     domain-randomisation draws: ground friction, PD gain and joint-friction scale per joint,

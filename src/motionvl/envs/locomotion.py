@@ -5,6 +5,7 @@ Per policy step: actions -> PD targets (the deployment law) -> `decimation` phys
 
 Observation layout of the actor (`OBS_LAYOUT`, also written into the ONNX metadata):
     base_ang_vel (3) x0.25 | projected_gravity (3) | command (3) x(2, 2, 0.25) |
+    [heading_error (1), with `heading_observation`] |
     joint_pos - default (J) | joint_vel (J) x0.05 | last_action (J) | gait_phase sin, cos (2)
 then, with `obs_history=H`, H past frames of the proprioceptive part (all but command/phase).
 The critic additionally sees base_lin_vel x2 (3), base height (1), foot contacts (2) (`PRIVILEGED_LAYOUT`)
@@ -30,12 +31,17 @@ from motionvl.sim.trajectory import Trajectory
 RewardFn = Callable[[RewardState], "tuple[np.ndarray, dict[str, np.ndarray]]"]
 
 
-def obs_layout(num_joints: int) -> list:
-    """(name, size, scale) of each actor observation block, in order."""
+HEADING_ERROR_CLIP = 1.0
+"""rad: the actor's heading-error input saturates here (far off course it only needs the sign)."""
+
+
+def obs_layout(num_joints: int, heading: bool = False) -> list:
+    """(name, size, scale) of each actor observation block, in order (`heading`: EnvConfig.heading_observation)."""
     return [
         ("base_ang_vel", 3, 0.25),
         ("projected_gravity", 3, 1.0),
         ("command", 3, [2.0, 2.0, 0.25]),
+        *([("heading_error", 1, 1.0)] if heading else []),
         ("joint_pos_rel", num_joints, 1.0),
         ("joint_vel", num_joints, 0.05),
         ("last_action", num_joints, 1.0),
@@ -45,7 +51,7 @@ def obs_layout(num_joints: int) -> list:
 
 def proprio_layout(num_joints: int) -> list:
     """The proprioceptive blocks of `obs_layout`, the part kept as history frames with `obs_history`."""
-    return [block for block in obs_layout(num_joints) if block[0] not in ("command", "gait_phase_sin_cos")]
+    return [block for block in obs_layout(num_joints) if block[0] not in ("command", "heading_error", "gait_phase_sin_cos")]
 
 
 PRIVILEGED_LAYOUT = [("base_lin_vel", 3, 2.0), ("base_height", 1, 1.0), ("foot_contact", 2, 1.0)]
@@ -109,7 +115,7 @@ class LocomotionEnv:
         self.default_pose = robot.default_pose
         self.lower, self.upper = robot.lower, robot.upper
         self.max_episode_length = int(round(cfg.episode_length_s / self.dt))
-        self.layout = obs_layout(J)
+        self.layout = obs_layout(J, cfg.heading_observation)
         self._obs_scale = np.concatenate([np.broadcast_to(np.asarray(s, float), (n,)) for _, n, s in self.layout])
         self.proprio_layout = proprio_layout(J)
         self.privileged_layout = list(PRIVILEGED_LAYOUT)
@@ -125,7 +131,7 @@ class LocomotionEnv:
         self.action = np.zeros((N, J))
         self.last_action = np.zeros((N, J))
         self.command = np.zeros((N, 3))  # what the policy sees (and the reward tracks)
-        # heading hold (CommandConfig.heading_gain): the sampled yaw rate and its integral
+        # the sampled yaw rate and the heading it asks for (RewardState.heading_error, heading hold)
         self._yaw_rate_input = np.zeros(N)
         self._heading_target = np.zeros(N)
         self.feet_air_time = np.zeros((N, 2))
@@ -283,8 +289,7 @@ class LocomotionEnv:
         self.sim.ctrl[:] = new_target
         self.sim.step(self.decimation)
         self.episode_length += 1
-        if self.cfg.commands.heading_gain > 0:
-            self._heading_target += self._yaw_rate_input * self.dt
+        self._heading_target += self._yaw_rate_input * self.dt
 
         if self.cfg.randomization.push:
             push = (self.episode_length % self._push_steps) == 0
@@ -357,6 +362,7 @@ class LocomotionEnv:
         """The state after the last physics step; `advance_average` once per policy step (not after resets)."""
         qpos, qvel, sd, cfg = self.sim.qpos, self.sim.qvel, self.sim.sensordata, self.cfg
         quat = qpos[:, 3:7].copy()
+        heading_error = self._heading_error(quat)
         gravity = projected_gravity(quat)
         lin_vel = quat_rotate_inverse(quat, qvel[:, 0:3])
         if advance_average:
@@ -383,9 +389,12 @@ class LocomotionEnv:
             effort_limit=self.robot.effort_limit, foot_pos=foot_pos, foot_vel=foot_vel,
             foot_contact=force > self.cfg.contact_force_threshold, foot_contact_force=force,
             foot_air_time=self.feet_air_time.copy(), first_contact=first_contact,
-            body_collision=body_collision, command=self.command.copy(), gait_phase=self.gait_phase(),
+            body_collision=body_collision, command=self.command.copy(), heading_error=heading_error, gait_phase=self.gait_phase(),
             gait_period=self.cfg.gait_period_s, action=self.action.copy(), last_action=self.last_action.copy(),
             terminated=terminated, joint_names=self.robot.joint_names)
+
+    def _heading_error(self, quat: np.ndarray) -> np.ndarray:
+        return wrap_angle(self._heading_target - yaw_of(quat))
 
     def gait_phase(self) -> np.ndarray:
         return np.mod(self.episode_length * self.dt / self.cfg.gait_period_s, 1.0)
@@ -402,7 +411,10 @@ class LocomotionEnv:
         """Actor observation of the current state; advances the history buffer by one frame."""
         s = self.state
         phase = 2 * np.pi * self.gait_phase()
-        obs = np.concatenate([s.base_ang_vel, s.projected_gravity, self.command, s.joint_pos - self.default_pose,
+        # the heading error of the command given now (a resample after the state moved the target)
+        heading = [np.clip(self._heading_error(s.base_quat), -HEADING_ERROR_CLIP, HEADING_ERROR_CLIP)[:, None]] \
+            if self.cfg.heading_observation else []
+        obs = np.concatenate([s.base_ang_vel, s.projected_gravity, self.command, *heading, s.joint_pos - self.default_pose,
                               s.joint_vel, self.action, np.sin(phase)[:, None], np.cos(phase)[:, None]], axis=1)
         obs *= self._obs_scale
         if self.cfg.obs_history:

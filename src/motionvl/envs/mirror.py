@@ -14,6 +14,7 @@ instead of teaching the policy a wrong mirror:
                  y -> -y maps (ax, ay, az) to (-ax, ay, -az)), so roll/yaw joints flip, pitch don't;
   angular vel.   (wx, wy, wz) -> (-wx, wy, -wz)       linear vel. (vx, vy, vz) -> (vx, -vy, vz)
   gravity        (gx, gy, gz) -> (gx, -gy, gz)        command (vx, vy, yaw rate) -> (vx, -vy, -yaw rate)
+  heading error  -> -heading error
   gait phase     phase + 1/2 (the legs are half a period apart): (sin, cos) -> (-sin, -cos)
   foot contacts  swapped.
   randomisation draws (critic only): scalars unchanged, per-joint gain/friction scales permuted.
@@ -37,6 +38,7 @@ _VECTOR_BLOCKS = {
     "base_ang_vel": ([0, 1, 2], [-1.0, 1.0, -1.0]),
     "projected_gravity": ([0, 1, 2], [1.0, -1.0, 1.0]),
     "command": ([0, 1, 2], [1.0, -1.0, -1.0]),
+    "heading_error": ([0], [-1.0]),
     "gait_phase_sin_cos": ([0, 1], [-1.0, -1.0]),
     "base_lin_vel": ([0, 1, 2], [1.0, -1.0, 1.0]),
     "base_height": ([0], [1.0]),

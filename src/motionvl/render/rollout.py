@@ -53,13 +53,16 @@ def stand_policy(env: LocomotionEnv) -> Policy:
 
 
 def _policy_env_overrides(policy) -> dict:
-    """EnvConfig fields an exported policy fixes: its observation history and gait clock period."""
+    """EnvConfig fields an exported policy fixes: its observation history and heading input, its gait clock period."""
     contract = getattr(policy, "contract", None)
     contract = contract if isinstance(contract, dict) else {}
     out = {}
     history = getattr(policy, "obs_history", contract.get("obs_history"))
     if history is not None:
         out["obs_history"] = int(history)
+    heading = getattr(policy, "heading_observation", contract.get("heading_observation"))
+    if heading is not None:
+        out["heading_observation"] = bool(heading)
     period = getattr(policy, "gait_period", contract.get("gait_period", contract.get("gait_period_s")))
     if period is not None:
         out["gait_period_s"] = float(period)

@@ -904,6 +904,7 @@ def random_reward_state(num_envs: int, rng: np.random.Generator) -> RewardState:
         first_contact=contact & (rng.random((n, 2)) < 0.2),
         body_collision=rng.random(n) < 0.03,
         command=np.column_stack([rng.uniform(-0.5, 1.2, n), rng.uniform(-0.3, 0.3, n), rng.uniform(-0.5, 0.5, n)]),
+        heading_error=rng.normal(0.0, 0.3, n),
         gait_phase=rng.random(n),
         gait_period=0.8,
         action=action,

@@ -68,6 +68,10 @@ class RewardState:
     """(N,) bool, a non-foot body part touched the ground."""
     command: np.ndarray
     """(N, 3) velocity command: forward m/s, lateral m/s, yaw rate rad/s (body frame)."""
+    heading_error: np.ndarray
+    """(N,) the heading the command asks for (the pelvis heading when the command was given plus
+    the yaw-rate command integrated since) minus the pelvis heading, rad, wrapped to [-pi, pi):
+    + = the robot has turned right of its course."""
     gait_phase: np.ndarray
     """(N,) gait clock in [0, 1): left foot should be in stance for phase < 0.5."""
     gait_period: float

@@ -53,11 +53,14 @@ class PolicyExportWrapper(torch.nn.Module if torch is not None else object):
 
 def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0) -> dict:
     """The metadata dict (plain values) written into the ONNX file for `robot` trained with `env_cfg`."""
-    from motionvl.envs.locomotion import obs_layout
+    from motionvl.envs.locomotion import HEADING_ERROR_CLIP, obs_layout
 
     J = robot.num_joints
     layout = [{"name": n, "size": int(s), "scale": np.broadcast_to(np.asarray(sc, float), (s,)).tolist()}
-              for n, s, sc in obs_layout(J)]
+              for n, s, sc in obs_layout(J, env_cfg.heading_observation)]
+    for block in layout:
+        if block["name"] == "heading_error":  # rad: commanded heading - IMU heading, wrapped, then clipped
+            block["clip"] = HEADING_ERROR_CLIP
     if env_cfg.obs_history:
         frame = [{"name": "base_ang_vel", "size": 3, "scale": 0.25}, {"name": "projected_gravity", "size": 3, "scale": 1.0},
                  {"name": "joint_pos_rel", "size": J, "scale": 1.0}, {"name": "joint_vel", "size": J, "scale": 0.05},
@@ -71,6 +74,7 @@ def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0) -> d
         "num_actions": J,
         "obs_layout": layout,
         "obs_history": int(env_cfg.obs_history),
+        "heading_observation": bool(env_cfg.heading_observation),
         "gait_period": float(env_cfg.gait_period_s),
         "action_clip": float(action_clip),
         "train_sim_dt": float(env_cfg.sim_dt or robot.sim_dt),
@@ -131,6 +135,10 @@ class OnnxPolicy:
     @property
     def obs_history(self) -> int:
         return int(self.metadata.get("obs_history", 0))
+
+    @property
+    def heading_observation(self) -> bool:
+        return bool(self.metadata.get("heading_observation", False))
 
     @property
     def gait_period(self) -> float | None:

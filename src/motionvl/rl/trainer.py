@@ -322,6 +322,11 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
 
 
 # ---------------------------------------------------------------------- helpers
+ENV_KEYS_ADDED_LATER = {"critic_sees_randomization": False, "heading_observation": False}
+"""EnvConfig keys whose default changed after runs were written: a resumed run whose config copy
+lacks one gets the value it was trained with (its checkpoints have those network shapes)."""
+
+
 def _resolve_config(train_cfg, run_dir: Path, resume: bool) -> TrainConfig:
     if isinstance(train_cfg, TrainConfig):
         return dataclasses.replace(train_cfg)
@@ -330,9 +335,10 @@ def _resolve_config(train_cfg, run_dir: Path, resume: bool) -> TrainConfig:
     if resume and (run_dir / "config.yaml").exists():
         cfg = TrainConfig.from_yaml(run_dir / "config.yaml")
         # keys a run's config copy predates keep the behaviour the run was trained with, not today's default
-        written = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-        if "critic_sees_randomization" not in (written.get("env") or {}):
-            cfg.env.critic_sees_randomization = False
+        written = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("env") or {}
+        for key, before in ENV_KEYS_ADDED_LATER.items():
+            if key not in written:
+                setattr(cfg.env, key, before)
         return cfg
     return TrainConfig.from_yaml()
 
