@@ -551,3 +551,9 @@ def test_selection_chooses_within_the_final_stretch_of_the_budget(tmp_path):
     assert sel.best(1200.0)["iteration"] == 1510, "earlier budgets' candidates do not compete; ties go to task score"
     assert sel.best(3600.0) is None
     assert sel.stretch_s(600.0) == 60.0 and sel.stretch_s(120.0) == 30.0, "at most a quarter of a short budget"
+    # a resumed run keeps its candidates while the validation episodes stay the same, and only then
+    sel._write()
+    assert len(PolicySelection(SelectionConfig(minutes=2.0, every=20), tmp_path, meta={}).candidates) == 4
+    with pytest.warns(UserWarning, match="other episodes"):
+        other = PolicySelection(SelectionConfig(minutes=1.0, every=10, seed=1), tmp_path, meta={})
+    assert other.candidates == [] and other.best(600.0) is None

@@ -11,7 +11,8 @@ best score. Validation time is part of the budget.
 Score: the evaluation's success rate (no fall and >= 90 % of the commanded distance), ties
 broken by its task score. Every candidate sees the same episodes (`selection.seed`), so the
 comparison is paired. Candidates and their scores live in RUN_DIR/selection/ and
-RUN_DIR/selection.json; a resumed run keeps the ones validated before it was stopped.
+RUN_DIR/selection.json; a resumed run keeps the ones validated before it was stopped, unless its
+selection settings now give other validation episodes (then they are dropped, with a warning).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 from motionvl.rl.config import SelectionConfig
@@ -38,7 +40,18 @@ class PolicySelection:
         self.record_path = self.run_dir / "selection.json"
         self.candidates: list[dict] = []
         if self.record_path.exists():
-            self.candidates = json.loads(self.record_path.read_text()).get("candidates", [])
+            record = json.loads(self.record_path.read_text())
+            written = record.get("config", {})
+            if {k: written.get(k) for k in self._episodes_config()} == self._episodes_config():
+                self.candidates = record.get("candidates", [])
+            else:  # scores on other episodes are not comparable with the ones to come
+                warnings.warn(f"{self.record_path}: the earlier candidates were validated on other episodes "
+                              f"({record.get('config')}); they do not compete with the new ones", stacklevel=2)
+
+    def _episodes_config(self) -> dict:
+        """What decides the validation episodes (JSON-shaped, as selection.json records it)."""
+        return {"episodes": self.cfg.episodes, "seconds": self.cfg.seconds, "command": list(self.cfg.command),
+                "seed": self.cfg.seed}
 
     def stretch_s(self, budget_s: float) -> float:
         """Seconds at the end of the budget in which candidates are validated: selection.minutes,
@@ -91,9 +104,7 @@ class PolicySelection:
         return best
 
     def _write(self, chosen: int | None = None) -> None:
-        data = {"config": {"every": self.cfg.every, "episodes": self.cfg.episodes, "seconds": self.cfg.seconds,
-                           "command": list(self.cfg.command), "seed": self.cfg.seed},
-                "chosen_iteration": chosen, "candidates": sorted(self.candidates, key=lambda x: x["iteration"])}
+        data = {"config": {"every": self.cfg.every, **self._episodes_config()}, "chosen_iteration": chosen, "candidates": sorted(self.candidates, key=lambda x: x["iteration"])}
         tmp = self.record_path.with_name(self.record_path.name + ".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.record_path)

@@ -298,6 +298,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
                 save()
             now = elapsed0 + time.perf_counter() - session_t0
             if selection is not None and selection.due(it, now, budget_s, last_validation_s):
+                if bar is not None:  # the bar stands still for the validation's seconds: say why
+                    bar.set_postfix_str(f"it={it} validating the policy on {cfg.selection.episodes} held-out episodes")
                 t0 = time.perf_counter()
                 selection.validate(exported_actor(), it, now)
                 last_validation_s = time.perf_counter() - t0
