@@ -168,7 +168,7 @@ def run_curve(args, out: Path, train_cfg) -> tuple[list, dict | None]:
                                                        args.seed)
         if result.selected is not None:
             # policy.onnx is a validated candidate: the policy the run ended on, on the same episodes
-            row["selected_iteration"] = result.selected["iteration"]
+            row["selected_iteration"] = result.selected_iteration
             if args.confirm_episodes:
                 row["confirm_final"] = confirm_eval(out / "policy_final.onnx", args.confirm_episodes, args.seconds,
                                                     args.seed)

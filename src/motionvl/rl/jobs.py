@@ -169,7 +169,7 @@ class TrainingQueue:
             self._emit["policy"]({"candidate_id": cid, "policy_path": str(result.policy_path), "run_dir": str(run_dir),
                                   "iterations": result.iterations, "total_steps": result.total_steps,
                                   "steps_per_s": result.steps_per_s, "stop_reason": result.stop_reason,
-                                  "selected_iteration": result.selected["iteration"] if result.selected else None,
+                                  "selected_iteration": result.selected_iteration,
                                   "evaluation": evaluation})
             state = "cancelled" if result.stop_reason == "callback" else "done"
             self._emit["status"]({"candidate_id": cid, "state": state, "message": result.stop_reason})

@@ -78,6 +78,11 @@ class TrainResult:
     selected: dict | None = None
     """With selection on: the validated candidate exported as policy.onnx (iteration, scores), else None."""
 
+    @property
+    def selected_iteration(self) -> int | None:
+        """The iteration policy.onnx comes from when held-out selection chose it, else None."""
+        return self.selected["iteration"] if self.selected else None
+
 
 # ---------------------------------------------------------------------- building blocks
 def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = None, device: str | None = None,
