@@ -104,7 +104,8 @@ class PolicySelection:
         return best
 
     def _write(self, chosen: int | None = None) -> None:
-        data = {"config": {"every": self.cfg.every, **self._episodes_config()}, "chosen_iteration": chosen, "candidates": sorted(self.candidates, key=lambda x: x["iteration"])}
+        data = {"config": {"every": self.cfg.every, **self._episodes_config()}, "chosen_iteration": chosen,
+                "candidates": sorted(self.candidates, key=lambda x: x["iteration"])}
         tmp = self.record_path.with_name(self.record_path.name + ".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.record_path)
