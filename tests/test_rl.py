@@ -205,6 +205,16 @@ def test_a_policy_that_sees_its_heading_error_carries_it_in_its_contract_and_eva
     assert result["episodes"] == 2  # the evaluation env gave the policy the input it was trained with
 
 
+def test_metadata_describes_every_observation_entry_of_an_env_with_history(robot):
+    env = LocomotionEnv(robot, tiny_config(obs_history=3, heading_observation=True).env)
+    layout = policy_metadata(robot, env.cfg, env.num_obs)["obs_layout"]
+    assert sum(b["size"] for b in layout) == env.num_obs
+    history = layout[-1]
+    assert history["name"] == "history" and history["frames"] == 3
+    assert [(b["name"], b["size"]) for b in history["frame"]] == [(n, s) for n, s, _ in env.proprio_layout]
+    assert history["size"] == 3 * env.num_proprio
+
+
 # ---------------------------------------------------------------------- evaluation
 def test_eval_cli_prints_json_last_line(trained_run):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -53,7 +53,7 @@ class PolicyExportWrapper(torch.nn.Module if torch is not None else object):
 
 def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0) -> dict:
     """The metadata dict (plain values) written into the ONNX file for `robot` trained with `env_cfg`."""
-    from motionvl.envs.locomotion import HEADING_ERROR_CLIP, obs_layout
+    from motionvl.envs.locomotion import HEADING_ERROR_CLIP, obs_layout, proprio_layout
 
     J = robot.num_joints
     layout = [{"name": n, "size": int(s), "scale": np.broadcast_to(np.asarray(sc, float), (s,)).tolist()}
@@ -62,11 +62,9 @@ def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0) -> d
         if block["name"] == "heading_error":  # rad: commanded heading - IMU heading, wrapped, then clipped
             block["clip"] = HEADING_ERROR_CLIP
     if env_cfg.obs_history:
-        frame = [{"name": "base_ang_vel", "size": 3, "scale": 0.25}, {"name": "projected_gravity", "size": 3, "scale": 1.0},
-                 {"name": "joint_pos_rel", "size": J, "scale": 1.0}, {"name": "joint_vel", "size": J, "scale": 0.05},
-                 {"name": "last_action", "size": J, "scale": 1.0}]
-        layout.append({"name": "history", "size": env_cfg.obs_history * (3 + 3 + 3 * J), "frames": env_cfg.obs_history,
-                       "order": "newest first", "frame": frame})
+        frame = [{"name": n, "size": int(s), "scale": float(sc)} for n, s, sc in proprio_layout(J)]
+        layout.append({"name": "history", "size": env_cfg.obs_history * sum(b["size"] for b in frame),
+                       "frames": env_cfg.obs_history, "order": "newest first", "frame": frame})
     return {
         **robot.contract(),
         "format": FORMAT,
