@@ -189,6 +189,22 @@ def test_push_times_are_when_step_pushes(robot):
     assert LocomotionEnv(robot, EnvConfig(num_envs=1, randomization=RandomizationConfig.disabled())).push_times(10).size == 0
 
 
+def test_a_random_first_push_keeps_the_interval_and_push_times_follows_each_env(robot):
+    only_push = dataclasses.replace(RandomizationConfig.disabled(), push=True, push_interval_s=0.1, push_velocity=1.0,
+                                    push_first_random=True)
+    env = LocomotionEnv(robot, EnvConfig(num_envs=6, seed=3, randomization=only_push))
+    pushed_at = [[] for _ in range(env.num_envs)]
+    for k in range(1, 16):
+        before = env.sim.qvel[:, 0:2].copy()
+        env.step(np.zeros((env.num_envs, robot.num_joints)))
+        for i in np.flatnonzero(np.abs(env.sim.qvel[:, 0:2] - before).max(axis=1) > 0.2):
+            pushed_at[i].append(round(k * env.dt, 6))
+    for i, times in enumerate(pushed_at):
+        assert times == pytest.approx(list(env.push_times(0.31, env_index=i)))
+        assert 0.0 < times[0] <= 0.1 and np.allclose(np.diff(times), 0.1)
+    assert len({times[0] for times in pushed_at}) > 1, "first pushes are drawn per env"
+
+
 def test_heading_hold_steers_the_yaw_rate_command_back_to_the_course(robot):
     def env_with(gain: float, command=(0.5, 0.0, 0.0)) -> LocomotionEnv:
         return LocomotionEnv(robot, EnvConfig(num_envs=2, seed=3, random_heading=False,

@@ -75,6 +75,10 @@ class RandomizationConfig:
     """Seconds between pushes."""
     push_velocity: float = 0.5
     """Max horizontal velocity change of a push, m/s."""
+    push_first_random: bool = False
+    """Draw each episode's first push time uniformly within its first interval (later pushes keep
+    the interval), so that episodes ending before push_interval_s meet pushes too. Off: pushes at
+    multiples of push_interval_s after reset, as evaluation always has them."""
     latency: bool = True
     latency_range: tuple = (1, 10)
     """Delay before a new joint target reaches the PD loop, in physics steps of the robot config's

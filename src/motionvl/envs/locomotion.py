@@ -149,6 +149,7 @@ class LocomotionEnv:
         self._term_sums = np.zeros((0, N))
         self.episode_sums: dict[str, np.ndarray] = {}
         self._push_steps = max(1, int(round(cfg.randomization.push_interval_s / self.dt)))
+        self.push_offset = np.zeros(N, dtype=np.int64)  # policy steps: the first push comes _push_steps - offset after reset
         self._resample_steps = max(1, int(round(cfg.commands.resample_s / self.dt)))
         # command curriculum level in [0, 1] (CommandConfig.curriculum); trainers checkpoint it
         self.command_level = 0.0 if cfg.commands.curriculum else 1.0
@@ -198,6 +199,8 @@ class LocomotionEnv:
             robot_steps = rng.integers(lo, hi + 1, size=n)
             self.latency[ids] = np.minimum(np.rint(robot_steps * self.robot.sim_dt / self.sim_dt), self.decimation)
             self.sim.set_ctrl_delay(ids, self.latency[ids])
+        if r.push and r.push_first_random:
+            self.push_offset[ids] = rng.integers(0, self._push_steps, size=n)
 
     # ------------------------------------------------------------------ commands
     def _resample_commands(self, ids: np.ndarray) -> None:
@@ -292,7 +295,7 @@ class LocomotionEnv:
         self._heading_target += self._yaw_rate_input * self.dt
 
         if self.cfg.randomization.push:
-            push = (self.episode_length % self._push_steps) == 0
+            push = ((self.episode_length + self.push_offset) % self._push_steps) == 0
             if push.any():
                 self.sim.qvel[push, 0:2] += self.rng.uniform(-1, 1, (int(push.sum()), 2)) * self.cfg.randomization.push_velocity
 
@@ -428,20 +431,21 @@ class LocomotionEnv:
         s = self.state
         blocks = [s.base_lin_vel, s.base_height[:, None], s.foot_contact]
         if self.cfg.critic_sees_randomization:
-            push_phase = (self.episode_length % self._push_steps) / self._push_steps if self.cfg.randomization.push \
-                else np.zeros(self.num_envs)
+            push_phase = ((self.episode_length + self.push_offset) % self._push_steps) / self._push_steps \
+                if self.cfg.randomization.push else np.zeros(self.num_envs)
             friction = self.ground_friction - np.mean(self.cfg.randomization.friction_range)
             blocks += [friction[:, None], np.log(self.gain_scale), np.log(self.joint_friction_scale),
                        self.latency[:, None] / self.decimation, self.added_mass[:, None], push_phase[:, None]]
         return np.concatenate(blocks, axis=1) * self._privileged_scale
 
     # ------------------------------------------------------------------ recording
-    def push_times(self, seconds: float) -> np.ndarray:
-        """Episode times (s after reset) at which step() pushes an env, up to `seconds`; empty without pushes."""
+    def push_times(self, seconds: float, env_index: int = 0) -> np.ndarray:
+        """Episode times (s after reset) at which step() pushes env `env_index` in its current episode,
+        before `seconds`; empty without pushes."""
         if not self.cfg.randomization.push:
             return np.zeros(0)
-        period = self._push_steps * self.dt
-        return np.arange(period, seconds, period)
+        steps = np.arange(self._push_steps - self.push_offset[env_index], seconds / self.dt, self._push_steps)
+        return steps * self.dt
 
     def record(self, env_index: int = 0) -> "TrajectoryRecorder":
         rec = TrajectoryRecorder(self, env_index)
