@@ -178,12 +178,21 @@ def test_push_times_are_when_step_pushes(robot):
     only_push = dataclasses.replace(RandomizationConfig.disabled(), push=True, push_interval_s=0.1, push_velocity=1.0)
     env = LocomotionEnv(robot, EnvConfig(num_envs=2, seed=5, randomization=only_push))
     pushed_at = []
+    assert not env.last_push.any()
     for k in range(1, 16):
         before = env.sim.qvel[:, 0:2].copy()
+        last_push = env.last_push.copy()
         env.step(np.zeros((2, robot.num_joints)))
         if np.abs(env.sim.qvel[:, 0:2] - before).max() > 0.2:  # standing robots drift by far less per step
             pushed_at.append(round(k * env.dt, 6))
+            # last_push is the velocity change this step's push made (a standing robot's own change is small)
+            np.testing.assert_allclose(env.sim.qvel[:, 0:2] - before, env.last_push, atol=0.1)
+            assert not np.allclose(env.last_push, last_push)
+        else:
+            np.testing.assert_array_equal(env.last_push, last_push)
     assert pushed_at == pytest.approx(list(env.push_times(0.31)))
+    env.reset()
+    assert not env.last_push.any(), "a new episode has not been pushed yet"
     assert list(env.push_times(0.31)) == pytest.approx([0.1, 0.2, 0.3])
     assert env.push_times(0.09).size == 0
     assert LocomotionEnv(robot, EnvConfig(num_envs=1, randomization=RandomizationConfig.disabled())).push_times(10).size == 0

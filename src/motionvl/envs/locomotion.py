@@ -150,6 +150,7 @@ class LocomotionEnv:
         self.episode_sums: dict[str, np.ndarray] = {}
         self._push_steps = max(1, int(round(cfg.randomization.push_interval_s / self.dt)))
         self.push_offset = np.zeros(N, dtype=np.int64)  # policy steps: the first push comes _push_steps - offset after reset
+        self.last_push = np.zeros((N, 2))  # world-frame velocity change (m/s) of the episode's latest push
         self._resample_steps = max(1, int(round(cfg.commands.resample_s / self.dt)))
         # command curriculum level in [0, 1] (CommandConfig.curriculum); trainers checkpoint it
         self.command_level = 0.0 if cfg.commands.curriculum else 1.0
@@ -261,6 +262,7 @@ class LocomotionEnv:
         self._randomize(ids)
         self.sim.forward(ids)
         self.episode_length[ids] = 0
+        self.last_push[ids] = 0.0
         self.action[ids] = 0.0
         self.last_action[ids] = 0.0
         self.feet_air_time[ids] = 0.0
@@ -297,7 +299,8 @@ class LocomotionEnv:
         if self.cfg.randomization.push:
             push = ((self.episode_length + self.push_offset) % self._push_steps) == 0
             if push.any():
-                self.sim.qvel[push, 0:2] += self.rng.uniform(-1, 1, (int(push.sum()), 2)) * self.cfg.randomization.push_velocity
+                self.last_push[push] = self.rng.uniform(-1, 1, (int(push.sum()), 2)) * self.cfg.randomization.push_velocity
+                self.sim.qvel[push, 0:2] += self.last_push[push]
 
         contact = self.sim.sensordata[:, self._touch_idx] > self.cfg.contact_force_threshold
         first_contact = (self.feet_air_time > 0) & contact & ~self.last_contact
@@ -439,6 +442,11 @@ class LocomotionEnv:
         return np.concatenate(blocks, axis=1) * self._privileged_scale
 
     # ------------------------------------------------------------------ recording
+    @property
+    def push_interval_steps(self) -> int:
+        """Policy steps between pushes; the first comes this many minus `push_offset` after reset."""
+        return self._push_steps
+
     def push_times(self, seconds: float, env_index: int = 0) -> np.ndarray:
         """Episode times (s after reset) at which step() pushes env `env_index` in its current episode,
         before `seconds`; empty without pushes."""

@@ -16,7 +16,7 @@ from motionvl.envs.config import CommandConfig, EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.export import OnnxPolicy, check_contract, load_policy
 from motionvl.rl.gait_metrics import GAIT_KEYS, gait_metrics, truncate_at_fall
-from motionvl.sim.math import yaw_of
+from motionvl.sim.math import to_heading_frame, yaw_of
 from motionvl.robot import ConfigError, RobotConfig, load_robot_config
 from motionvl.sim.trajectory import Trajectory
 
@@ -58,11 +58,10 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=()) ->
     direction = cmd[:2] / speed_cmd if speed_cmd > 1e-9 else np.array([1.0, 0.0])
     heading = yaw_of(traj.base_quat)
     turned = np.unwrap(heading)[-1] - heading[0]
-    c, s = np.cos(heading), np.sin(heading)
-    v_world = traj.qvel[:, 0:2]
-    v_heading = np.stack([c * v_world[:, 0] + s * v_world[:, 1], -s * v_world[:, 0] + c * v_world[:, 1]], 1)
+    v_heading = to_heading_frame(traj.qvel[:, 0:2], heading)
     if abs(cmd[2]) < 1e-9:
-        d0 = np.array([[c[0], -s[0]], [s[0], c[0]]]) @ direction
+        c, s = np.cos(heading[0]), np.sin(heading[0])
+        d0 = np.array([[c, -s], [s, c]]) @ direction
         distance = float((traj.base_pos[-1, :2] - traj.base_pos[0, :2]) @ d0)
     else:
         distance = float(np.sum(v_heading[1:] @ direction) * traj.dt)
@@ -84,6 +83,31 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=()) ->
     }
 
 
+def batch_evaluation_env(policy: OnnxPolicy, seconds: float = 10.0, terrain: str = "flat", episodes: int = 16,
+                         randomize: bool = False, command=(0.5, 0.0, 0.0), robot_dt: bool = True, seed: int = 0,
+                         robot: RobotConfig | None = None, heading_gain: float = 0.0,
+                         randomization: RandomizationConfig | None = None) -> LocomotionEnv:
+    """The environment `evaluate` runs `policy` in (arguments as there): one episode per env, a fixed
+    command, the policy's own observation layout, after its first reset; the contract is checked.
+    `randomization`, if given, replaces what `randomize` selects."""
+    robot = robot or load_robot_config()
+    check_contract(policy.contract, robot.contract())
+    meta = policy.metadata
+    dt_kw = {"sim_dt": None, "decimation": None} if robot_dt else {
+        "sim_dt": meta.get("train_sim_dt"), "decimation": meta.get("train_decimation")}
+    cfg = EnvConfig(num_envs=int(episodes), episode_length_s=float(seconds) + 1.0, terrain=terrain, seed=seed,
+                    gait_period_s=float(policy.gait_period or EnvConfig.gait_period_s), obs_history=policy.obs_history,
+                    heading_observation=policy.heading_observation,
+                    commands=CommandConfig(fixed=tuple(float(c) for c in command), resample_s=1e9,
+                                           heading_gain=float(heading_gain)),
+                    randomization=randomization or (RandomizationConfig() if randomize else RandomizationConfig.disabled()),
+                    **dt_kw)
+    env = LocomotionEnv(robot, cfg)
+    if env.num_obs != policy.num_obs:
+        raise ConfigError(f"policy expects {policy.num_obs} observations, the environment gives {env.num_obs}")
+    return env
+
+
 def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: str = "flat", episodes: int = 16,
              randomize: bool = False, command=(0.5, 0.0, 0.0), robot_dt: bool = True, seed: int = 0,
              robot: RobotConfig | None = None, return_trajectories: bool = False, heading_gain: float = 0.0) -> dict:
@@ -98,20 +122,8 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     if not heading_gain >= 0:
         raise ConfigError(f"heading_gain must be >= 0, got {heading_gain}")
     policy = policy if isinstance(policy, OnnxPolicy) else load_policy(policy)
-    robot = robot or load_robot_config()
-    check_contract(policy.contract, robot.contract())
-    meta = policy.metadata
-    dt_kw = {"sim_dt": None, "decimation": None} if robot_dt else {
-        "sim_dt": meta.get("train_sim_dt"), "decimation": meta.get("train_decimation")}
-    cfg = EnvConfig(num_envs=int(episodes), episode_length_s=float(seconds) + 1.0, terrain=terrain, seed=seed,
-                    gait_period_s=float(policy.gait_period or EnvConfig.gait_period_s), obs_history=policy.obs_history,
-                    heading_observation=policy.heading_observation,
-                    commands=CommandConfig(fixed=tuple(float(c) for c in command), resample_s=1e9,
-                                           heading_gain=float(heading_gain)),
-                    randomization=RandomizationConfig() if randomize else RandomizationConfig.disabled(), **dt_kw)
-    env = LocomotionEnv(robot, cfg)
-    if env.num_obs != policy.num_obs:
-        raise ConfigError(f"policy expects {policy.num_obs} observations, the environment gives {env.num_obs}")
+    env = batch_evaluation_env(policy, seconds=seconds, terrain=terrain, episodes=episodes, randomize=randomize,
+                               command=command, robot_dt=robot_dt, seed=seed, robot=robot, heading_gain=heading_gain)
     obs = env.observations()  # the state after the constructor's reset
     recorders = [env.record(i) for i in range(env.num_envs)]
     for _ in range(int(round(seconds / env.dt))):

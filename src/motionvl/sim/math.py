@@ -45,6 +45,13 @@ def yaw_of(q: np.ndarray) -> np.ndarray:
     return np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
 
 
+def to_heading_frame(v_xy: np.ndarray, yaw: np.ndarray) -> np.ndarray:
+    """World-frame horizontal vectors (..., 2) in the frame turned by `yaw` (x ahead, y to the left)."""
+    v_xy, yaw = np.asarray(v_xy, dtype=float), np.asarray(yaw, dtype=float)
+    c, s = np.cos(yaw), np.sin(yaw)
+    return np.stack([c * v_xy[..., 0] + s * v_xy[..., 1], -s * v_xy[..., 0] + c * v_xy[..., 1]], axis=-1)
+
+
 def wrap_angle(a: np.ndarray) -> np.ndarray:
     """Angles wrapped to [-pi, pi)."""
     return np.mod(np.asarray(a) + np.pi, 2.0 * np.pi) - np.pi
