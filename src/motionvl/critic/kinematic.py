@@ -57,7 +57,7 @@ import numpy as np
 
 from motionvl.critic.schema import QUANTITIES, Descriptor, MotionFeedback, Suggestion, discretise
 from motionvl.rl.gait_metrics import gait_metrics, torso_pitch, truncate_at_fall
-from motionvl.sim.math import yaw_of
+from motionvl.sim.math import to_heading_frame, yaw_of
 from motionvl.sim.trajectory import Trajectory
 
 CRITIC_NAME = "kinematic"
@@ -179,9 +179,7 @@ def analyse_gait(traj: Trajectory, warmup_s: float = 0.5, min_phase_s: float = 0
         yaw_rate = np.gradient(heading, t)
     else:
         v_world, yaw_rate = np.zeros((T, 3)), np.zeros(T)
-    c, s = np.cos(heading), np.sin(heading)
-    v_fwd = c * v_world[:, 0] + s * v_world[:, 1]
-    v_lat = -s * v_world[:, 0] + c * v_world[:, 1]
+    v_fwd, v_lat = np.moveaxis(to_heading_frame(v_world[:, :2], heading), -1, 0)
     values["forward_speed"] = float(v_fwd[win].mean())
     values["lateral_speed"] = float(v_lat[win].mean())
     values["yaw_rate"] = float(np.degrees(yaw_rate[win].mean()))
@@ -205,7 +203,7 @@ def analyse_gait(traj: Trajectory, warmup_s: float = 0.5, min_phase_s: float = 0
     ground = float(np.median(foot_z[contact])) if contact.any() else float(np.min(foot_z))
     values["base_height"] = float(np.mean(tr.base_pos[:, 2] - ground))
     rel = tr.foot_pos[:, 0, :2] - tr.foot_pos[:, 1, :2]  # left minus right, world xy
-    lat_sep = -s * rel[:, 0] + c * rel[:, 1]
+    lat_sep = to_heading_frame(rel, heading)[:, 1]
     values["stance_width"] = float(np.mean(np.abs(lat_sep)))
 
     gm = gait_metrics(tr_db, min_swing_s=min_phase_s)
@@ -258,7 +256,7 @@ def analyse_gait(traj: Trajectory, warmup_s: float = 0.5, min_phase_s: float = 0
     for k in range(2):
         for i in touch_idx[k]:
             d = tr.foot_pos[i, k, :2] - tr.foot_pos[i, 1 - k, :2]
-            step_len[k].append(float(c[i] * d[0] + s[i] * d[1]))
+            step_len[k].append(float(to_heading_frame(d, heading[i])[0]))
     all_td = sorted(i for k in range(2) for i in touch_idx[k] if win[i])
     if len(all_td) >= 2:
         values["cadence"] = 60.0 / (float(np.mean(np.diff(t[all_td]))))

@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from motionvl.rewards.state import RewardState
-from motionvl.sim.math import yaw_of
+from motionvl.sim.math import to_heading_frame, yaw_of
 
 
 class LibraryTerm(NamedTuple):
@@ -259,9 +259,8 @@ def _cost_feet_contact_forces(state: RewardState, *, limit: float = 500.0) -> np
 def _cost_feet_distance(state: RewardState, *, min_dist: float = 0.12, max_dist: float = 0.30,
                         tolerance: float = 0.1) -> np.ndarray:
     """Lateral sole spacing (heading frame) outside [min_dist, max_dist], / tolerance, clipped."""
-    yaw = yaw_of(state.base_quat)
     d = state.foot_pos[:, 0, :2] - state.foot_pos[:, 1, :2]
-    lateral = -np.sin(yaw) * d[:, 0] + np.cos(yaw) * d[:, 1]
+    lateral = to_heading_frame(d, yaw_of(state.base_quat))[:, 1]
     out = np.maximum(min_dist - lateral, 0.0) + np.maximum(lateral - max_dist, 0.0)
     return np.minimum(out / tolerance, 1.0)
 

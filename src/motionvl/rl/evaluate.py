@@ -16,10 +16,9 @@ from motionvl.envs.config import CommandConfig, EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.export import OnnxPolicy, check_contract, load_policy
 from motionvl.rl.gait_metrics import GAIT_KEYS, gait_metrics, truncate_at_fall
-from motionvl.sim.math import to_heading_frame, yaw_of
 from motionvl.robot import ConfigError, RobotConfig, load_robot_config
+from motionvl.sim.math import to_heading_frame, yaw_of
 from motionvl.sim.trajectory import Trajectory
-
 
 # Transients left out of the steady-state tracking error, measured on the 60-minute policy at
 # 0.6 m/s (randomised): the error is back to its in-stride level ~1 s after starting from standstill
@@ -60,9 +59,7 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=()) ->
     turned = np.unwrap(heading)[-1] - heading[0]
     v_heading = to_heading_frame(traj.qvel[:, 0:2], heading)
     if abs(cmd[2]) < 1e-9:
-        c, s = np.cos(heading[0]), np.sin(heading[0])
-        d0 = np.array([[c, -s], [s, c]]) @ direction
-        distance = float((traj.base_pos[-1, :2] - traj.base_pos[0, :2]) @ d0)
+        distance = float(to_heading_frame(traj.base_pos[-1, :2] - traj.base_pos[0, :2], heading[0]) @ direction)
     else:
         distance = float(np.sum(v_heading[1:] @ direction) * traj.dt)
     target = speed_cmd * seconds
