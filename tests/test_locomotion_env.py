@@ -198,6 +198,16 @@ def test_push_times_are_when_step_pushes(robot):
     assert LocomotionEnv(robot, EnvConfig(num_envs=1, randomization=RandomizationConfig.disabled())).push_times(10).size == 0
 
 
+def test_pushes_follow_the_envs_push_velocity(robot):
+    only_push = dataclasses.replace(RandomizationConfig.disabled(), push=True, push_interval_s=0.02, push_velocity=1.0)
+    env = LocomotionEnv(robot, EnvConfig(num_envs=64, seed=2, randomization=only_push))
+    assert env.push_velocity == 1.0
+    env.push_velocity = 0.25  # what a trainer's push schedule does between iterations
+    env.step(np.zeros((64, robot.num_joints)))
+    assert env.last_push.any() and np.abs(env.last_push).max() <= 0.25
+    assert np.abs(env.last_push).max() > 0.2, "64 uniform draws per axis reach near the bound"
+
+
 def test_a_random_first_push_keeps_the_interval_and_push_times_follows_each_env(robot):
     only_push = dataclasses.replace(RandomizationConfig.disabled(), push=True, push_interval_s=0.1, push_velocity=1.0,
                                     push_first_random=True)

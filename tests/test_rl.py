@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import torch
 import yaml
 from tensordict import TensorDict
 
-from motionvl.envs.config import EnvConfig
+from motionvl.envs.config import EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.config import PPOConfig, TrainConfig
 from motionvl.rl.evaluate import episode_metrics, evaluate
@@ -314,10 +315,29 @@ def test_training_config_loads_and_rejects_bad_values(tmp_path):
                       ("ppo: {schedule: cosine}", "schedule"), ("update_torch_threads: 0", "update_torch_threads"),
                       ("env: {commands: {heading_gain: -0.5}}", "heading_gain"),
                       ("policy_average_iterations: 0.5", "policy_average_iterations"),
-                      ("policy_average_growth: -1", "policy_average_growth")):
+                      ("policy_average_growth: -1", "policy_average_growth"),
+                      ("env: {randomization: {push_velocity_final: fast}}", "push_velocity_final"),
+                      ("env: {randomization: {push_velocity_final: -0.1}}", "push_velocity_final"),
+                      ("env: {randomization: {push_decay_iterations: [900, 600]}}", "push_decay_iterations"),
+                      ("env: {randomization: {push_decay_iterations: [600]}}", "push_decay_iterations")):
         bad.write_text(text)
         with pytest.raises(ConfigError, match=msg):
             TrainConfig.from_yaml(bad)
+
+
+def test_push_schedule_lowers_training_pushes_by_iteration_and_continues_after_a_resume(robot, tmp_path):
+    schedule = RandomizationConfig(push_velocity=0.75, push_velocity_final=0.5, push_decay_iterations=(600, 1200))
+    assert [schedule.push_velocity_at(i) for i in (0, 600, 900, 1200, 5000)] == pytest.approx([0.75, 0.75, 0.625, 0.5, 0.5])
+    assert RandomizationConfig(push_velocity=0.75).push_velocity_at(5000) == 0.75, "no final value: no schedule"
+    assert dataclasses.replace(schedule, push_decay_iterations=(10, 10)).push_velocity_at(10) == 0.5
+    run_dir = tmp_path / "run"
+    cfg = tiny_config(randomization=RandomizationConfig(push_velocity=0.8, push_velocity_final=0.2,
+                                                        push_decay_iterations=(1, 4)))
+    train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=2, progress=False, robot=robot)
+    train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=5, progress=False, robot=robot)
+    lines = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    # a record's push velocity is the one its iteration trained with: the schedule at the iterations done before it
+    assert [r["push_velocity"] for r in lines] == pytest.approx([0.8, 0.8, 0.6, 0.4, 0.2])
 
 
 def test_training_config_overrides_are_checked_like_the_file(tmp_path):

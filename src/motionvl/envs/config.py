@@ -75,6 +75,13 @@ class RandomizationConfig:
     """Seconds between pushes."""
     push_velocity: float = 0.5
     """Max horizontal velocity change of a push, m/s."""
+    push_velocity_final: float | None = None
+    """Training schedule of the push strength: with a value, the push velocity falls linearly from
+    push_velocity to this over push_decay_iterations (PPO iterations of the run, so a resumed run
+    continues the schedule). None: push_velocity throughout. Evaluation envs have no iterations and
+    always push with push_velocity."""
+    push_decay_iterations: tuple = (600, 1200)
+    """(first, last) PPO iteration of the linear fall to push_velocity_final."""
     push_first_random: bool = False
     """Draw each episode's first push time uniformly within its first interval (later pushes keep
     the interval), so that episodes ending before push_interval_s meet pushes too. Off: pushes at
@@ -84,6 +91,14 @@ class RandomizationConfig:
     """Delay before a new joint target reaches the PD loop, in physics steps of the robot config's
     own PD rate (500 Hz: 2-20 ms), inclusive; converted to the training physics step and capped
     at one policy period."""
+
+    def push_velocity_at(self, iteration: int) -> float:
+        """Push velocity (m/s) of training iteration `iteration` under the push schedule."""
+        if self.push_velocity_final is None:
+            return float(self.push_velocity)
+        first, last = self.push_decay_iterations
+        progress = 1.0 if last <= first else min(max((iteration - first) / (last - first), 0.0), 1.0)
+        return float(self.push_velocity + progress * (self.push_velocity_final - self.push_velocity))
 
     @classmethod
     def disabled(cls) -> "RandomizationConfig":

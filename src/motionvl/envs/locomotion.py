@@ -151,6 +151,8 @@ class LocomotionEnv:
         self._push_steps = max(1, int(round(cfg.randomization.push_interval_s / self.dt)))
         self.push_offset = np.zeros(N, dtype=np.int64)  # policy steps: the first push comes _push_steps - offset after reset
         self.last_push = np.zeros((N, 2))  # world-frame velocity change (m/s) of the episode's latest push
+        # max velocity change of a push (m/s); trainers lower it with RandomizationConfig.push_velocity_at
+        self.push_velocity = float(cfg.randomization.push_velocity)
         self._resample_steps = max(1, int(round(cfg.commands.resample_s / self.dt)))
         # command curriculum level in [0, 1] (CommandConfig.curriculum); trainers checkpoint it
         self.command_level = 0.0 if cfg.commands.curriculum else 1.0
@@ -299,7 +301,7 @@ class LocomotionEnv:
         if self.cfg.randomization.push:
             push = ((self.episode_length + self.push_offset) % self._push_steps) == 0
             if push.any():
-                self.last_push[push] = self.rng.uniform(-1, 1, (int(push.sum()), 2)) * self.cfg.randomization.push_velocity
+                self.last_push[push] = self.rng.uniform(-1, 1, (int(push.sum()), 2)) * self.push_velocity
                 self.sim.qvel[push, 0:2] += self.last_push[push]
 
         contact = self.sim.sensordata[:, self._touch_idx] > self.cfg.contact_force_threshold

@@ -170,6 +170,7 @@ class TrainConfig:
     def validate(self, where: str = "training config") -> None:
         p = self.ppo
         batch = self.env.num_envs * p.num_steps_per_env
+        rnd = self.env.randomization
         checks = [
             (self.env.num_envs >= 1, "env.num_envs must be >= 1"),
             (self.env.commands.heading_gain >= 0, "env.commands.heading_gain must be >= 0"),
@@ -179,6 +180,12 @@ class TrainConfig:
             (p.mirror_loss_coeff >= 0, "ppo.mirror_loss_coeff must be >= 0"),
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
+            (rnd.push_velocity >= 0 and (rnd.push_velocity_final is None or (
+                isinstance(rnd.push_velocity_final, (int, float)) and rnd.push_velocity_final >= 0)),
+             "env.randomization.push_velocity and push_velocity_final must be numbers >= 0 (final may be null)"),
+            (len(rnd.push_decay_iterations) == 2 and all(isinstance(v, int) for v in rnd.push_decay_iterations)
+             and 0 <= rnd.push_decay_iterations[0] <= rnd.push_decay_iterations[1],
+             "env.randomization.push_decay_iterations must be [first, last] with 0 <= first <= last"),
             (self.policy_average_iterations == 0 or self.policy_average_iterations >= 1,
              "policy_average_iterations must be 0 (off) or >= 1"),
             (self.policy_average_growth >= 0, "policy_average_growth must be >= 0"),

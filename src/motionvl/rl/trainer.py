@@ -26,8 +26,8 @@ iteration, total_steps, elapsed_s, steps_per_s, collect_s, learn_s, episodes (fi
 iteration), mean_step_reward, mean_return, mean_episode_length (steps), mean_episode_length_s,
 fall_fraction, terms {term: mean episode reward per episode second}, losses {value, surrogate,
 entropy, and symmetry with the mirror options}, learning_rate, action_std, command_level (curriculum)
-and command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
-window). Values are None when no episode finished.
+command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
+window) and push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at). Values are None when no episode finished.
 """
 
 from __future__ import annotations
@@ -280,6 +280,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
                 break
             if elapsed + last_iter_s > budget_s:
                 break
+            vec.env.push_velocity = cfg.env.randomization.push_velocity_at(it)
             try:
                 info = run_iteration(runner, vec, update_threads)
             except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
@@ -294,6 +295,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             record = _record(it, total_steps, elapsed0 + time.perf_counter() - session_t0, info, vec.env.dt)
             record["command_level"] = vec.env.command_level
             record["command_tracking_error"] = vec.env.window_tracking_error
+            record["push_velocity"] = vec.env.push_velocity
             history.append(record)
             hist_file.write(json.dumps(record) + "\n")
             hist_file.flush()
@@ -390,7 +392,7 @@ def _log_tensorboard(writer, r: dict, info: dict) -> None:
                "Perf/steps_per_s": r["steps_per_s"], "Perf/collection_time": r["collect_s"],
                "Perf/learning_time": r["learn_s"], "Loss/learning_rate": r["learning_rate"],
                "Policy/mean_std": r["action_std"], "Train/command_level": r.get("command_level"),
-               "Train/command_tracking_error": r.get("command_tracking_error")}
+               "Train/command_tracking_error": r.get("command_tracking_error"), "Train/push_velocity": r.get("push_velocity")}
     scalars.update({f"Loss/{k}": v for k, v in r["losses"].items()})
     scalars.update({f"Episode_Reward/{k}": v for k, v in r["terms"].items()})
     for key, value in scalars.items():
