@@ -27,7 +27,8 @@ iteration), mean_step_reward, mean_return, mean_episode_length (steps), mean_epi
 fall_fraction, terms {term: mean episode reward per episode second}, losses {value, surrogate,
 entropy, and symmetry with the mirror options}, learning_rate, action_std, command_level (curriculum)
 command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
-window) and push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at). Values are None when no episode finished.
+window) and push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at).
+Values are None when no episode finished.
 """
 
 from __future__ import annotations
