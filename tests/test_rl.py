@@ -215,6 +215,22 @@ def test_metadata_describes_every_observation_entry_of_an_env_with_history(robot
     assert [(b["name"], b["size"]) for b in history["frame"]] == [(n, s) for n, s, _ in env.proprio_layout]
     assert history["size"] == 3 * env.num_proprio
 
+    # what a deployment must rebuild from that description: zeros after a reset, then each step the
+    # previous observation's proprioceptive blocks (already scaled) in front, the oldest frame dropped
+    starts = np.cumsum([0] + [b["size"] for b in layout])
+    blocks = {b["name"]: slice(int(a), int(a + b["size"])) for b, a in zip(layout, starts)}
+    frame_of = lambda obs: np.concatenate([obs[:, blocks[b["name"]]] for b in history["frame"]], axis=1)  # noqa: E731
+    previous = [env.observations().copy()]
+    assert np.all(previous[0][:, blocks["history"]] == 0.0) and history["reset_value"] == 0.0
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        obs, *_ = env.step(rng.uniform(-1, 1, (env.num_envs, env.num_joints)))
+        frames = obs[:, blocks["history"]].reshape(env.num_envs, 3, env.num_proprio)
+        expected = [frame_of(p) for p in previous[::-1][:3]]
+        expected += [np.zeros_like(expected[0])] * (3 - len(expected))
+        np.testing.assert_allclose(frames, np.stack(expected, axis=1), atol=1e-12)
+        previous.append(obs.copy())
+
 
 # ---------------------------------------------------------------------- evaluation
 def test_eval_cli_prints_json_last_line(trained_run):
