@@ -15,7 +15,7 @@ import torch
 
 from motionvl.envs.config import EnvConfig, RandomizationConfig
 from motionvl.rl.config import PPOConfig, TrainConfig
-from motionvl.rl.evaluate import batch_evaluation_env
+from motionvl.rl.evaluate import batch_evaluation_env, evaluate
 from motionvl.rl.export import export_policy, load_policy, policy_metadata
 from motionvl.rl.push_recovery import SECTORS, plot_push_recovery, push_recovery_map, push_sector
 from motionvl.rl.trainer import build_runner
@@ -101,3 +101,30 @@ def test_heatmap_and_bench_command(standing_policy, tmp_path):
     line = json.loads(proc.stdout.strip().splitlines()[-1])
     assert line["label"] == "stand" and len(line["phases"]) == 1
     assert Path(line["heatmap"]).exists() and (tmp_path / "out" / "stand_push_recovery.json").exists()
+
+
+def test_evaluation_without_pushes_keeps_the_rest_of_the_randomisation(standing_policy, monkeypatch):
+    # the zero policy stands ~2 s: evaluation pushes every 0.5 s here instead of every 8 s
+    import motionvl.rl.evaluate as evaluation
+
+    @dataclasses.dataclass
+    class FrequentPushes(RandomizationConfig):
+        push_interval_s: float = 0.5
+
+    monkeypatch.setattr(evaluation, "RandomizationConfig", FrequentPushes)
+    kw = dict(seconds=1.0, episodes=3, randomize=True, command=(0.0, 0.0, 0.0), seed=3, return_trajectories=True)
+    pushed = evaluate(standing_policy, **kw)
+    calm = evaluate(standing_policy, pushes=False, **kw)
+    assert pushed["pushes"] and not calm["pushes"] and not evaluate(standing_policy, seconds=0.1, episodes=1)["pushes"]
+    for a, b in zip(pushed["trajectories"], calm["trajectories"]):
+        t = a.time - a.time[0]
+        before, after = t < 0.5 - 1e-6, t > 0.55
+        assert not a.fell[before].any()
+        # same starts, friction, gains and latency: the two runs part only at the push
+        np.testing.assert_array_equal(a.qvel[before], b.qvel[before])
+        assert np.abs(a.qvel[after, :2] - b.qvel[after, :2]).max() > 0.05
+    cli = subprocess.run([sys.executable, "-m", "motionvl.cli", "eval", "--policy", str(standing_policy), "--seconds",
+                          "0.2", "--episodes", "1", "--randomize", "--no-pushes"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=60, cwd=ROOT)
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout.strip().splitlines()[-1])["pushes"] is False

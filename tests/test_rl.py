@@ -404,6 +404,14 @@ def test_time_to_walk_runs_each_training_seed_with_overrides(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     row = json.loads(again.stdout.strip().splitlines()[-1])
     assert row["policy"] == str(policy) and row["confirm"]["episodes"] == 2 and "walk_5m_fraction" in row
+    final = subprocess.run([sys.executable, "bench/time_to_walk.py", "--policy", str(policy), "--final-only",
+                            "--episodes", "1", "--seconds", "1.2"], capture_output=True, text=True, env=env, timeout=120,
+                           cwd=ROOT)
+    assert final.returncode == 0, final.stderr[-2000:]
+    sweep = json.loads(final.stdout.strip().splitlines()[-1])
+    assert len(sweep["command_sweep"]) == 8 and "tracking_error_no_push_mps" in sweep["rough_terrain"]
+    assert sweep["mean_tracking_error_no_push_mps"] == pytest.approx(
+        np.mean([c["tracking_error_no_push_mps"] for c in sweep["command_sweep"]]), abs=1e-4)
     missing = subprocess.run([sys.executable, "bench/time_to_walk.py", "--policy", str(tmp_path / "none.onnx")],
                              capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
     assert missing.returncode == 2 and "none.onnx" in missing.stderr

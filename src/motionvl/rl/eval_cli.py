@@ -25,6 +25,9 @@ class EvalArgs:
     """Parallel episodes (noisy starts, random headings)."""
     randomize: bool = False
     """Turn on the training domain randomisation (friction, gains, pushes, latency)."""
+    pushes: bool = True
+    """With --randomize: push the robot every push_interval_s (8 s); --no-pushes keeps the rest of
+    the randomisation, so that the tracking error holds no push recovery."""
     command: tuple = dataclasses.field(default=(0.5, 0.0, 0.0), metadata={"nargs": 3, "type": float,
                                                                          "metavar": ("VX", "VY", "YAW")})
     """Velocity command: forward m/s, lateral m/s, yaw rate rad/s."""
@@ -52,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = evaluate(a.policy, seconds=a.seconds, terrain=a.terrain, episodes=a.episodes, randomize=a.randomize,
                           command=tuple(a.command), robot_dt=a.robot_dt, seed=a.seed, heading_gain=a.heading_gain,
+                          pushes=a.pushes,
                           robot=load_robot_config(a.robot) if a.robot else None)
     except (FileNotFoundError, ContractError, ConfigError) as exc:
         print(f"motionvl eval: {exc}", file=sys.stderr)

@@ -107,11 +107,14 @@ def batch_evaluation_env(policy: OnnxPolicy, seconds: float = 10.0, terrain: str
 
 def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: str = "flat", episodes: int = 16,
              randomize: bool = False, command=(0.5, 0.0, 0.0), robot_dt: bool = True, seed: int = 0,
-             robot: RobotConfig | None = None, return_trajectories: bool = False, heading_gain: float = 0.0) -> dict:
+             robot: RobotConfig | None = None, return_trajectories: bool = False, heading_gain: float = 0.0,
+             pushes: bool = True) -> dict:
     """Run `episodes` parallel episodes of `seconds` and return the summary dict (means over episodes).
 
     heading_gain: 0 gives the policy the command as is; > 0 holds the heading the command asks for
     (CommandConfig.heading_gain), as an operator steering the robot would.
+    pushes: with `randomize`, push every RandomizationConfig.push_interval_s; False keeps the rest of
+    the randomisation, so that the whole-episode tracking error holds no push recovery.
 
     task_score: mean over episodes of min(1, distance / commanded distance) x (time upright / seconds).
     success_rate: share of episodes without a fall that covered >= 90 % of the commanded distance.
@@ -119,8 +122,10 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     if not heading_gain >= 0:
         raise ConfigError(f"heading_gain must be >= 0, got {heading_gain}")
     policy = policy if isinstance(policy, OnnxPolicy) else load_policy(policy)
+    randomization = RandomizationConfig(push=bool(pushes)) if randomize else None
     env = batch_evaluation_env(policy, seconds=seconds, terrain=terrain, episodes=episodes, randomize=randomize,
-                               command=command, robot_dt=robot_dt, seed=seed, robot=robot, heading_gain=heading_gain)
+                               command=command, robot_dt=robot_dt, seed=seed, robot=robot, heading_gain=heading_gain,
+                               randomization=randomization)
     obs = env.observations()  # the state after the constructor's reset
     recorders = [env.record(i) for i in range(env.num_envs)]
     for _ in range(int(round(seconds / env.dt))):
@@ -136,7 +141,7 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     result = {
         "policy": str(policy.path), "terrain": terrain, "episodes": int(episodes), "seconds": float(seconds),
         "command": [float(c) for c in command], "sim_dt": env.sim_dt, "decimation": env.decimation,
-        "randomize": bool(randomize), "heading_gain": float(heading_gain),
+        "randomize": bool(randomize), "pushes": bool(randomize and pushes), "heading_gain": float(heading_gain),
         "forward_distance_m": mean("forward_distance_m"),
         "forward_distance_min_m": round(min(e["forward_distance_m"] for e in per_episode), 4),
         "mean_speed_mps": mean("mean_speed_mps"), "tracking_error_mps": mean("tracking_error_mps"),
