@@ -149,9 +149,10 @@ def final_eval(policy: Path, episodes: int, seconds: float, seed: int) -> dict:
                           command=GOAL_COMMAND, seed=seed, pushes=False)
 
     def mean(key: str) -> float | None:
-        # a command whose every episode fell within the first second has no steady-state figure
-        values = [s[key] for s in sweep if s[key] is not None]
-        return round(float(np.mean(values)), 4) if values else None
+        # a command whose every episode fell within the first second has no steady-state figure; a
+        # mean over the other commands would not compare with an 8-command mean, so there is none
+        values = [s[key] for s in sweep]
+        return None if any(v is None for v in values) else round(float(np.mean(values)), 4)
 
     return {"command_sweep": sweep, "episodes": episodes,
             "mean_tracking_error_mps": mean("tracking_error_mps"),

@@ -63,9 +63,10 @@ def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0) -> d
             block["clip"] = HEADING_ERROR_CLIP
     if env_cfg.obs_history:
         frame = [{"name": n, "size": int(s), "scale": float(sc)} for n, s, sc in proprio_layout(J)]
+        # frame k (0 = newest) = these blocks as the observation of k + 1 policy steps ago had them;
+        # frames from before the last reset hold reset_value
         layout.append({"name": "history", "size": env_cfg.obs_history * sum(b["size"] for b in frame),
                        "frames": env_cfg.obs_history, "order": "newest first", "frame": frame,
-                       # frame k = these blocks as the observation of k + 1 policy steps ago had them
                        "reset_value": 0.0})
     return {
         **robot.contract(),
