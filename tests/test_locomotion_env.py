@@ -299,3 +299,42 @@ def test_velocity_average_follows_each_policy_step_and_restarts_at_reset(robot):
     env.reset(np.array([1]))  # resetting one env must neither advance the others nor keep its own
     assert np.allclose(env.state.base_vel_avg[[0, 2]], expected[[0, 2]])
     assert np.all(env.state.base_vel_avg[1] == 0.0)
+
+
+def test_mixed_terrain_puts_each_env_on_its_own_floor(robot):
+    """terrain 'mixed': one model, two floors; a robot on rough ground stands on the bumps, one on flat
+    ground on the plane, side by side at the same (x, y), and base height is measured from each env's floor."""
+    cfg = EnvConfig(num_envs=16, seed=4, terrain="mixed", rough_fraction=0.5, random_heading=False,
+                    reset_joint_noise=0.0, reset_base_velocity_noise=0.0, randomization=RandomizationConfig.disabled())
+    env = LocomotionEnv(robot, cfg)
+    rough = env.on_rough.copy()
+    assert 0 < rough.sum() < 16, "each reset draws an env's floor"
+    # the centre of the 3 x 3 cells (0.4 m square) whose lowest point stands highest above the plane
+    hf = env._hfield
+    ground = hf.z0 + hf.data * hf.size[2]
+    window_min = np.lib.stride_tricks.sliding_window_view(ground, (3, 3)).min(axis=(2, 3))
+    row, col = np.unravel_index(np.argmax(window_min), window_min.shape)
+    assert window_min[row, col] > 0.008
+    x = -hf.size[0] + (col + 1) * 2 * hf.size[0] / (hf.ncol - 1)
+    y = -hf.size[1] + (row + 1) * 2 * hf.size[1] / (hf.nrow - 1)
+    bump = float(hf.height(np.array([x]), np.array([y]))[0])
+    stand_z = env.sim.qpos[~rough, 2][0]  # flat envs start at the keyframe height
+    qpos = env.sim.qpos
+    qpos[:, 0], qpos[:, 1] = x, y
+    qpos[:, 2] = stand_z + np.where(rough, bump, 0.0)
+    env.sim.forward()
+    for _ in range(25):  # 0.5 s holding the default pose
+        env.step(np.zeros((16, robot.num_joints)))
+    assert not env.state.terminated.any()
+    sole_z = env.state.foot_pos[:, :, 2].min(axis=1)
+    assert np.all(np.abs(sole_z[~rough] - sole_z[~rough].mean()) < 0.005)
+    assert sole_z[rough].min() > sole_z[~rough].max() + 0.007, "rough-ground robots stand on the bumps"
+    assert np.allclose(env.state.base_height[rough].mean(), env.state.base_height[~rough].mean(), atol=0.02)
+    assert stand_z > 0.7
+    # the draw follows rough_fraction and survives resets of other envs
+    env.reset(np.arange(8))
+    assert np.array_equal(env.on_rough[8:], rough[8:])
+    all_rough = LocomotionEnv(robot, dataclasses.replace(cfg, num_envs=4, rough_fraction=1.0))
+    assert all_rough.on_rough.all()
+    with pytest.raises(ConfigError, match="rough_fraction"):
+        LocomotionEnv(robot, dataclasses.replace(cfg, num_envs=2, rough_fraction=1.5))

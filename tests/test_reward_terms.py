@@ -107,6 +107,13 @@ def test_velocity_tracking():
     assert term("yaw_drift", make_state(base_ang_vel=np.tile([0.0, 0.0, 0.4], (4, 1)))) == pytest.approx(0.0)
     assert term("yaw_drift", make_state(base_vel_avg=np.tile([0.6, 0.0, 0.9], (4, 1)))) == pytest.approx(1.0)
     assert T.REGISTRY["yaw_drift"].sign == -1
+    # lin_vel_drift reads the stride-averaged velocity: a step's sway is not a shortfall, a slow stride is
+    swaying = make_state(base_lin_vel=np.tile([0.9, 0.3, 0.0], (4, 1)))
+    assert np.all(term("lin_vel_error", swaying) > 0.4) and term("lin_vel_drift", swaying) == pytest.approx(0.0)
+    short = make_state(base_vel_avg=np.tile([0.6, 0.15, 0.0], (4, 1)))  # commanded 0.6 forward: 0.15 m/s sideways
+    assert term("lin_vel_drift", short) == pytest.approx(0.3)
+    assert term("lin_vel_drift", make_state(base_vel_avg=np.tile([-0.5, 0.0, 0.0], (4, 1)))) == pytest.approx(1.0)
+    assert T.REGISTRY["lin_vel_drift"].sign == -1
 
     # the heading term grows with the course lost, either way round
     assert term("tracking_heading", make_state()) == pytest.approx(1.0)

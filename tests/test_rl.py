@@ -154,6 +154,13 @@ def test_a_run_written_before_an_env_key_existed_resumes_as_it_was_trained(robot
                         robot=robot).iterations == 2
 
 
+def test_training_runs_on_mixed_terrain(robot, tmp_path):
+    cfg = tiny_config(terrain="mixed", rough_fraction=0.5)
+    result = train_policy(tmp_path / "mixed", PlaceholderReward(), cfg, max_iterations=2, progress=False, robot=robot)
+    assert result.iterations == 2
+    assert yaml.safe_load((tmp_path / "mixed" / "config.yaml").read_text())["env"]["terrain"] == "mixed"
+
+
 # ---------------------------------------------------------------------- ONNX export and contract
 def test_onnx_matches_torch_with_normalisation(robot, tmp_path):
     cfg = tiny_config()

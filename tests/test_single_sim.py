@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from motionvl import cli
-from motionvl.robot import load_robot_config
+from motionvl.robot import ConfigError, load_robot_config
+from motionvl.sim.model import TerrainConfig
 from motionvl.sim.single import CommandError, SingleSim, validate_joint_command
 
 ROBOT = load_robot_config()
@@ -99,6 +100,11 @@ def test_reset_restores_pose_and_clock_keeps_going():
     assert not sim.command.any()
     sim.advance(0.1)
     assert sim.clock == pytest.approx(clock + 0.1)
+
+
+def test_mixed_terrain_is_refused_outside_batched_training():
+    with pytest.raises(ConfigError, match="batched training"):
+        SingleSim(ROBOT, TerrainConfig(kind="mixed"))
 
 
 def test_imu_reads_gravity_when_standing():

@@ -120,7 +120,10 @@ class EnvConfig:
     decimation: int | None = 4
     """Physics steps per policy step for training; None uses the robot config's."""
     terrain: str = "flat"
-    """'flat' or 'rough'."""
+    """'flat', 'rough', or 'mixed': each reset puts an env on the rough height field with probability
+    `rough_fraction`, else on the flat plane (one MuJoCo model holds both)."""
+    rough_fraction: float = 0.25
+    """With terrain 'mixed': the share of episodes on rough ground."""
     gait_period_s: float = 0.7
     """Nominal gait period for the phase clock in the observation and the gait reward terms."""
     obs_history: int = 0

@@ -25,7 +25,7 @@ from motionvl.rewards.state import RewardState
 from motionvl.robot import ConfigError, RobotConfig
 from motionvl.sim.backend import MujocoBatchBackend
 from motionvl.sim.math import projected_gravity, quat_from_yaw, quat_rotate_inverse, wrap_angle, yaw_of
-from motionvl.sim.model import SOLE_SITES, TerrainConfig, build_model
+from motionvl.sim.model import ROUGH_FLOOR, SOLE_SITES, TerrainConfig, build_model
 from motionvl.sim.trajectory import Trajectory
 
 RewardFn = Callable[[RewardState], "tuple[np.ndarray, dict[str, np.ndarray]]"]
@@ -53,6 +53,9 @@ def proprio_layout(num_joints: int) -> list:
     """The proprioceptive blocks of `obs_layout`, the part kept as history frames with `obs_history`."""
     return [block for block in obs_layout(num_joints) if block[0] not in ("command", "heading_error", "gait_phase_sin_cos")]
 
+
+BURIED_M = 1.0
+"""With terrain 'mixed', how far below its place the floor an env does not walk on is moved."""
 
 PRIVILEGED_LAYOUT = [("base_lin_vel", 3, 2.0), ("base_height", 1, 1.0), ("foot_contact", 2, 1.0)]
 """(name, size, scale) of what the critic sees after the actor observation."""
@@ -110,7 +113,14 @@ class LocomotionEnv:
         self._foot_vel_idx = np.array([adr[f"{s}_vel"] + np.arange(3) for s in SOLE_SITES])
         # knees (shank origins) near the ground count as a body collision (kneeling, falling)
         self._knee_bodies = np.array([m.body(n).id for n in ("left_shank", "right_shank") if _has_body(m, n)], dtype=int)
-        self._hfield = _HeightField(m) if cfg.terrain == "rough" else None
+        self._hfield = _HeightField(m) if cfg.terrain in ("rough", "mixed") else None
+        if not 0.0 <= cfg.rough_fraction <= 1.0:
+            raise ConfigError(f"env.rough_fraction must be in [0, 1], got {cfg.rough_fraction}")
+        self.on_rough = np.full(N, cfg.terrain == "rough")
+        if cfg.terrain == "mixed":
+            # one model holds the plane and the height field; each env's geom_pos buries the one it does not walk on
+            self._geom_pos = self.sim.per_env_model_field("geom_pos")
+            self._plane_geom, self._rough_geom = m.geom("floor").id, m.geom(ROUGH_FLOOR).id
 
         self.default_pose = robot.default_pose
         self.lower, self.upper = robot.lower, robot.upper
@@ -256,8 +266,11 @@ class LocomotionEnv:
         qvel = self.sim.qvel
         qvel[ids] = 0.0
         qvel[ids, 0:6] = self.rng.uniform(-cfg.reset_base_velocity_noise, cfg.reset_base_velocity_noise, (n, 6))
-        if self._hfield is not None:
-            qpos[ids, 2] += self._hfield.height(qpos[ids, 0], qpos[ids, 1])
+        if self.cfg.terrain == "mixed":
+            rough = self.on_rough[ids] = self.rng.random(n) < cfg.rough_fraction
+            self._geom_pos[ids, self._plane_geom, 2] = np.where(rough, -BURIED_M, 0.0)
+            self._geom_pos[ids, self._rough_geom, 2] = self._hfield.z0 - np.where(rough, 0.0, BURIED_M)
+        qpos[ids, 2] += self._ground_height(ids, qpos[ids, 0], qpos[ids, 1])
         self.sim.ctrl[ids] = self.default_pose
         if cfg.randomization.latency:  # the first substeps of a delayed env hold the default pose too
             self.sim.reset_ctrl_history(ids, np.broadcast_to(self.default_pose, (n, self.num_joints)))
@@ -381,7 +394,7 @@ class LocomotionEnv:
         foot_pos = sd[:, self._foot_pos_idx]
         foot_vel = sd[:, self._foot_vel_idx]
         force = sd[:, self._touch_idx]
-        ground = self._hfield.height(qpos[:, 0], qpos[:, 1]) if self._hfield is not None else np.zeros(self.num_envs)
+        ground = self._ground_height(slice(None), qpos[:, 0], qpos[:, 1])
         base_height = qpos[:, 2] - ground
         knee_low = (self.sim.xpos[:, self._knee_bodies, 2] - ground[:, None]) < 0.12
         body_collision = np.any(knee_low, axis=1)
@@ -431,6 +444,12 @@ class LocomotionEnv:
             self.history[:, 1:] = self.history[:, :-1]
             self.history[:, 0] = proprio
         return obs
+
+    def _ground_height(self, ids, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Height of the floor envs `ids` walk on under (x, y)."""
+        if self._hfield is None:
+            return np.zeros(len(x))
+        return np.where(self.on_rough[ids], self._hfield.height(x, y), 0.0)
 
     def privileged_observations(self) -> np.ndarray:
         s = self.state
@@ -484,7 +503,7 @@ class _HeightField:
         self.size = model.hfield_size[hid].copy()
         adr = int(model.hfield_adr[hid])
         self.data = model.hfield_data[adr:adr + self.nrow * self.ncol].reshape(self.nrow, self.ncol)
-        self.z0 = float(model.geom_pos[model.geom("floor").id][2])
+        self.z0 = float(model.geom_pos[np.flatnonzero(model.geom_type == mujoco.mjtGeom.mjGEOM_HFIELD)[0]][2])
 
     def height(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         sx, sy, sz = self.size[0], self.size[1], self.size[2]

@@ -25,11 +25,13 @@ TRACKING_CAMERA = "track"
 IMU_SITE = "imu"
 SOLE_SITES = ("left_sole", "right_sole")
 SOLE_HALF_SIZE = (0.11, 0.05, 0.015)
+ROUGH_CELLS = 201
+ROUGH_FLOOR = "rough_floor"  # the height field's geom when the plane is "floor" too (terrain "mixed")
 
 
 @dataclasses.dataclass(frozen=True)
 class TerrainConfig:
-    kind: str = "flat"  # "flat" or "rough"
+    kind: str = "flat"  # "flat", "rough", or "mixed" (both floors; a batch buries one of them per env)
     friction: float = 1.0
     rough_height: float = 0.04  # peak-to-peak bump height of the rough height field, metres
     rough_size: float = 20.0  # half-extent of the terrain square, metres
@@ -127,23 +129,18 @@ def _add_scene(spec: mujoco.MjSpec, robot: RobotConfig, terrain: TerrainConfig) 
     if terrain.kind == "flat":
         world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], material="floor",
                        friction=[terrain.friction, 0.005, 0.0001], **_FLOOR)
-    elif terrain.kind == "rough":
-        n = 201
-        rng = np.random.default_rng(terrain.seed)
-        heights = rng.uniform(0.0, 1.0, size=(n, n))
-        # smooth to bumps of roughly 0.3 m wavelength, then normalise to [0, 1]
-        kernel = np.ones(3) / 3.0
-        for axis in (0, 1):
-            heights = np.apply_along_axis(lambda r: np.convolve(r, kernel, mode="same"), axis, heights)
-        heights = (heights - heights.min()) / max(np.ptp(heights), 1e-9)
-        centre = slice(n // 2 - 3, n // 2 + 4)
-        heights[centre, centre] = heights[centre, centre].mean()  # a level patch for the start
-        spec.add_hfield(name="terrain", nrow=n, ncol=n, size=[terrain.rough_size, terrain.rough_size, terrain.rough_height, 0.1],
-                        userdata=heights.ravel().tolist())
-        world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname="terrain", material="floor",
-                       pos=[0, 0, -terrain.rough_height / 2], friction=[terrain.friction, 0.005, 0.0001], **_FLOOR)
+    elif terrain.kind in ("rough", "mixed"):
+        if terrain.kind == "mixed":  # the plane stays at z 0; LocomotionEnv buries the floor an env does not walk on
+            world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], material="floor",
+                           friction=[terrain.friction, 0.005, 0.0001], **_FLOOR)
+        spec.add_hfield(name="terrain", nrow=ROUGH_CELLS, ncol=ROUGH_CELLS,
+                        size=[terrain.rough_size, terrain.rough_size, terrain.rough_height, 0.1],
+                        userdata=_rough_heights(terrain.seed).ravel().tolist())
+        world.add_geom(name="floor" if terrain.kind == "rough" else ROUGH_FLOOR, type=mujoco.mjtGeom.mjGEOM_HFIELD,
+                       hfieldname="terrain", material="floor", pos=[0, 0, -terrain.rough_height / 2],
+                       friction=[terrain.friction, 0.005, 0.0001], **_FLOOR)
     else:
-        raise ConfigError(f"unknown terrain kind {terrain.kind!r} (use 'flat' or 'rough')")
+        raise ConfigError(f"unknown terrain kind {terrain.kind!r} (use 'flat', 'rough' or 'mixed')")
     world.add_light(name="sun", pos=[0, 0, 4], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, diffuse=[0.7, 0.7, 0.7], castshadow=1)
     world.add_light(name="fill", pos=[2, -2, 3], dir=[-0.5, 0.5, -0.7], diffuse=[0.3, 0.3, 0.3], castshadow=0)
     # three-quarter front-side view that follows the pelvis
@@ -151,6 +148,19 @@ def _add_scene(spec: mujoco.MjSpec, robot: RobotConfig, terrain: TerrainConfig) 
     cam_pos = np.array([1.6, -2.2, 0.35])
     base.add_camera(name=TRACKING_CAMERA, pos=cam_pos.tolist(), mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
                     xyaxes=_look_at_xyaxes(cam_pos, np.array([0.0, 0.0, -0.1])))
+
+
+def _rough_heights(seed: int) -> np.ndarray:
+    """(ROUGH_CELLS, ROUGH_CELLS) height field in [0, 1]: bumps of roughly 0.3 m wavelength, level at the start."""
+    n = ROUGH_CELLS
+    heights = np.random.default_rng(seed).uniform(0.0, 1.0, size=(n, n))
+    kernel = np.ones(3) / 3.0
+    for axis in (0, 1):
+        heights = np.apply_along_axis(lambda r: np.convolve(r, kernel, mode="same"), axis, heights)
+    heights = (heights - heights.min()) / max(np.ptp(heights), 1e-9)
+    centre = slice(n // 2 - 3, n // 2 + 4)
+    heights[centre, centre] = heights[centre, centre].mean()
+    return heights
 
 
 def _look_at_xyaxes(eye: np.ndarray, target: np.ndarray) -> list:
