@@ -266,7 +266,7 @@ class LocomotionEnv:
         qvel = self.sim.qvel
         qvel[ids] = 0.0
         qvel[ids, 0:6] = self.rng.uniform(-cfg.reset_base_velocity_noise, cfg.reset_base_velocity_noise, (n, 6))
-        if self.cfg.terrain == "mixed":
+        if cfg.terrain == "mixed":
             rough = self.on_rough[ids] = self.rng.random(n) < cfg.rough_fraction
             self._geom_pos[ids, self._plane_geom, 2] = np.where(rough, -BURIED_M, 0.0)
             self._geom_pos[ids, self._rough_geom, 2] = self._hfield.z0 - np.where(rough, 0.0, BURIED_M)

@@ -126,21 +126,19 @@ def _add_scene(spec: mujoco.MjSpec, robot: RobotConfig, terrain: TerrainConfig) 
                      markrgb=[0.7, 0.7, 0.7])
     mat = spec.add_material(name="floor", texrepeat=[1, 1], texuniform=True, reflectance=0.05)
     mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "grid"
-    if terrain.kind == "flat":
+    if terrain.kind not in ("flat", "rough", "mixed"):
+        raise ConfigError(f"unknown terrain kind {terrain.kind!r} (use 'flat', 'rough' or 'mixed')")
+    friction = [terrain.friction, 0.005, 0.0001]
+    if terrain.kind in ("flat", "mixed"):  # with "mixed", LocomotionEnv buries the floor an env does not walk on
         world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], material="floor",
-                       friction=[terrain.friction, 0.005, 0.0001], **_FLOOR)
-    elif terrain.kind in ("rough", "mixed"):
-        if terrain.kind == "mixed":  # the plane stays at z 0; LocomotionEnv buries the floor an env does not walk on
-            world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], material="floor",
-                           friction=[terrain.friction, 0.005, 0.0001], **_FLOOR)
+                       friction=friction, **_FLOOR)
+    if terrain.kind in ("rough", "mixed"):
         spec.add_hfield(name="terrain", nrow=ROUGH_CELLS, ncol=ROUGH_CELLS,
                         size=[terrain.rough_size, terrain.rough_size, terrain.rough_height, 0.1],
                         userdata=_rough_heights(terrain.seed).ravel().tolist())
         world.add_geom(name="floor" if terrain.kind == "rough" else ROUGH_FLOOR, type=mujoco.mjtGeom.mjGEOM_HFIELD,
                        hfieldname="terrain", material="floor", pos=[0, 0, -terrain.rough_height / 2],
-                       friction=[terrain.friction, 0.005, 0.0001], **_FLOOR)
-    else:
-        raise ConfigError(f"unknown terrain kind {terrain.kind!r} (use 'flat', 'rough' or 'mixed')")
+                       friction=friction, **_FLOOR)
     world.add_light(name="sun", pos=[0, 0, 4], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, diffuse=[0.7, 0.7, 0.7], castshadow=1)
     world.add_light(name="fill", pos=[2, -2, 3], dir=[-0.5, 0.5, -0.7], diffuse=[0.3, 0.3, 0.3], castshadow=0)
     # three-quarter front-side view that follows the pelvis
@@ -151,7 +149,8 @@ def _add_scene(spec: mujoco.MjSpec, robot: RobotConfig, terrain: TerrainConfig) 
 
 
 def _rough_heights(seed: int) -> np.ndarray:
-    """(ROUGH_CELLS, ROUGH_CELLS) height field in [0, 1]: bumps of roughly 0.3 m wavelength, level at the start."""
+    """(ROUGH_CELLS, ROUGH_CELLS) height field in [0, 1]: uniform noise smoothed over 3 cells (0.2 m apart on the
+    default 40 m square, so bumps ~0.6 m across), with a level patch at the start."""
     n = ROUGH_CELLS
     heights = np.random.default_rng(seed).uniform(0.0, 1.0, size=(n, n))
     kernel = np.ones(3) / 3.0
