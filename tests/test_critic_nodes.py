@@ -31,7 +31,7 @@ from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from motionvl.critic.schema import Descriptor, MotionFeedback  # noqa: E402
-from motionvl.robot import load_robot_config  # noqa: E402
+from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
 from motionvl.ros.camera_renderer_node import CameraRendererNode  # noqa: E402
 from motionvl.ros.vlm_critic_node import VlmCriticNode, image_to_rgb  # noqa: E402
 from spinning import Spinners  # noqa: E402
@@ -166,6 +166,14 @@ def start_rollout(probe: Probe, critic, **boundary) -> None:
     """A start boundary, and wait until the critic has begun collecting (topics are not ordered across)."""
     probe.boundary(event="start", **boundary)
     assert wait_for(lambda: critic.collected()["collecting"] and critic.collected()["states"] == 0)
+
+
+@pytest.mark.parametrize("node_class", [CameraRendererNode, VlmCriticNode])
+def test_nodes_refuse_the_training_only_mixed_terrain(node_class, ros_context):
+    # 'mixed' holds two overlapping floors that only a training batch buries per env
+    with pytest.raises(ConfigError, match="batched training"):
+        node_class(context=ros_context, namespace=f"/t{uuid.uuid4().hex[:8]}",
+                   parameter_overrides=params(terrain="mixed"))
 
 
 def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):

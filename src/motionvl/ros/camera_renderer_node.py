@@ -40,7 +40,7 @@ from motionvl.render.camera import FrameRenderer, RenderError, RenderSettings, c
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node  # noqa: E402
-from motionvl.sim.model import TRACKING_CAMERA, TerrainConfig, build_model  # noqa: E402
+from motionvl.sim.model import TRACKING_CAMERA, TerrainConfig, build_model, single_floor  # noqa: E402
 
 NODE_NAME = "camera_renderer"
 
@@ -66,7 +66,8 @@ class CameraRendererNode(Node):
         if p["frame_interval_s"] <= 0:
             raise ConfigError("parameter frame_interval_s must be > 0")
         self.robot = load_robot_config(p["robot_config"] or None)
-        self.model = build_model(self.robot, TerrainConfig(kind=p["terrain"], seed=int(p["terrain_seed"])))
+        terrain = single_floor(TerrainConfig(kind=p["terrain"], seed=int(p["terrain_seed"])))
+        self.model = build_model(self.robot, terrain)
         self.settings = RenderSettings(width=int(p["width"]), height=int(p["height"]), camera=p["camera"],
                                        shadows=bool(p["shadows"]))
         if not (0 < self.settings.width <= self.model.vis.global_.offwidth

@@ -61,7 +61,7 @@ from motionvl.render.rollout import trajectory_from_poses  # noqa: E402
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node  # noqa: E402
-from motionvl.sim.model import TerrainConfig, build_model  # noqa: E402
+from motionvl.sim.model import TerrainConfig, build_model, single_floor  # noqa: E402
 
 NODE_NAME = "vlm_critic"
 BACKENDS = ("kinematic", "transformers", "openai")
@@ -153,7 +153,7 @@ class VlmCriticNode(Node):
         self.backend = p["backend"]
         self.needs_frames = self.backend != "kinematic"
         self.robot = load_robot_config(p["robot_config"] or None)
-        self.model = build_model(self.robot, TerrainConfig(kind=p["terrain"]))
+        self.model = build_model(self.robot, single_floor(TerrainConfig(kind=p["terrain"])))
         self.kinematic = KinematicCritic()
         self._critic_factory = critic_factory
         self._critic = None

@@ -38,6 +38,15 @@ class TerrainConfig:
     seed: int = 0
 
 
+def single_floor(terrain: TerrainConfig | None) -> TerrainConfig | None:
+    """terrain, checked for a world with one robot (simulator, renderer, critic): 'mixed' keeps
+    both floors in one place and relies on a batch burying one of them per env, so one robot on
+    it would stand on two overlapping floors."""
+    if terrain is not None and terrain.kind == "mixed":
+        raise ConfigError("terrain 'mixed' is for batched training (one floor per env); use 'flat' or 'rough'")
+    return terrain
+
+
 def build_spec(robot: RobotConfig, terrain: TerrainConfig | None = None, ctrl_history: int = 0) -> mujoco.MjSpec:
     """The robot's MjSpec. ctrl_history > 0 gives every actuator a ring buffer of that many past
     controls (MuJoCo's actuator nsample, zero-order hold) and no delay yet: a per-simulation

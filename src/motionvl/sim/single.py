@@ -24,8 +24,8 @@ from typing import Sequence
 import mujoco
 import numpy as np
 
-from motionvl.robot import ConfigError, RobotConfig
-from motionvl.sim.model import SOLE_SITES, ModelIndex, TerrainConfig, build_model
+from motionvl.robot import RobotConfig
+from motionvl.sim.model import SOLE_SITES, ModelIndex, TerrainConfig, build_model, single_floor
 from motionvl.sim.trajectory import Trajectory
 
 MODES = ("position", "effort")
@@ -106,10 +106,8 @@ class SingleSim:
                  command_timeout: float = 0.5, min_base_height: float = 0.45, max_tilt_rad: float = 1.0):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if terrain is not None and terrain.kind == "mixed":
-            raise ConfigError("terrain 'mixed' is for batched training (one floor per env); use 'flat' or 'rough'")
         self.robot = robot
-        self.model = build_model(robot, terrain)
+        self.model = build_model(robot, single_floor(terrain))
         self.data = mujoco.MjData(self.model)
         self.index = ModelIndex.from_model(self.model, robot)
         self.joint_names = robot.joint_names
