@@ -154,11 +154,21 @@ def test_a_run_written_before_an_env_key_existed_resumes_as_it_was_trained(robot
                         robot=robot).iterations == 2
 
 
-def test_training_runs_on_mixed_terrain(robot, tmp_path):
-    cfg = tiny_config(terrain="mixed", rough_fraction=0.5)
-    result = train_policy(tmp_path / "mixed", PlaceholderReward(), cfg, max_iterations=2, progress=False, robot=robot)
-    assert result.iterations == 2
-    assert yaml.safe_load((tmp_path / "mixed" / "config.yaml").read_text())["env"]["terrain"] == "mixed"
+def test_training_runs_on_mixed_terrain_with_rough_ground_from_an_iteration_on(robot, tmp_path):
+    cfg = tiny_config(terrain="mixed", rough_fraction=0.5, rough_from_iteration=2)
+    assert [cfg.env.rough_fraction_at(i) for i in (0, 1, 2, 100)] == [0.0, 0.0, 0.5, 0.5]
+    run_dir = tmp_path / "mixed"
+    result = train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=1, progress=False, robot=robot)
+    assert result.iterations == 1
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["env"]["terrain"] == "mixed"
+    train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=3, progress=False, robot=robot)
+    lines = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    # a record's share is the one its iteration trained with; the resumed session continues the schedule
+    assert [r["rough_fraction"] for r in lines] == [0.0, 0.0, 0.5]
+    # the env's first resets follow the schedule at the iteration training starts from (a resumed run's)
+    all_rough = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, rough_fraction=1.0))
+    assert not build_runner(all_rough, PlaceholderReward(), robot)[0].env.on_rough.any()
+    assert build_runner(all_rough, PlaceholderReward(), robot, seed_offset=5, iteration=5)[0].env.on_rough.all()
 
 
 # ---------------------------------------------------------------------- ONNX export and contract
@@ -342,7 +352,8 @@ def test_training_config_loads_and_rejects_bad_values(tmp_path):
                       ("env: {randomization: {push_velocity_final: fast}}", "push_velocity_final"),
                       ("env: {randomization: {push_velocity_final: -0.1}}", "push_velocity_final"),
                       ("env: {randomization: {push_decay_iterations: [900, 600]}}", "push_decay_iterations"),
-                      ("env: {randomization: {push_decay_iterations: [600]}}", "push_decay_iterations")):
+                      ("env: {randomization: {push_decay_iterations: [600]}}", "push_decay_iterations"),
+                      ("env: {rough_from_iteration: -1}", "rough_from_iteration")):
         bad.write_text(text)
         with pytest.raises(ConfigError, match=msg):
             TrainConfig.from_yaml(bad)

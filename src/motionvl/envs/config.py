@@ -124,6 +124,10 @@ class EnvConfig:
     `rough_fraction`, else on the flat plane (one MuJoCo model holds both)."""
     rough_fraction: float = 0.25
     """With terrain 'mixed': the share of episodes on rough ground."""
+    rough_from_iteration: int = 0
+    """With terrain 'mixed': the PPO iteration of the run from which `rough_fraction` of the resets
+    go to rough ground; before it every episode is on the plane (a resumed run continues the
+    schedule). Evaluation envs have no iterations and use `rough_fraction` from the start."""
     gait_period_s: float = 0.7
     """Nominal gait period for the phase clock in the observation and the gait reward terms."""
     obs_history: int = 0
@@ -156,6 +160,10 @@ class EnvConfig:
     """Seed of every random draw (resets, commands, randomisation)."""
     commands: CommandConfig = dataclasses.field(default_factory=CommandConfig)
     randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
+
+    def rough_fraction_at(self, iteration: int) -> float:
+        """Share of the resets of training iteration `iteration` that go to rough ground ('mixed')."""
+        return float(self.rough_fraction) if iteration >= self.rough_from_iteration else 0.0
 
     @classmethod
     def from_dict(cls, raw: dict | None, where: str = "env config") -> "EnvConfig":

@@ -78,7 +78,9 @@ def randomization_layout(num_joints: int) -> list:
 
 
 class LocomotionEnv:
-    def __init__(self, robot: RobotConfig, cfg: EnvConfig | None = None, reward_fn: RewardFn | None = None):
+    def __init__(self, robot: RobotConfig, cfg: EnvConfig | None = None, reward_fn: RewardFn | None = None,
+                 iteration: int = 0):
+        """iteration: the training run's PPO iteration the env starts at (the rough-ground schedule)."""
         self.robot = robot
         self.cfg = cfg = cfg or EnvConfig()
         self.sim_dt = cfg.sim_dt or robot.sim_dt
@@ -117,6 +119,8 @@ class LocomotionEnv:
         if not 0.0 <= cfg.rough_fraction <= 1.0:
             raise ConfigError(f"env.rough_fraction must be in [0, 1], got {cfg.rough_fraction}")
         self.on_rough = np.full(N, cfg.terrain == "rough")
+        # share of the resets on rough ground ('mixed'); trainers follow EnvConfig.rough_fraction_at
+        self.rough_fraction = cfg.rough_fraction_at(iteration)
         if cfg.terrain == "mixed":
             # one model holds the plane and the height field; each env's geom_pos buries the one it does not walk on
             self._geom_pos = self.sim.per_env_model_field("geom_pos")
@@ -267,7 +271,7 @@ class LocomotionEnv:
         qvel[ids] = 0.0
         qvel[ids, 0:6] = self.rng.uniform(-cfg.reset_base_velocity_noise, cfg.reset_base_velocity_noise, (n, 6))
         if cfg.terrain == "mixed":
-            rough = self.on_rough[ids] = self.rng.random(n) < cfg.rough_fraction
+            rough = self.on_rough[ids] = self.rng.random(n) < self.rough_fraction
             self._geom_pos[ids, self._plane_geom, 2] = np.where(rough, -BURIED_M, 0.0)
             self._geom_pos[ids, self._rough_geom, 2] = self._hfield.z0 - np.where(rough, 0.0, BURIED_M)
         qpos[ids, 2] += self._ground_height(ids, qpos[ids, 0], qpos[ids, 1])

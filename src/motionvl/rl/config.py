@@ -180,6 +180,8 @@ class TrainConfig:
             (p.mirror_loss_coeff >= 0, "ppo.mirror_loss_coeff must be >= 0"),
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
+            (isinstance(self.env.rough_from_iteration, int) and self.env.rough_from_iteration >= 0,
+             "env.rough_from_iteration must be an integer >= 0"),
             (rnd.push_velocity >= 0 and (rnd.push_velocity_final is None or (
                 isinstance(rnd.push_velocity_final, (int, float)) and rnd.push_velocity_final >= 0)),
              "env.randomization.push_velocity and push_velocity_final must be numbers >= 0 (final may be null)"),

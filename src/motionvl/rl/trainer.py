@@ -27,7 +27,8 @@ iteration), mean_step_reward, mean_return, mean_episode_length (steps), mean_epi
 fall_fraction, terms {term: mean episode reward per episode second}, losses {value, surrogate,
 entropy, and symmetry with the mirror options}, learning_rate, action_std, command_level (curriculum)
 command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
-window) and push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at).
+window), push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at) and,
+with terrain 'mixed', rough_fraction (the share of resets on rough ground, EnvConfig.rough_fraction_at).
 Values are None when no episode finished.
 """
 
@@ -87,8 +88,9 @@ class TrainResult:
 
 # ---------------------------------------------------------------------- building blocks
 def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = None, device: str | None = None,
-                 seed_offset: int = 0):
-    """(LocomotionVecEnv, rsl_rl OnPolicyRunner) for `train_cfg`; the runner does not log or save by itself."""
+                 seed_offset: int = 0, iteration: int = 0):
+    """(LocomotionVecEnv, rsl_rl OnPolicyRunner) for `train_cfg`; the runner does not log or save by itself.
+    iteration: the run's iteration training starts at (a resumed run's), for the env's schedules."""
     from rsl_rl.runners import OnPolicyRunner
 
     robot = robot or load_robot_config()
@@ -98,7 +100,7 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     seed = train_cfg.seed + seed_offset
     torch.manual_seed(seed)
     env_cfg = dataclasses.replace(train_cfg.env, seed=seed)
-    env = LocomotionEnv(robot, env_cfg, reward_fn=reward_fn)
+    env = LocomotionEnv(robot, env_cfg, reward_fn=reward_fn, iteration=iteration)
     vec = LocomotionVecEnv(env, device=device)
     if train_cfg.ppo.init_at_random_ep_len:
         rng = np.random.default_rng(seed)
@@ -224,7 +226,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     if resume:
         infos = torch.load(latest, weights_only=False, map_location="cpu").get("infos") or {}
         start_it = int(infos.get("iteration", 0))
-    vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it)
+    vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it, iteration=start_it)
     average = (PolicyAverage(runner.alg.get_policy(), cfg.policy_average_iterations, cfg.policy_average_growth)
                if cfg.policy_average_iterations else None)
     if resume:
@@ -282,6 +284,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if elapsed + last_iter_s > budget_s:
                 break
             vec.env.push_velocity = cfg.env.randomization.push_velocity_at(it)
+            vec.env.rough_fraction = cfg.env.rough_fraction_at(it)
             try:
                 info = run_iteration(runner, vec, update_threads)
             except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
@@ -297,6 +300,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             record["command_level"] = vec.env.command_level
             record["command_tracking_error"] = vec.env.window_tracking_error
             record["push_velocity"] = vec.env.push_velocity
+            if cfg.env.terrain == "mixed":
+                record["rough_fraction"] = vec.env.rough_fraction
             history.append(record)
             hist_file.write(json.dumps(record) + "\n")
             hist_file.flush()
@@ -393,7 +398,8 @@ def _log_tensorboard(writer, r: dict, info: dict) -> None:
                "Perf/steps_per_s": r["steps_per_s"], "Perf/collection_time": r["collect_s"],
                "Perf/learning_time": r["learn_s"], "Loss/learning_rate": r["learning_rate"],
                "Policy/mean_std": r["action_std"], "Train/command_level": r.get("command_level"),
-               "Train/command_tracking_error": r.get("command_tracking_error"), "Train/push_velocity": r.get("push_velocity")}
+               "Train/command_tracking_error": r.get("command_tracking_error"), "Train/push_velocity": r.get("push_velocity"),
+               "Train/rough_fraction": r.get("rough_fraction")}
     scalars.update({f"Loss/{k}": v for k, v in r["losses"].items()})
     scalars.update({f"Episode_Reward/{k}": v for k, v in r["terms"].items()})
     for key, value in scalars.items():
