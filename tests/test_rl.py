@@ -167,8 +167,13 @@ def test_training_runs_on_mixed_terrain_with_rough_ground_from_an_iteration_on(r
     assert [r["rough_fraction"] for r in lines] == [0.0, 0.0, 0.5]
     # the env's first resets follow the schedule at the iteration training starts from (a resumed run's)
     all_rough = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, rough_fraction=1.0))
-    assert not build_runner(all_rough, PlaceholderReward(), robot)[0].env.on_rough.any()
+    env = build_runner(all_rough, PlaceholderReward(), robot)[0].env
+    assert not env.on_rough.any()
     assert build_runner(all_rough, PlaceholderReward(), robot, seed_offset=5, iteration=5)[0].env.on_rough.all()
+    # the share the trainer sets is what later resets draw from
+    env.rough_fraction = all_rough.env.rough_fraction_at(2)
+    env.reset(np.arange(4))
+    assert env.on_rough[:4].all() and not env.on_rough[4:].any()
 
 
 # ---------------------------------------------------------------------- ONNX export and contract
