@@ -358,7 +358,9 @@ def test_training_config_loads_and_rejects_bad_values(tmp_path):
                       ("env: {randomization: {push_velocity_final: -0.1}}", "push_velocity_final"),
                       ("env: {randomization: {push_decay_iterations: [900, 600]}}", "push_decay_iterations"),
                       ("env: {randomization: {push_decay_iterations: [600]}}", "push_decay_iterations"),
-                      ("env: {rough_from_iteration: -1}", "rough_from_iteration")):
+                      ("env: {randomization: {push_decay_iterations: [true, 600]}}", "push_decay_iterations"),
+                      ("env: {rough_from_iteration: -1}", "rough_from_iteration"),
+                      ("env: {rough_from_iteration: true}", "expected a number")):
         bad.write_text(text)
         with pytest.raises(ConfigError, match=msg):
             TrainConfig.from_yaml(bad)
