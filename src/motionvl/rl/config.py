@@ -185,7 +185,8 @@ class TrainConfig:
             (rnd.push_velocity >= 0 and (rnd.push_velocity_final is None or (
                 isinstance(rnd.push_velocity_final, (int, float)) and rnd.push_velocity_final >= 0)),
              "env.randomization.push_velocity and push_velocity_final must be numbers >= 0 (final may be null)"),
-            (len(rnd.push_decay_iterations) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in rnd.push_decay_iterations)
+            (len(rnd.push_decay_iterations) == 2
+             and all(isinstance(v, int) and not isinstance(v, bool) for v in rnd.push_decay_iterations)
              and 0 <= rnd.push_decay_iterations[0] <= rnd.push_decay_iterations[1],
              "env.randomization.push_decay_iterations must be [first, last] with 0 <= first <= last"),
             (self.policy_average_iterations == 0 or self.policy_average_iterations >= 1,
