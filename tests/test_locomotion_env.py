@@ -174,6 +174,46 @@ def test_command_curriculum_starts_forward_and_widens_only_while_tracking(robot)
     assert without.ranges(0.0) == (without.vx, without.vy, without.yaw_rate), "no curriculum: full ranges"
 
 
+def test_adaptive_commands_go_where_tracking_is_worst_and_track_every_visited_cell(robot):
+    commands = CommandConfig(standing_fraction=0.0, adaptive_fraction=1.0, adaptive_bins=(3, 2, 2), curriculum_window_s=0.04)
+    env = LocomotionEnv(robot, EnvConfig(num_envs=96, seed=3, commands=commands,
+                                         randomization=RandomizationConfig.disabled()))
+    assert np.allclose(env.cell_weights(), 1 / 12), "no data yet: every cell alike"
+    lo, hi = np.array([commands.vx, commands.vy, commands.yaw_rate], dtype=float).T
+    assert np.all((env.command >= lo) & (env.command <= hi))
+    unit = (env.command - lo) / (hi - lo)
+    cells = np.ravel_multi_index(tuple(np.clip((unit * [3, 2, 2]).astype(int), 0, [2, 1, 1]).T), (3, 2, 2))
+    errors = []
+    for _ in range(2):  # one window: every cell some env's command lies in gets its mean error
+        env.step(np.zeros((96, robot.num_joints)))
+        errors.append(np.linalg.norm(env.command[:, :2] - env.state.base_lin_vel[:, :2], axis=1))
+    assert set(np.flatnonzero(np.isfinite(env.command_cell_error))) == set(cells)
+    errors = np.stack(errors)
+    for cell in set(cells):
+        assert env.command_cell_error[cell] == pytest.approx(errors[:, cells == cell].mean())
+
+    # only the cell of fast forward, full left, full left turn tracks badly: the redraws all land there
+    env.command_cell_error[:] = 0.0
+    env.command_cell_error[np.ravel_multi_index((2, 1, 1), (3, 2, 2))] = 0.5
+    env._resample_commands(np.arange(96))
+    assert np.all(env.command[:, 0] >= lo[0] + 2 / 3 * (hi[0] - lo[0]) - 1e-9)
+    assert np.all(env.command[:, 1] >= 0) and np.all(env.command[:, 2] >= 0)
+
+    half = dataclasses.replace(commands, adaptive_fraction=0.5)
+    env = LocomotionEnv(robot, EnvConfig(num_envs=400, seed=4, commands=half, randomization=RandomizationConfig.disabled()))
+    env.command_cell_error[:] = 1e-9
+    env.command_cell_error[0] = 1.0  # slow backwards, right, turning right
+    env._resample_commands(np.arange(400))
+    in_cell = (env.command[:, 0] < lo[0] + (hi[0] - lo[0]) / 3) & (env.command[:, 1] < 0) & (env.command[:, 2] < 0)
+    # half redrawn into cell 0, the other half uniform (1/12 of them in cell 0): ~54 %
+    assert 0.44 < in_cell.mean() < 0.64
+
+    uniform = LocomotionEnv(robot, EnvConfig(num_envs=8, seed=3, commands=CommandConfig(standing_fraction=0.0),
+                                             randomization=RandomizationConfig.disabled()))
+    uniform.step(np.zeros((8, robot.num_joints)))
+    assert np.all(np.isnan(uniform.command_cell_error)), "adaptive_fraction 0: no per-cell tracking"
+
+
 def test_push_times_are_when_step_pushes(robot):
     only_push = dataclasses.replace(RandomizationConfig.disabled(), push=True, push_interval_s=0.1, push_velocity=1.0)
     env = LocomotionEnv(robot, EnvConfig(num_envs=2, seed=5, randomization=only_push))

@@ -115,6 +115,9 @@ def test_resume_continues_iteration_count(trained_run, robot, tmp_path):
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
     ckpt = torch.load(copy / "checkpoints/latest.pt", weights_only=False)
     ckpt["infos"]["command_level"] = 0.4
+    saved_cells = ckpt["infos"]["command_cell_error"]
+    assert len(saved_cells) == 5 * 3 * 3 and all(np.isnan(saved_cells)), "adaptive sampling off: nothing tracked"
+    ckpt["infos"]["command_cell_error"] = [0.1] * 45
     torch.save(ckpt, copy / "checkpoints/latest.pt")
     result = train_policy(copy, PlaceholderReward(), None, resume=True, max_iterations=3, progress=False, robot=robot)
     assert result.iterations == 3
@@ -122,6 +125,8 @@ def test_resume_continues_iteration_count(trained_run, robot, tmp_path):
     assert [r["iteration"] for r in lines] == [1, 2, 3]
     assert torch.load(copy / "checkpoints/latest.pt", weights_only=False)["infos"]["iteration"] == 3
     assert lines[-1]["command_level"] == pytest.approx(0.4), "the curriculum level survives a resume"
+    resumed_cells = torch.load(copy / "checkpoints/latest.pt", weights_only=False)["infos"]["command_cell_error"]
+    assert resumed_cells == pytest.approx([0.1] * 45), "the adaptive sampler's cell errors survive a resume"
 
 
 def test_resume_of_a_checkpoint_with_other_network_shapes_says_so(trained_run, robot, tmp_path):
@@ -360,7 +365,10 @@ def test_training_config_loads_and_rejects_bad_values(tmp_path):
                       ("env: {randomization: {push_decay_iterations: [600]}}", "push_decay_iterations"),
                       ("env: {randomization: {push_decay_iterations: [true, 600]}}", "push_decay_iterations"),
                       ("env: {rough_from_iteration: -1}", "rough_from_iteration"),
-                      ("env: {rough_from_iteration: true}", "expected a number")):
+                      ("env: {rough_from_iteration: true}", "expected a number"),
+                      ("env: {commands: {adaptive_fraction: 1.5}}", "adaptive_fraction"),
+                      ("env: {commands: {adaptive_bins: [5, 3]}}", "adaptive_bins"),
+                      ("env: {commands: {adaptive_bins: [5, 0, 3]}}", "adaptive_bins")):
         bad.write_text(text)
         with pytest.raises(ConfigError, match=msg):
             TrainConfig.from_yaml(bad)

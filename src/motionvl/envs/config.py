@@ -45,6 +45,14 @@ class CommandConfig:
     """Level added after each window that tracks well enough."""
     curriculum_window_s: float = 5.0
     """Simulated seconds per tracking window."""
+    adaptive_fraction: float = 0.0
+    """Share of the sampled (not standing) commands drawn from a cell of an `adaptive_bins` grid over
+    the current ranges, chosen in proportion to the cell's recent tracking error (the rest stay
+    uniform): more practice where the policy tracks worst, typically at the range edges. 0 = uniform."""
+    adaptive_bins: tuple = (5, 3, 3)
+    """Cells per axis (vx, vy, yaw_rate) of the adaptive_fraction grid."""
+    adaptive_smoothing: float = 0.3
+    """Weight of each tracking window's mean in a cell's error (exponential moving average)."""
 
     def ranges(self, level: float) -> tuple[tuple, tuple, tuple]:
         """(vx, vy, yaw_rate) ranges at curriculum `level` in [0, 1] (the full ranges without curriculum)."""

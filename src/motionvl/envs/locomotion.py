@@ -175,6 +175,14 @@ class LocomotionEnv:
         # mean |command_xy - v_xy| of the last complete window (m/s, body frame, every env and step,
         # falls and pushes included): what the curriculum compares with curriculum_error
         self.window_tracking_error: float | None = None
+        # adaptive command sampling (CommandConfig.adaptive_fraction): each env's command cell (-1: standing,
+        # fixed or not tracked), the current window's summed error and samples per cell, and per cell the
+        # moving average of its windows' mean |command_xy - v_xy| (NaN until visited); trainers checkpoint it
+        self._cell_shape = tuple(int(b) for b in cfg.commands.adaptive_bins)
+        num_cells = int(np.prod(self._cell_shape))
+        self._command_cell = np.full(N, -1, dtype=np.int64)
+        self._cell_window = np.zeros((2, num_cells))
+        self.command_cell_error = np.full(num_cells, np.nan)
         self._recorders: list["TrajectoryRecorder"] = []
         self._setup_randomization()
         self.state: RewardState | None = None
@@ -225,12 +233,40 @@ class LocomotionEnv:
         if c.fixed is not None:
             self.command[ids] = np.asarray(c.fixed, dtype=float)
         else:
-            vx, vy, yaw_rate = c.ranges(self.command_level)
-            cmd = np.stack([self.rng.uniform(*vx, n), self.rng.uniform(*vy, n), self.rng.uniform(*yaw_rate, n)], 1)
-            cmd[self.rng.random(n) < c.standing_fraction] = 0.0
+            lo, hi = np.array(c.ranges(self.command_level), dtype=float).T
+            cmd = np.stack([self.rng.uniform(lo[k], hi[k], n) for k in range(3)], 1)
+            if c.adaptive_fraction > 0:
+                cmd, cells = self._adaptive_commands(cmd, lo, hi)
+            standing = self.rng.random(n) < c.standing_fraction
+            cmd[standing] = 0.0
             self.command[ids] = cmd
+            if c.adaptive_fraction > 0:
+                self._command_cell[ids] = np.where(standing, -1, cells)
         self._yaw_rate_input[ids] = self.command[ids, 2]
         self._heading_target[ids] = yaw_of(self.sim.qpos[ids, 3:7])
+
+    def _adaptive_commands(self, cmd: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Redraw an adaptive_fraction share of the uniform commands `cmd` inside cells picked in proportion
+        to their tracking error; return the commands and every command's cell index."""
+        shape = np.array(self._cell_shape)
+        redraw = np.flatnonzero(self.rng.random(len(cmd)) < self.cfg.commands.adaptive_fraction)
+        if redraw.size:
+            picked = np.stack(np.unravel_index(self.rng.choice(shape.prod(), size=redraw.size, p=self.cell_weights()),
+                                               self._cell_shape), 1)
+            cmd[redraw] = lo + (picked + self.rng.random((redraw.size, 3))) / shape * (hi - lo)
+        unit = (cmd - lo) / np.where(hi > lo, hi - lo, 1.0)
+        cell = np.clip((unit * shape).astype(np.int64), 0, shape - 1)
+        return cmd, np.ravel_multi_index(tuple(cell.T), self._cell_shape)
+
+    def cell_weights(self) -> np.ndarray:
+        """Probability of each command cell in the adaptive draw: its tracking error over the sum; cells
+        never tracked count as the worst tracked one, so every cell gets visited; uniform before any data."""
+        err = self.command_cell_error
+        if not np.isfinite(err).any():
+            return np.full(err.size, 1.0 / err.size)
+        w = np.where(np.isfinite(err), err, np.nanmax(err))
+        w = np.maximum(w, 1e-6)
+        return w / w.sum()
 
     def _hold_heading(self) -> None:
         """Yaw-rate command = the sampled rate + heading_gain x heading error (CommandConfig.heading_gain)."""
@@ -243,12 +279,22 @@ class LocomotionEnv:
         err = np.linalg.norm(self.command[:, :2] - self.state.base_lin_vel[:, :2], axis=1)
         self._tracking[0] += float(err.sum())
         self._tracking[1] += err.size
+        c = self.cfg.commands
+        if c.adaptive_fraction > 0:
+            tracked = self._command_cell >= 0
+            np.add.at(self._cell_window[0], self._command_cell[tracked], err[tracked])
+            np.add.at(self._cell_window[1], self._command_cell[tracked], 1.0)
         if self._tracking[1] >= self._curriculum_steps * self.num_envs:
-            c = self.cfg.commands
             self.window_tracking_error = self._tracking[0] / self._tracking[1]
             if c.curriculum and self.window_tracking_error < c.curriculum_error:
                 self.command_level = min(1.0, self.command_level + c.curriculum_step)
             self._tracking = [0.0, 0]
+            if c.adaptive_fraction > 0:
+                seen = self._cell_window[1] > 0
+                mean = self._cell_window[0, seen] / self._cell_window[1, seen]
+                old = self.command_cell_error[seen]
+                self.command_cell_error[seen] = np.where(np.isfinite(old), old + c.adaptive_smoothing * (mean - old), mean)
+                self._cell_window[:] = 0.0
 
     # ------------------------------------------------------------------ reset
     def reset(self, ids: np.ndarray | None = None) -> np.ndarray:

@@ -244,6 +244,9 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             average.load_state_dict(infos["policy_average"])
         if cfg.env.commands.curriculum:
             vec.env.command_level = float(infos.get("command_level", 0.0))
+        cell_error = np.asarray(infos.get("command_cell_error", []), dtype=float)
+        if cell_error.shape == vec.env.command_cell_error.shape:  # another grid starts over
+            vec.env.command_cell_error[:] = cell_error
     history = _load_history(run_dir / "history.jsonl", start_it)
     total_steps = int(infos.get("total_steps", 0))
     elapsed0 = float(infos.get("elapsed_s", 0.0))
@@ -258,7 +261,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
 
     def save() -> None:
         state = {"iteration": it, "total_steps": total_steps, "elapsed_s": elapsed0 + time.perf_counter() - session_t0,
-                 "command_level": vec.env.command_level, "train_config": cfg.to_dict(),
+                 "command_level": vec.env.command_level, "command_cell_error": vec.env.command_cell_error.tolist(),
+                 "train_config": cfg.to_dict(),
                  **({"policy_average": average.state_dict()} if average is not None else {})}
         tmp = ckpt_dir / "latest.pt.tmp"
         runner.save(str(tmp), infos=state)
@@ -299,6 +303,9 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             record = _record(it, total_steps, elapsed0 + time.perf_counter() - session_t0, info, vec.env.dt)
             record["command_level"] = vec.env.command_level
             record["command_tracking_error"] = vec.env.window_tracking_error
+            if cfg.env.commands.adaptive_fraction > 0:  # per cell of the adaptive grid, C order (vx, vy, yaw_rate)
+                record["command_cell_error"] = [None if not np.isfinite(e) else round(float(e), 4)
+                                                for e in vec.env.command_cell_error]
             record["push_velocity"] = vec.env.push_velocity
             if cfg.env.terrain == "mixed":
                 record["rough_fraction"] = vec.env.rough_fraction
