@@ -208,6 +208,8 @@ def test_adaptive_commands_go_where_tracking_is_worst_and_track_every_visited_ce
     # half redrawn into cell 0, the other half uniform (1/12 of them in cell 0): ~54 %
     assert 0.44 < in_cell.mean() < 0.64
 
+    with pytest.raises(ConfigError, match="adaptive_bins"):
+        LocomotionEnv(robot, EnvConfig(num_envs=2, commands=CommandConfig(adaptive_fraction=0.5, adaptive_bins=(5, 0, 3))))
     uniform = LocomotionEnv(robot, EnvConfig(num_envs=8, seed=3, commands=CommandConfig(standing_fraction=0.0),
                                              randomization=RandomizationConfig.disabled()))
     uniform.step(np.zeros((8, robot.num_joints)))

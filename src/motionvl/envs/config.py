@@ -54,6 +54,16 @@ class CommandConfig:
     adaptive_smoothing: float = 0.3
     """Weight of each tracking window's mean in a cell's error (exponential moving average)."""
 
+    def validate(self, where: str = "env.commands") -> None:
+        """Raise ConfigError for adaptive-sampling settings the sampler cannot use."""
+        if not (0 <= self.adaptive_fraction <= 1 and 0 < self.adaptive_smoothing <= 1):
+            raise ConfigError(f"{where}: adaptive_fraction must be in [0, 1] and adaptive_smoothing in (0, 1], got "
+                              f"{self.adaptive_fraction} and {self.adaptive_smoothing}")
+        bins = tuple(self.adaptive_bins)
+        if len(bins) != 3 or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in bins):
+            raise ConfigError(f"{where}: adaptive_bins must be three integers >= 1 (cells along vx, vy, yaw_rate), "
+                              f"got {list(bins)}")
+
     def ranges(self, level: float) -> tuple[tuple, tuple, tuple]:
         """(vx, vy, yaw_rate) ranges at curriculum `level` in [0, 1] (the full ranges without curriculum)."""
         if not self.curriculum:

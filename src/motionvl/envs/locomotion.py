@@ -118,6 +118,7 @@ class LocomotionEnv:
         self._hfield = _HeightField(m) if cfg.terrain in ("rough", "mixed") else None
         if not 0.0 <= cfg.rough_fraction <= 1.0:
             raise ConfigError(f"env.rough_fraction must be in [0, 1], got {cfg.rough_fraction}")
+        cfg.commands.validate()
         self.on_rough = np.full(N, cfg.terrain == "rough")
         # share of the resets on rough ground ('mixed'); trainers follow EnvConfig.rough_fraction_at
         self.rough_fraction = cfg.rough_fraction_at(iteration)

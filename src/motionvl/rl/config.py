@@ -174,11 +174,6 @@ class TrainConfig:
         checks = [
             (self.env.num_envs >= 1, "env.num_envs must be >= 1"),
             (self.env.commands.heading_gain >= 0, "env.commands.heading_gain must be >= 0"),
-            (0 <= self.env.commands.adaptive_fraction <= 1 and 0 < self.env.commands.adaptive_smoothing <= 1,
-             "env.commands.adaptive_fraction must be in [0, 1] and adaptive_smoothing in (0, 1]"),
-            (len(self.env.commands.adaptive_bins) == 3 and all(
-                isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in self.env.commands.adaptive_bins),
-             "env.commands.adaptive_bins must be three integers >= 1 (cells along vx, vy, yaw_rate)"),
             (p.num_steps_per_env >= 1 and p.num_learning_epochs >= 1, "ppo.num_steps_per_env and num_learning_epochs must be >= 1"),
             (1 <= p.num_mini_batches <= batch, f"ppo.num_mini_batches must be in [1, num_envs*num_steps_per_env={batch}]"),
             (p.schedule in ("adaptive", "fixed"), "ppo.schedule must be 'adaptive' or 'fixed'"),
@@ -209,6 +204,7 @@ class TrainConfig:
         for ok, msg in checks:
             if not ok:
                 raise ConfigError(f"{where}: {msg}")
+        self.env.commands.validate(f"{where}: env.commands")
 
     # ------------------------------------------------------------------ rsl_rl
     def resolved_device(self) -> str:
