@@ -380,3 +380,19 @@ def test_mixed_terrain_puts_each_env_on_its_own_floor(robot):
     assert all_rough.on_rough.all()
     with pytest.raises(ConfigError, match="rough_fraction"):
         LocomotionEnv(robot, dataclasses.replace(cfg, num_envs=2, rough_fraction=1.5))
+
+
+def test_joint_targets_use_each_joints_action_scale(robot):
+    scales = {"left_knee": 1.0, "right_knee": 1.0, "left_ankle_pitch": 0.7, "right_ankle_pitch": 0.7}
+    joints = tuple(dataclasses.replace(j, action_scale=scales.get(j.name)) for j in robot.joints)
+    env = LocomotionEnv(dataclasses.replace(robot, joints=joints),
+                        EnvConfig(num_envs=2, randomization=RandomizationConfig.disabled()))
+    env.reset()
+    actions = np.full((2, env.num_joints), 0.8)
+    actions[1] *= -1
+    env.step(actions)
+    expected = np.clip(robot.default_pose + np.array([scales.get(n, robot.action_scale) for n in robot.joint_names])
+                       * actions, robot.lower, robot.upper)
+    np.testing.assert_allclose(env.sim.ctrl, expected)
+    knee = robot.joint_names.index("left_knee")
+    assert env.sim.ctrl[0, knee] == pytest.approx(robot.default_pose[knee] + 0.8)  # not the robot's 0.5 x 0.8

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -41,6 +43,13 @@ def test_an_asymmetric_robot_is_refused():
         joint_mirror(spec.compile(), ROBOT.joint_names)
     with pytest.raises(ConfigError, match="no partner 'right_knee'"):
         joint_mirror(build_model(ROBOT), [n for n in ROBOT.joint_names if n != "right_knee"])
+
+
+def test_mirroring_refuses_different_action_scales_on_the_two_sides():
+    joints = tuple(dataclasses.replace(j, action_scale=1.0) if j.name == "left_knee" else j for j in ROBOT.joints)
+    env = LocomotionEnv(dataclasses.replace(ROBOT, joints=joints), EnvConfig(num_envs=2))
+    with pytest.raises(ConfigError, match="action_scales differs between mirrored joints: left_knee 1 vs right_knee 0.5"):
+        EnvMirror.of(env)
 
 
 def _mirror_env_1_onto_env_0(env: LocomotionEnv, m: EnvMirror, half_period_steps: int) -> None:

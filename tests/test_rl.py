@@ -19,7 +19,7 @@ from motionvl.envs.config import EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.config import PPOConfig, TrainConfig
 from motionvl.rl.evaluate import episode_metrics, evaluate
-from motionvl.rl.export import ContractError, check_contract, export_policy, load_policy, policy_metadata
+from motionvl.rl.export import ContractError, OnnxPolicy, check_contract, export_policy, load_policy, policy_metadata
 from motionvl.rl.gait_metrics import gait_metrics, truncate_at_fall
 from motionvl.rl.trainer import ENV_KEYS_ADDED_LATER, build_runner, run_iteration, train_policy, update_thread_count
 from motionvl.rl.vecenv import LocomotionVecEnv
@@ -217,6 +217,12 @@ def test_contract_round_trip_and_mismatch(trained_run, robot):
         check_contract(policy.contract, {**swapped, "joint_names": names[:-1]})
     with pytest.raises(ContractError, match="kp"):
         check_contract(policy.contract, {**robot.contract(), "kp": [1.0] * robot.num_joints})
+    # files written before per-joint action scales stored one number: it must equal every joint's
+    check_contract({**policy.contract, "action_scale": robot.action_scale}, robot.contract())
+    other = robot.action_scales.copy()
+    other[3] *= 2.0
+    with pytest.raises(ContractError, match="action_scale"):
+        check_contract(policy.contract, {**robot.contract(), "action_scale": other.tolist()})
 
 
 def test_a_policy_that_sees_its_heading_error_carries_it_in_its_contract_and_evaluates(robot, tmp_path):
@@ -272,6 +278,21 @@ def test_eval_cli_prints_json_last_line(trained_run):
                 "stance_slip_mps", "touchdown_speed_mps", "double_support_fraction"):
         assert key in result, key
     assert result["sim_dt"] == pytest.approx(0.002) and result["decimation"] == 10  # the robot's own dt
+
+
+def test_eval_reports_the_share_of_steps_each_joint_sits_at_the_clip(trained_run, robot):
+    class Pinned(OnnxPolicy):
+        """Left hip yaw always at +clip, left hip roll at -clip in the first episode only."""
+
+        def __call__(self, obs):
+            a = np.zeros((len(obs), self.num_actions), dtype=np.float32)
+            a[:, 0], a[0, 1], a[:, 2] = 1.0, -1.0, 0.99
+            return a
+
+    result = evaluate(Pinned(trained_run[0] / "policy.onnx"), seconds=0.2, episodes=2, command=(0.4, 0.0, 0.0))
+    shares = result["action_at_clip"]
+    assert list(shares) == list(robot.joint_names)
+    assert [shares[n] for n in robot.joint_names[:4]] == [1.0, 0.5, 0.0, 0.0]
 
 
 def synthetic_gait(T: int = 200, dt: float = 0.02) -> Trajectory:
@@ -644,3 +665,13 @@ def test_selection_chooses_within_the_final_stretch_of_the_budget(tmp_path):
     with pytest.warns(UserWarning, match="other episodes"):
         other = PolicySelection(SelectionConfig(minutes=1.0, every=10, seed=1), tmp_path, meta={})
     assert other.candidates == [] and other.best(600.0) is None
+
+
+def test_a_resumed_session_walks_the_same_rough_ground_with_new_random_draws(robot):
+    cfg = tiny_config(terrain="rough")
+    first, _ = build_runner(cfg, PlaceholderReward(), robot)
+    resumed, _ = build_runner(cfg, PlaceholderReward(), robot, seed_offset=40, iteration=40)
+    np.testing.assert_array_equal(first.env.model.hfield_data, resumed.env.model.hfield_data)
+    assert first.env.rng.random() != resumed.env.rng.random()
+    other_run, _ = build_runner(dataclasses.replace(cfg, seed=cfg.seed + 1), PlaceholderReward(), robot)
+    assert not np.array_equal(first.env.model.hfield_data, other_run.env.model.hfield_data)

@@ -155,3 +155,33 @@ def test_missing_urdf(tmp_path):
 def test_missing_key_names_the_key(tmp_path):
     with pytest.raises(ConfigError, match="missing required key 'sim_dt'"):
         load_robot_config(_write_config(tmp_path, mutate=lambda raw: raw.pop("sim_dt")))
+
+
+def test_a_joint_may_set_its_own_action_scale(tmp_path):
+    def knee_scale(raw):
+        for j in raw["joints"]:
+            if j["name"].endswith("knee"):
+                j["action_scale"] = 1.0
+
+    robot = load_robot_config(_write_config(tmp_path, mutate=knee_scale))
+    knees = [i for i, n in enumerate(robot.joint_names) if n.endswith("knee")]
+    expected = np.full(robot.num_joints, robot.action_scale)
+    expected[knees] = 1.0
+    np.testing.assert_array_equal(robot.action_scales, expected)
+    assert robot.contract()["action_scale"] == expected.tolist()
+    # without overrides every joint carries the robot's scale, one value per joint in the contract
+    default = load_robot_config(ROBOT_YAML)
+    assert default.contract()["action_scale"] == [default.action_scale] * default.num_joints
+
+
+@pytest.mark.parametrize("where", ["robot", "joint"])
+def test_action_scale_must_be_positive(tmp_path, where):
+    def zero(raw):
+        if where == "robot":
+            raw["action_scale"] = 0.0
+        else:
+            raw["joints"][3]["action_scale"] = -0.5
+
+    match = "action_scale must be > 0" if where == "robot" else "left_knee.*action_scale must be > 0"
+    with pytest.raises(ConfigError, match=match):
+        load_robot_config(_write_config(tmp_path, mutate=zero))

@@ -45,9 +45,11 @@ class JointConfig:
     velocity: float
     lower: float
     upper: float
+    action_scale: float | None = None  # rad per unit action for this joint; None: the robot's action_scale
 
 
 _JOINT_KEYS = {f.name for f in dataclasses.fields(JointConfig)}
+_OPTIONAL_JOINT_KEYS = {"action_scale"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +113,12 @@ class RobotConfig:
         return self.array("upper")
 
     @property
+    def action_scales(self) -> np.ndarray:
+        """Per joint: the joint's own action_scale where it sets one, else the robot's."""
+        return np.array([self.action_scale if j.action_scale is None else j.action_scale for j in self.joints],
+                        dtype=np.float64)
+
+    @property
     def control_dt(self) -> float:
         """Policy period in seconds."""
         return self.sim_dt * self.decimation
@@ -124,7 +132,7 @@ class RobotConfig:
             "kp": self.kp.tolist(),
             "kd": self.kd.tolist(),
             "effort_limit": self.effort_limit.tolist(),
-            "action_scale": self.action_scale,
+            "action_scale": self.action_scales.tolist(),
             "action_mode": self.action_mode,
             "control_dt": self.control_dt,
         }
@@ -159,7 +167,8 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
         unknown = set(j) - _JOINT_KEYS
         if unknown:
             raise ConfigError(f"{jw}: unknown keys {sorted(unknown)}")
-        values = {k: _require(j, k, jw) for k in _JOINT_KEYS}
+        values = {k: _require(j, k, jw) for k in _JOINT_KEYS - _OPTIONAL_JOINT_KEYS}
+        values.update({k: j[k] for k in _OPTIONAL_JOINT_KEYS & set(j) if j[k] is not None})
         try:
             joint = JointConfig(name=str(values.pop("name")), **{k: float(v) for k, v in values.items()})
         except (TypeError, ValueError) as exc:
@@ -170,6 +179,8 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
             raise ConfigError(f"{jw} ({joint.name}): default {joint.default} outside [{joint.lower}, {joint.upper}]")
         if min(joint.kp, joint.kd, joint.effort, joint.velocity) < 0:
             raise ConfigError(f"{jw} ({joint.name}): kp, kd, effort and velocity must be >= 0")
+        if joint.action_scale is not None and not joint.action_scale > 0:
+            raise ConfigError(f"{jw} ({joint.name}): action_scale must be > 0, got {joint.action_scale}")
         joints.append(joint)
     names = [j.name for j in joints]
     if len(set(names)) != len(names):
@@ -195,6 +206,8 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
         joints=tuple(joints),
         source=path,
     )
+    if not cfg.action_scale > 0:
+        raise ConfigError(f"{where}: action_scale must be > 0, got {cfg.action_scale}")
     if cfg.action_mode not in ("absolute", "relative"):
         raise ConfigError(f"{where}: action_mode must be 'absolute' or 'relative', got {cfg.action_mode!r}")
     if len(cfg.feet) != 2:

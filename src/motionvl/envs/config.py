@@ -176,6 +176,9 @@ class EnvConfig:
     """Sole normal force (N) above which a foot counts as in contact."""
     seed: int = 0
     """Seed of every random draw (resets, commands, randomisation)."""
+    terrain_seed: int | None = None
+    """Seed of the rough height field; None: `seed`. Training sets the run's seed, so every session of a
+    resumed run walks the same ground while its random draws move on."""
     commands: CommandConfig = dataclasses.field(default_factory=CommandConfig)
     randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
 

@@ -96,7 +96,7 @@ class LocomotionEnv:
         self.rng = np.random.default_rng(cfg.seed)
 
         self.train_robot = dataclasses.replace(robot, sim_dt=self.sim_dt, decimation=self.decimation)
-        self.terrain = TerrainConfig(kind=cfg.terrain, seed=cfg.seed)
+        self.terrain = TerrainConfig(kind=cfg.terrain, seed=cfg.seed if cfg.terrain_seed is None else cfg.terrain_seed)
         # latency is emulated by MuJoCo's actuator delay, which reads a ctrl history of up to one policy period
         history = self.decimation if cfg.randomization.latency else 0
         self.model = build_model(self.train_robot, self.terrain, ctrl_history=history)
@@ -128,6 +128,7 @@ class LocomotionEnv:
             self._plane_geom, self._rough_geom = m.geom("floor").id, m.geom(ROUGH_FLOOR).id
 
         self.default_pose = robot.default_pose
+        self.action_scales = robot.action_scales
         self.lower, self.upper = robot.lower, robot.upper
         self.max_episode_length = int(round(cfg.episode_length_s / self.dt))
         self.layout = obs_layout(J, cfg.heading_observation)
@@ -354,7 +355,7 @@ class LocomotionEnv:
         self.action[:] = actions
         q = self.sim.qpos[:, self._qp]
         base = self.default_pose if self.robot.action_mode == "absolute" else q
-        new_target = np.clip(base + self.robot.action_scale * actions, self.lower, self.upper)
+        new_target = np.clip(base + self.action_scales * actions, self.lower, self.upper)
 
         # with latency randomisation, MuJoCo holds back new_target by each env's latency (set_ctrl_delay)
         self.sim.ctrl[:] = new_target

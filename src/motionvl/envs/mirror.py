@@ -126,6 +126,12 @@ class EnvMirror:
     def of(cls, env) -> "EnvMirror":
         """The mirror maps of a LocomotionEnv: its model's joints, its observation and history layout."""
         perm, sign = joint_mirror(env.model, env.robot.joint_names)
+        for key in ("action_scales", "kp", "kd"):
+            values = getattr(env.robot, key)
+            if not np.allclose(values[perm], values):
+                pairs = [f"{env.robot.joint_names[i]} {values[i]:g} vs {env.robot.joint_names[perm[i]]} {values[perm[i]]:g}"
+                         for i in range(len(values)) if i < perm[i] and not np.isclose(values[perm[i]], values[i])]
+                raise ConfigError(f"mirror symmetry: {key} differs between mirrored joints: " + ", ".join(pairs))
         layout = list(env.layout)
         if env.cfg.obs_history:  # past frames of the proprioceptive part, oldest last
             layout += env.cfg.obs_history * list(env.proprio_layout)

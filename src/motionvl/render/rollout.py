@@ -47,7 +47,7 @@ def stand_policy(env: LocomotionEnv) -> Policy:
         if robot.action_mode == "absolute":
             return np.zeros((env.num_envs, env.num_joints))
         q = env.state.joint_pos
-        return np.clip((env.default_pose - q) / robot.action_scale, -1.0, 1.0)
+        return np.clip((env.default_pose - q) / env.action_scales, -1.0, 1.0)
 
     return act
 

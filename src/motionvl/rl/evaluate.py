@@ -118,6 +118,8 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
 
     task_score: mean over episodes of min(1, distance / commanded distance) x (time upright / seconds).
     success_rate: share of episodes without a fall that covered >= 90 % of the commanded distance.
+    action_at_clip: per joint, the share of policy steps whose action sits at the policy's clip (the
+    PD target at default +- action_scale): a joint that lives there wants more range or torque.
     """
     if not heading_gain >= 0:
         raise ConfigError(f"heading_gain must be >= 0, got {heading_gain}")
@@ -128,8 +130,13 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
                                randomization=randomization)
     obs = env.observations()  # the state after the constructor's reset
     recorders = [env.record(i) for i in range(env.num_envs)]
-    for _ in range(int(round(seconds / env.dt))):
-        obs, *_ = env.step(policy(obs))
+    clip = float(policy.metadata.get("action_clip", 1.0))
+    steps = int(round(seconds / env.dt))
+    at_clip = np.zeros(env.num_joints)
+    for _ in range(steps):
+        actions = policy(obs)
+        at_clip += np.mean(np.abs(actions) >= clip * (1.0 - 1e-6), axis=0)
+        obs, *_ = env.step(actions)
     trajs = [env.stop_recording(r) for r in recorders]
     per_episode = [episode_metrics(t, command, seconds, env.push_times(seconds)) for t in trajs]
 
@@ -150,6 +157,8 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
         "fell_fraction": mean("fell"),
         "time_upright_s": mean("time_upright_s"), "success_rate": mean("success"), "task_score": mean("task_score"),
         **{k: mean(k) for k in GAIT_KEYS},
+        # share of policy steps each joint's action sits at the clip: the joint asks for more than its range
+        "action_at_clip": {n: round(float(v / max(steps, 1)), 4) for n, v in zip(env.robot.joint_names, at_clip)},
     }
     if return_trajectories:
         return {**result, "trajectories": trajs, "per_episode": per_episode}

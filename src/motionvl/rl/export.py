@@ -187,6 +187,8 @@ def check_contract(policy_contract: dict, robot_contract: dict, rtol: float = 1e
                 problems.append(f"{key}: policy {have!r} vs robot {want!r}")
         else:
             a, b = np.asarray(have, dtype=float), np.asarray(want, dtype=float)
+            if a.ndim == 0 and b.ndim == 1:  # one number for every joint (action_scale before 2026-11-26)
+                a = np.broadcast_to(a, b.shape)
             if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol):
                 problems.append(f"{key}: policy {np.round(a, 6).tolist()} vs robot {np.round(b, 6).tolist()}")
     if problems:

@@ -99,7 +99,8 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
         torch.set_num_threads(int(train_cfg.torch_threads))
     seed = train_cfg.seed + seed_offset
     torch.manual_seed(seed)
-    env_cfg = dataclasses.replace(train_cfg.env, seed=seed)
+    terrain_seed = train_cfg.seed if train_cfg.env.terrain_seed is None else train_cfg.env.terrain_seed
+    env_cfg = dataclasses.replace(train_cfg.env, seed=seed, terrain_seed=terrain_seed)
     env = LocomotionEnv(robot, env_cfg, reward_fn=reward_fn, iteration=iteration)
     vec = LocomotionVecEnv(env, device=device)
     if train_cfg.ppo.init_at_random_ep_len:
