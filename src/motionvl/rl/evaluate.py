@@ -119,7 +119,7 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     task_score: mean over episodes of min(1, distance / commanded distance) x (time upright / seconds).
     success_rate: share of episodes without a fall that covered >= 90 % of the commanded distance.
     action_at_clip: per joint, the share of policy steps whose action sits at the policy's clip (the
-    PD target at default +- action_scale): a joint that lives there wants more range or torque.
+    farthest PD target its action scale allows): a joint that lives there wants more range or torque.
     """
     if not heading_gain >= 0:
         raise ConfigError(f"heading_gain must be >= 0, got {heading_gain}")
