@@ -410,6 +410,28 @@ def test_push_schedule_lowers_training_pushes_by_iteration_and_continues_after_a
     assert [r["push_velocity"] for r in lines] == pytest.approx([0.8, 0.8, 0.6, 0.4, 0.2])
 
 
+def test_desired_kl_schedule_sets_the_adaptive_target_by_iteration_and_continues_after_a_resume(robot, tmp_path):
+    ppo = PPOConfig(desired_kl=0.02, desired_kl_final=0.005, desired_kl_decay_iterations=(2000, 3500))
+    assert [ppo.desired_kl_at(i) for i in (0, 2000, 2750, 3500, 9000)] == pytest.approx([0.02, 0.02, 0.0125, 0.005, 0.005])
+    assert PPOConfig(desired_kl=0.03).desired_kl_at(9000) == 0.03, "no final value: no schedule"
+    run_dir = tmp_path / "run"
+    cfg = tiny_config()
+    cfg.ppo = dataclasses.replace(cfg.ppo, desired_kl=0.04, desired_kl_final=0.01, desired_kl_decay_iterations=(1, 4))
+    train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=2, progress=False, robot=robot)
+    train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=5, progress=False, robot=robot)
+    lines = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    # the target rsl_rl's adaptive schedule compared the iteration's KL with, from the run's config copy after the resume
+    assert [r["desired_kl"] for r in lines] == pytest.approx([0.04, 0.04, 0.03, 0.02, 0.01])
+    bad = tmp_path / "bad.yaml"
+    for text, msg in (("ppo: {desired_kl_final: 0}", "desired_kl_final"), ("ppo: {desired_kl_final: low}", "desired_kl_final"),
+                      ("ppo: {desired_kl: -0.01}", "desired_kl"),
+                      ("ppo: {desired_kl_decay_iterations: [3500, 2000]}", "desired_kl_decay_iterations"),
+                      ("ppo: {desired_kl_decay_iterations: [2000]}", "desired_kl_decay_iterations")):
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=msg):
+            TrainConfig.from_yaml(bad)
+
+
 def test_training_config_overrides_are_checked_like_the_file(tmp_path):
     base = ROOT / "config" / "training.yaml"
     cfg = TrainConfig.from_yaml(base, ["seed=3", "ppo.desired_kl=0.03", "ppo.symmetry_augmentation=true",

@@ -72,6 +72,17 @@ class CommandConfig:
         return lerp(self.start_vx, self.vx), lerp(self.start_vy, self.vy), lerp(self.start_yaw_rate, self.yaw_rate)
 
 
+def linear_schedule(start: float, final: float | None, span: tuple, iteration: int) -> float:
+    """A training setting that moves linearly from `start` to `final` over the PPO iterations
+    span = (first, last) and stays there; `final` None: `start` throughout. Keyed by the run's
+    iteration count, so a resumed run continues where it stopped."""
+    if final is None:
+        return float(start)
+    first, last = span
+    progress = 1.0 if last <= first else min(max((iteration - first) / (last - first), 0.0), 1.0)
+    return float(start + progress * (final - start))
+
+
 @dataclasses.dataclass
 class RandomizationConfig:
     """Domain randomisation, with the MotionVL paper's ranges as defaults; each switchable."""
@@ -112,11 +123,7 @@ class RandomizationConfig:
 
     def push_velocity_at(self, iteration: int) -> float:
         """Push velocity (m/s) of training iteration `iteration` under the push schedule."""
-        if self.push_velocity_final is None:
-            return float(self.push_velocity)
-        first, last = self.push_decay_iterations
-        progress = 1.0 if last <= first else min(max((iteration - first) / (last - first), 0.0), 1.0)
-        return float(self.push_velocity + progress * (self.push_velocity_final - self.push_velocity))
+        return linear_schedule(self.push_velocity, self.push_velocity_final, self.push_decay_iterations, iteration)
 
     @classmethod
     def disabled(cls) -> "RandomizationConfig":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from motionvl.envs.config import EnvConfig, dataclass_from_dict
+from motionvl.envs.config import EnvConfig, dataclass_from_dict, linear_schedule
 from motionvl.robot import ConfigError, package_root
 
 DEFAULT_TRAINING_CONFIG = "config/training.yaml"
@@ -39,6 +39,12 @@ class PPOConfig:
     """'adaptive' (adjust the learning rate to keep the KL near desired_kl) or 'fixed'."""
     desired_kl: float = 0.02
     """Target KL divergence between consecutive policies for the adaptive schedule."""
+    desired_kl_final: float | None = None
+    """With a value, the adaptive schedule's target KL falls linearly from desired_kl to this over
+    desired_kl_decay_iterations (PPO iterations of the run; a resumed run continues the schedule),
+    which lowers the learning rate the schedule settles at late in a run. None: desired_kl throughout."""
+    desired_kl_decay_iterations: tuple = (2000, 3500)
+    """(first, last) PPO iteration of the linear fall to desired_kl_final."""
     clip_param: float = 0.2
     """PPO ratio clip."""
     gamma: float = 0.99
@@ -63,6 +69,10 @@ class PPOConfig:
     """Empirical observation normalisation in actor and critic (baked into the exported ONNX graph)."""
     init_at_random_ep_len: bool = True
     """Start episodes at random lengths so that time-outs do not happen in lock step."""
+    def desired_kl_at(self, iteration: int) -> float:
+        """Target KL of training iteration `iteration` under the desired_kl schedule."""
+        return linear_schedule(self.desired_kl, self.desired_kl_final, self.desired_kl_decay_iterations, iteration)
+
     symmetry_augmentation: bool = False
     """Append the left-right mirror image of every mini-batch (rsl_rl's symmetry extension,
     Mittal et al. 2024; maps from motionvl.envs.mirror): the policy learns both sides from each
@@ -178,6 +188,13 @@ class TrainConfig:
             (1 <= p.num_mini_batches <= batch, f"ppo.num_mini_batches must be in [1, num_envs*num_steps_per_env={batch}]"),
             (p.schedule in ("adaptive", "fixed"), "ppo.schedule must be 'adaptive' or 'fixed'"),
             (p.mirror_loss_coeff >= 0, "ppo.mirror_loss_coeff must be >= 0"),
+            (p.desired_kl > 0 and (p.desired_kl_final is None or (
+                isinstance(p.desired_kl_final, (int, float)) and p.desired_kl_final > 0)),
+             "ppo.desired_kl and desired_kl_final must be numbers > 0 (final may be null)"),
+            (len(p.desired_kl_decay_iterations) == 2
+             and all(isinstance(v, int) and not isinstance(v, bool) for v in p.desired_kl_decay_iterations)
+             and 0 <= p.desired_kl_decay_iterations[0] <= p.desired_kl_decay_iterations[1],
+             "ppo.desired_kl_decay_iterations must be [first, last] with 0 <= first <= last"),
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
             (isinstance(self.env.rough_from_iteration, int) and self.env.rough_from_iteration >= 0,

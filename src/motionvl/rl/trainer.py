@@ -27,7 +27,8 @@ iteration), mean_step_reward, mean_return, mean_episode_length (steps), mean_epi
 fall_fraction, terms {term: mean episode reward per episode second}, losses {value, surrogate,
 entropy, and symmetry with the mirror options}, learning_rate, action_std, command_level (curriculum)
 command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
-window), push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at) and,
+window), push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at),
+desired_kl (the adaptive schedule's target of the iteration, PPOConfig.desired_kl_at) and,
 with terrain 'mixed', rough_fraction (the share of resets on rough ground, EnvConfig.rough_fraction_at).
 Values are None when no episode finished.
 """
@@ -289,6 +290,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if elapsed + last_iter_s > budget_s:
                 break
             vec.env.push_velocity = cfg.env.randomization.push_velocity_at(it)
+            runner.alg.desired_kl = cfg.ppo.desired_kl_at(it)
             vec.env.rough_fraction = cfg.env.rough_fraction_at(it)
             try:
                 info = run_iteration(runner, vec, update_threads)
@@ -308,6 +310,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
                 record["command_cell_error"] = [None if not np.isfinite(e) else round(float(e), 4)
                                                 for e in vec.env.command_cell_error]
             record["push_velocity"] = vec.env.push_velocity
+            record["desired_kl"] = runner.alg.desired_kl
             if cfg.env.terrain == "mixed":
                 record["rough_fraction"] = vec.env.rough_fraction
             history.append(record)
@@ -407,6 +410,7 @@ def _log_tensorboard(writer, r: dict, info: dict) -> None:
                "Perf/learning_time": r["learn_s"], "Loss/learning_rate": r["learning_rate"],
                "Policy/mean_std": r["action_std"], "Train/command_level": r.get("command_level"),
                "Train/command_tracking_error": r.get("command_tracking_error"), "Train/push_velocity": r.get("push_velocity"),
+               "Train/desired_kl": r.get("desired_kl"),
                "Train/rough_fraction": r.get("rough_fraction")}
     scalars.update({f"Loss/{k}": v for k, v in r["losses"].items()})
     scalars.update({f"Episode_Reward/{k}": v for k, v in r["terms"].items()})
