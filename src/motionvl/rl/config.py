@@ -69,10 +69,6 @@ class PPOConfig:
     """Empirical observation normalisation in actor and critic (baked into the exported ONNX graph)."""
     init_at_random_ep_len: bool = True
     """Start episodes at random lengths so that time-outs do not happen in lock step."""
-    def desired_kl_at(self, iteration: int) -> float:
-        """Target KL of training iteration `iteration` under the desired_kl schedule."""
-        return linear_schedule(self.desired_kl, self.desired_kl_final, self.desired_kl_decay_iterations, iteration)
-
     symmetry_augmentation: bool = False
     """Append the left-right mirror image of every mini-batch (rsl_rl's symmetry extension,
     Mittal et al. 2024; maps from motionvl.envs.mirror): the policy learns both sides from each
@@ -80,6 +76,10 @@ class PPOConfig:
     mirror_loss_coeff: float = 0.0
     """Weight of the mirror loss (MSE between the actor on mirrored observations and its mirrored
     actions); 0 = off. With either option on, the loss is logged as 'symmetry'."""
+
+    def desired_kl_at(self, iteration: int) -> float:
+        """Target KL of training iteration `iteration` under the desired_kl schedule."""
+        return linear_schedule(self.desired_kl, self.desired_kl_final, self.desired_kl_decay_iterations, iteration)
 
 
 @dataclasses.dataclass
