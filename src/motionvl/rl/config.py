@@ -191,9 +191,7 @@ class TrainConfig:
             (p.desired_kl > 0 and (p.desired_kl_final is None or (
                 isinstance(p.desired_kl_final, (int, float)) and p.desired_kl_final > 0)),
              "ppo.desired_kl and desired_kl_final must be numbers > 0 (final may be null)"),
-            (len(p.desired_kl_decay_iterations) == 2
-             and all(isinstance(v, int) and not isinstance(v, bool) for v in p.desired_kl_decay_iterations)
-             and 0 <= p.desired_kl_decay_iterations[0] <= p.desired_kl_decay_iterations[1],
+            (_is_iteration_span(p.desired_kl_decay_iterations),
              "ppo.desired_kl_decay_iterations must be [first, last] with 0 <= first <= last"),
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
@@ -202,9 +200,7 @@ class TrainConfig:
             (rnd.push_velocity >= 0 and (rnd.push_velocity_final is None or (
                 isinstance(rnd.push_velocity_final, (int, float)) and rnd.push_velocity_final >= 0)),
              "env.randomization.push_velocity and push_velocity_final must be numbers >= 0 (final may be null)"),
-            (len(rnd.push_decay_iterations) == 2
-             and all(isinstance(v, int) and not isinstance(v, bool) for v in rnd.push_decay_iterations)
-             and 0 <= rnd.push_decay_iterations[0] <= rnd.push_decay_iterations[1],
+            (_is_iteration_span(rnd.push_decay_iterations),
              "env.randomization.push_decay_iterations must be [first, last] with 0 <= first <= last"),
             (self.policy_average_iterations == 0 or self.policy_average_iterations >= 1,
              "policy_average_iterations must be 0 (off) or >= 1"),
@@ -259,6 +255,12 @@ class TrainConfig:
                                  if p.symmetry_augmentation or p.mirror_loss_coeff > 0 else None),
             },
         }
+
+
+def _is_iteration_span(span) -> bool:
+    """[first, last] PPO iterations of a linear_schedule: two integers, 0 <= first <= last."""
+    return (len(span) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+            and 0 <= span[0] <= span[1])
 
 
 # ---------------------------------------------------------------------- dict <-> dataclass
