@@ -9,8 +9,12 @@ writes curve.json in the run directory.
 
     .venv/bin/python bench/time_to_walk.py --minutes 60 --eval-every 5 --out runs/time_to_walk
 
-Probes that compare configs use an iteration budget, which CPU contention does not distort
-(620 iterations are ~10 minutes here), or a time budget on an idle machine; training-config keys
+Probes that compare configs use an iteration budget, which neither CPU contention nor the machine's
+speed distorts (620 iterations are ~10 minutes on an idle machine of the kind the goals were set on,
+~20 on a machine half as fast): training repeats iteration by iteration, and held-out selection runs
+over the last `selection.iterations` of each mark, so the same budget gives the same policy again,
+however fast the machine runs (another CPU model may round differently). A time budget stops where
+the machine's speed puts it; training-config keys
 are changed with --set, and --train-seeds runs the same probe once per training seed (one seed
 is not evidence here: 10-minute policies of the same config differ by up to 40 points):
 

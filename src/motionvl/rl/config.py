@@ -89,8 +89,12 @@ class SelectionConfig:
     minutes: float = 1.5
     """Length of the final stretch of the time budget in which candidates are validated, at most a
     quarter of the budget; 0 = off (policy.onnx is the policy the run ends on). The validation time
-    is part of the budget: a longer stretch leaves fewer training iterations. Time budgets only:
-    a run that stops on max_iterations first validates nothing."""
+    is part of the budget: a longer stretch leaves fewer training iterations."""
+    iterations: int = 60
+    """The same for an iteration budget (max_iterations): candidates are validated over the last
+    `iterations` PPO iterations of it (at most a quarter of it; 0 = off), and the validation does not
+    cost training iterations. Such a run ends on the same iterate and validates the same candidates
+    on any machine; a time budget stops where the machine's speed puts it."""
     every: int = 10
     """PPO iterations between validated candidates within the stretch."""
     episodes: int = 128
@@ -195,8 +199,7 @@ class TrainConfig:
              "ppo.desired_kl_decay_iterations must be [first, last] with 0 <= first <= last"),
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
-            (isinstance(self.env.rough_from_iteration, int) and self.env.rough_from_iteration >= 0,
-             "env.rough_from_iteration must be an integer >= 0"),
+            (_is_count(self.env.rough_from_iteration), "env.rough_from_iteration must be an integer >= 0"),
             (rnd.push_velocity >= 0 and (rnd.push_velocity_final is None or (
                 isinstance(rnd.push_velocity_final, (int, float)) and rnd.push_velocity_final >= 0)),
              "env.randomization.push_velocity and push_velocity_final must be numbers >= 0 (final may be null)"),
@@ -207,6 +210,7 @@ class TrainConfig:
             (self.policy_average_growth >= 0, "policy_average_growth must be >= 0"),
             (self.minutes > 0, "minutes must be > 0"),
             (self.selection.minutes >= 0, "selection.minutes must be >= 0"),
+            (_is_count(self.selection.iterations), "selection.iterations must be an integer >= 0"),
             (self.selection.every >= 1 and self.selection.episodes >= 1 and self.selection.seconds > 0,
              "selection.every and selection.episodes must be >= 1, selection.seconds > 0"),
             (len(self.selection.command) == 3, "selection.command must be [vx, vy, yaw_rate]"),
@@ -257,10 +261,14 @@ class TrainConfig:
         }
 
 
+def _is_count(value) -> bool:
+    """An integer >= 0 (a YAML boolean is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _is_iteration_span(span) -> bool:
     """[first, last] PPO iterations of a linear_schedule: two integers, 0 <= first <= last."""
-    return (len(span) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in span)
-            and 0 <= span[0] <= span[1])
+    return len(span) == 2 and all(_is_count(v) for v in span) and span[0] <= span[1]
 
 
 # ---------------------------------------------------------------------- dict <-> dataclass

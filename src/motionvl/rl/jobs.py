@@ -9,7 +9,8 @@ Request payload (JSON object):
     {"candidate_id": "iter2-k3",          # unique, used as the run directory name
      "spec": {...},                       # a reward spec (RewardSpec.to_dict() form, may carry code)
      "minutes": 2.0,                      # optional training budget (default: the queue's)
-     "max_iterations": 50,                # optional iteration cap
+     "max_iterations": 50,                # optional iteration cap (held-out selection then runs over
+                                          # its last quarter, at most selection.iterations)
      "evaluate": true}                    # optional: run the reward-free task evaluation after
 """
 

@@ -2,11 +2,12 @@
 
 The walking quality of consecutive PPO iterates swings by tens of points within a minute of
 training (bench/RESULTS.md, "Held-out selection"), so the policy a run happens to end on can
-be a poor one. With `selection.minutes > 0` the trainer exports the policy it would export at
-that point (the moving average, or the iterate) every `selection.every` iterations of the
-budget's final stretch, runs it through the ONNX evaluation users run (`motionvl eval`,
-randomised episodes at `selection.command`), and policy.onnx becomes the candidate with the
-best score. Validation time is part of the budget.
+be a poor one. The trainer exports the policy it would export at that point (the moving average,
+or the iterate) every `selection.every` iterations of the budget's final stretch, runs it through
+the ONNX evaluation users run (`motionvl eval`, randomised episodes at `selection.command`), and
+policy.onnx becomes the candidate with the best score. The stretch is the last `selection.minutes`
+of a time budget (validation time is part of the budget) or the last `selection.iterations` PPO
+iterations of an iteration budget (`max_iterations`; the choice is then the same on any machine).
 
 Score: the evaluation's success rate (no fall and >= 90 % of the commanded distance), ties
 broken by its task score. Every candidate sees the same episodes (`selection.seed`), so the
@@ -58,11 +59,24 @@ class PolicySelection:
         at most a quarter of the budget (a short run still trains for most of its time)."""
         return min(self.cfg.minutes * 60.0, 0.25 * budget_s)
 
-    def due(self, iteration: int, elapsed_s: float, budget_s: float, validation_s: float = 0.0) -> bool:
-        """Whether the iterate just trained is a candidate: inside the final stretch, on the grid,
-        and with time left in the budget for a validation as long as the last one (`validation_s`)."""
-        return (self.cfg.minutes > 0 and budget_s - elapsed_s <= self.stretch_s(budget_s)
-                and iteration % self.cfg.every == 0 and elapsed_s + validation_s <= budget_s)
+    def stretch_iterations(self, max_iterations: int | None) -> int:
+        """PPO iterations at the end of an iteration budget in which candidates are validated:
+        selection.iterations, at most a quarter of the budget; 0 without an iteration budget."""
+        return min(self.cfg.iterations, max_iterations // 4) if max_iterations else 0
+
+    def due(self, iteration: int, elapsed_s: float, budget_s: float, validation_s: float = 0.0,
+            max_iterations: int | None = None) -> bool:
+        """Whether the iterate just trained is a candidate: on the grid, and inside the final
+        stretch of the time budget with time left for a validation as long as the last one
+        (`validation_s`), or inside the final stretch of the iteration budget `max_iterations`."""
+        if iteration % self.cfg.every:
+            return False
+        in_time = (self.cfg.minutes > 0 and budget_s - elapsed_s <= self.stretch_s(budget_s)
+                   and elapsed_s + validation_s <= budget_s)
+        return in_time or self._in_iteration_stretch(iteration, max_iterations)
+
+    def _in_iteration_stretch(self, iteration: int, max_iterations: int | None) -> bool:
+        return bool(max_iterations) and 0 <= max_iterations - iteration < self.stretch_iterations(max_iterations)
 
     def validate(self, actor, iteration: int, elapsed_s: float) -> dict:
         """Export `actor` (the policy the run would export now, `elapsed_s` into the run), evaluate
@@ -79,20 +93,25 @@ class PolicySelection:
         self._write()
         return candidate
 
-    def best(self, budget_s: float) -> dict | None:
-        """The candidate of the final stretch of `budget_s` with the highest success rate (then
-        task score; then the later one). Candidates of an earlier, shorter budget (a run resumed
-        with more minutes) are not in the stretch and do not compete."""
-        start = budget_s - self.stretch_s(budget_s)
-        stretch = [x for x in self.candidates if x["elapsed_s"] >= start]
+    def best(self, budget_s: float, max_iterations: int | None = None) -> dict | None:
+        """The candidate of the final stretch with the highest success rate (then task score; then
+        the later one): the stretch of the iteration budget `max_iterations` when the run ended on
+        it, else of the time budget `budget_s`. Candidates of an earlier, shorter budget (a run
+        resumed with more minutes or iterations) are not in the stretch and do not compete."""
+        if max_iterations:
+            stretch = [x for x in self.candidates if self._in_iteration_stretch(x["iteration"], max_iterations)]
+        else:
+            start = budget_s - self.stretch_s(budget_s)
+            stretch = [x for x in self.candidates if x["elapsed_s"] >= start]
         if not stretch:
             return None
         return max(stretch, key=lambda x: (x["success_rate"], x["task_score"], x["iteration"]))
 
-    def install(self, policy_path: Path, budget_s: float) -> dict | None:
-        """Copy the best candidate over `policy_path` (keeping the run's own final policy beside it
-        as policy_final.onnx) and record the choice; None when nothing was validated."""
-        best = self.best(budget_s)
+    def install(self, policy_path: Path, budget_s: float, max_iterations: int | None = None) -> dict | None:
+        """Copy the best candidate (`best`'s arguments) over `policy_path` (keeping the run's own
+        final policy beside it as policy_final.onnx) and record the choice; None when nothing was
+        validated."""
+        best = self.best(budget_s, max_iterations)
         if best is None:
             return None
         policy_path = Path(policy_path)

@@ -12,9 +12,10 @@ Run directory layout (everything a later step needs, nothing else):
     RUN_DIR/policy.onnx            the exported actor with the deployment contract (with
                                    policy_average_iterations: the average of the recent iterates)
     RUN_DIR/policy_last_iterate.onnx   only with averaging on: the last iterate, for comparison
-    RUN_DIR/selection/, selection.json  only with selection.minutes > 0: the candidates validated
-                                   on held-out episodes and their scores; policy.onnx is then the
-                                   best of them and policy_final.onnx the policy the run ended on
+    RUN_DIR/selection/, selection.json  with held-out selection (selection.minutes > 0, or an
+                                   iteration budget and selection.iterations > 0): the candidates
+                                   validated on held-out episodes and their scores; policy.onnx is
+                                   then the best of them and policy_final.onnx the policy the run ended on
 
 `train_policy(...)` runs until the time budget (summed over resumed sessions) or the iteration
 limit is reached, the `on_iteration` callback returns False or SIGINT arrives; it then saves,
@@ -273,7 +274,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         _write_json(run_dir / "term_stats.json", term_stats(history))
 
     meta = policy_metadata(robot, cfg.env, vec.num_obs)
-    selection = PolicySelection(cfg.selection, run_dir, meta, robot) if cfg.selection.minutes > 0 else None
+    selects = cfg.selection.minutes > 0 or (cfg.max_iterations is not None and cfg.selection.iterations > 0)
+    selection = PolicySelection(cfg.selection, run_dir, meta, robot) if selects else None
     last_validation_s = validation_s = 0.0
 
     def exported_actor():
@@ -321,7 +323,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if it % cfg.save_interval == 0:
                 save()
             now = elapsed0 + time.perf_counter() - session_t0
-            if selection is not None and selection.due(it, now, budget_s, last_validation_s):
+            if selection is not None and selection.due(it, now, budget_s, last_validation_s, cfg.max_iterations):
                 if bar is not None:  # the bar stands still for the validation's seconds: say why
                     bar.set_postfix_str(f"it={it} validating the policy on {cfg.selection.episodes} held-out episodes")
                 t0 = time.perf_counter()
@@ -340,7 +342,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     if average is not None:
         last_iterate_path = export_policy(runner.alg.get_policy(), run_dir / "policy_last_iterate.onnx", meta)
     policy_path = export_policy(exported_actor(), run_dir / "policy.onnx", meta)
-    selected = selection.install(policy_path, budget_s) if selection is not None else None
+    ended_on_iterations = cfg.max_iterations if stop_reason == "max iterations" else None
+    selected = selection.install(policy_path, budget_s, ended_on_iterations) if selection is not None else None
     return TrainResult(run_dir=run_dir, policy_path=policy_path, iterations=it, total_steps=total_steps,
                        elapsed_s=elapsed0 + session_s, steps_per_s=session_steps / max(session_s - validation_s, 1e-9),
                        stop_reason=stop_reason, term_stats=term_stats(history), last_iterate_path=last_iterate_path,
