@@ -137,10 +137,14 @@ def test_demo_trains_evaluates_renders_and_critiques(tmp_path, capsys):
     assert summary["iterations"] >= 1 and Path(summary["policy"]).is_file()
     assert (tmp_path / "rollout.mp4").stat().st_size > 1000
     assert json.loads((tmp_path / "feedback.json").read_text())["critic"] == "kinematic"
-    # running it again resumes the same training run instead of starting over
-    assert cli.main(args[:2] + ["0.1"] + args[3:]) == 0
+    # running it again resumes the same training run instead of starting over; an iteration budget
+    # is the total the run reaches, whatever the clock says
+    target = summary["iterations"] + 2
+    assert cli.main(["demo", "--iterations", str(target)] + args[3:]) == 0
     again = json.loads((tmp_path / "summary.json").read_text())
-    assert again["iterations"] > summary["iterations"]
+    assert again["iterations"] == target
+    with pytest.raises(SystemExit, match="iterations"):
+        cli.main(["demo", "--iterations", "0"] + args[3:])
 
 
 def test_bench_sim_prints_figures(capsys):

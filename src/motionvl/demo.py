@@ -20,12 +20,19 @@ from pathlib import Path
 DEFAULT_TASK = "walk forward at 0.6 m/s with an upright torso"
 DEFAULT_MINUTES = 10.0
 DEFAULT_OUT = Path("out/demo")
+# PPO iterations per training minute of the machines the README's demo figures come from (634-656
+# iterations in 10 minutes, bench/RESULTS.md); a machine far below it trains a weaker 10-minute policy.
+REFERENCE_ITERATIONS_PER_MINUTE = 64
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default=DEFAULT_TASK, help=f"task sentence for the critic (default: {DEFAULT_TASK!r})")
     parser.add_argument("--minutes", type=float, default=DEFAULT_MINUTES,
                         help=f"training budget in minutes (default {DEFAULT_MINUTES:g})")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="training budget in PPO iterations instead of minutes: the same policy on a slower "
+                             f"machine, later (~{int(REFERENCE_ITERATIONS_PER_MINUTE * DEFAULT_MINUTES)} are the "
+                             "README's 10 minutes)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the evaluation and video rollouts")
     parser.add_argument("--command", type=float, nargs=3, default=(0.6, 0.0, 0.0), metavar=("VX", "VY", "YAW"),
@@ -47,11 +54,20 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     run_dir = out / "run"
     resume = (run_dir / "checkpoints" / "latest.pt").exists()
-    print(f"[1/4] training on the reference reward for {args.minutes:g} min -> {run_dir}"
+    if args.iterations is not None and args.iterations < 1:
+        raise SystemExit("motionvl demo: --iterations must be >= 1")
+    budget = f"{args.iterations} iterations" if args.iterations else f"{args.minutes:g} min"
+    print(f"[1/4] training on the reference reward for {budget} -> {run_dir}"
           f"{' (resuming)' if resume else ''}", flush=True)
-    result = train_policy(run_dir, None, None, minutes=args.minutes, resume=resume)
+    result = train_policy(run_dir, None, None, minutes=1e9 if args.iterations else args.minutes,
+                          max_iterations=args.iterations, resume=resume)
     print(f"      {result.iterations} iterations, {result.total_steps} policy steps, "
           f"{result.steps_per_s:.0f} steps/s; policy: {result.policy_path}", flush=True)
+    expected = REFERENCE_ITERATIONS_PER_MINUTE * result.elapsed_s / 60.0
+    if not args.iterations and result.iterations < 0.8 * expected:
+        print(f"      note: this machine trained {result.iterations} iterations where the README's figures had "
+              f"~{expected:.0f}, so expect a weaker policy; --iterations {expected:.0f} trains the same amount here, "
+              "taking longer", flush=True)
 
     print("[2/4] evaluating with ONNX Runtime at the robot's own PD rate", flush=True)
     evaluation = evaluate(result.policy_path, seconds=args.seconds, episodes=16, command=tuple(args.command))
