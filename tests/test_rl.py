@@ -728,7 +728,8 @@ def test_an_iteration_budget_validates_its_last_iterations_and_repeats_exactly(r
     assert strip(records[1]) == strip(records[0]), "a second run of the same budget validates the same candidates"
     assert records[1]["chosen_iteration"] == records[0]["chosen_iteration"]
     # resumed to a larger budget, the run chooses among the new stretch's candidates only
-    more = train_policy(runs[0].run_dir, None, None, resume=True, max_iterations=16, progress=False, robot=robot)
+    more = train_policy(runs[0].run_dir, PlaceholderReward(), None, resume=True, max_iterations=16, progress=False,
+                        robot=robot)
     record = json.loads((runs[0].run_dir / "selection.json").read_text())
     assert [c["iteration"] for c in record["candidates"]] == [10, 12, 14, 16]
     assert more.selected_iteration in (14, 16) and record["chosen_iteration"] == more.selected_iteration
