@@ -50,12 +50,12 @@ def run(args: argparse.Namespace) -> int:
     from motionvl.robot import load_robot_config
     from motionvl.sim.model import TerrainConfig, build_model
 
+    if args.iterations is not None and args.iterations < 1:
+        raise SystemExit("motionvl demo: --iterations must be >= 1")
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     run_dir = out / "run"
     resume = (run_dir / "checkpoints" / "latest.pt").exists()
-    if args.iterations is not None and args.iterations < 1:
-        raise SystemExit("motionvl demo: --iterations must be >= 1")
     budget = f"{args.iterations} iterations" if args.iterations else f"{args.minutes:g} min"
     print(f"[1/4] training on the reference reward for {budget} -> {run_dir}"
           f"{' (resuming)' if resume else ''}", flush=True)

@@ -108,6 +108,10 @@ class SelectionConfig:
     with afterwards (bench/time_to_walk.py: its --seed S and S + 1000 upwards), or the choice is
     tested on its own data."""
 
+    def enabled_for(self, max_iterations: int | None) -> bool:
+        """Whether a run with this iteration budget (None: a time budget alone) validates anything."""
+        return self.minutes > 0 or (max_iterations is not None and self.iterations > 0)
+
 
 @dataclasses.dataclass
 class TrainConfig:

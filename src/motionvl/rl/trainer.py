@@ -274,8 +274,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         _write_json(run_dir / "term_stats.json", term_stats(history))
 
     meta = policy_metadata(robot, cfg.env, vec.num_obs)
-    selects = cfg.selection.minutes > 0 or (cfg.max_iterations is not None and cfg.selection.iterations > 0)
-    selection = PolicySelection(cfg.selection, run_dir, meta, robot) if selects else None
+    selection = (PolicySelection(cfg.selection, run_dir, meta, robot)
+                 if cfg.selection.enabled_for(cfg.max_iterations) else None)
     last_validation_s = validation_s = 0.0
 
     def exported_actor():
