@@ -432,6 +432,35 @@ def test_desired_kl_schedule_sets_the_adaptive_target_by_iteration_and_continues
             TrainConfig.from_yaml(bad)
 
 
+def test_gait_period_schedule_drives_the_phase_clock_and_the_contract_and_continues_after_a_resume(robot, tmp_path):
+    schedule = EnvConfig(gait_period_s=0.7, gait_period_final_s=0.6, gait_period_change_iterations=(1300, 1500))
+    assert [schedule.gait_period_at(i) for i in (0, 1300, 1400, 1500, 9000)] == pytest.approx([0.7, 0.7, 0.65, 0.6, 0.6])
+    assert schedule.gait_period_at(None) == pytest.approx(0.6), "None: where the schedule ends"
+    assert EnvConfig(gait_period_s=0.7).gait_period_at(9000) == 0.7, "no final value: no schedule"
+    cfg = tiny_config(gait_period_s=0.8, gait_period_final_s=0.4, gait_period_change_iterations=(1, 3))
+    # an env built for a later iteration (a resumed run) runs its phase clock at that iteration's period
+    env = build_runner(cfg, PlaceholderReward(), robot, iteration=3)[0].env
+    assert env.gait_period == pytest.approx(0.4)
+    for _ in range(3):
+        obs = env.step(np.zeros((env.num_envs, env.num_joints)))[0]
+    phase = 2 * np.pi * env.episode_length * env.dt / 0.4
+    np.testing.assert_allclose(obs[:, -2:], np.stack([np.sin(phase), np.cos(phase)], axis=1), atol=1e-9)
+    run_dir = tmp_path / "run"
+    train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=2, progress=False, robot=robot)
+    assert load_policy(run_dir / "policy.onnx").gait_period == pytest.approx(0.8), "trained at 0.8 so far"
+    train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=4, progress=False, robot=robot)
+    lines = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    # a record's period is the one its iteration trained with: the schedule at the iterations done before it
+    assert [r["gait_period_s"] for r in lines] == pytest.approx([0.8, 0.8, 0.6, 0.4])
+    assert load_policy(run_dir / "policy.onnx").gait_period == pytest.approx(0.4), "the period the policy ended on"
+    bad = tmp_path / "bad.yaml"
+    for text in ("env: {gait_period_final_s: 0}", "env: {gait_period_final_s: fast}", "env: {gait_period_s: -0.7}",
+                 "env: {gait_period_change_iterations: [1500, 1300]}", "env: {gait_period_change_iterations: [true, 9]}"):
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match="gait_period"):
+            TrainConfig.from_yaml(bad)
+
+
 def test_training_config_overrides_are_checked_like_the_file(tmp_path):
     base = ROOT / "config" / "training.yaml"
     cfg = TrainConfig.from_yaml(base, ["seed=3", "ppo.desired_kl=0.03", "ppo.symmetry_augmentation=true",
@@ -670,7 +699,7 @@ def test_selection_chooses_within_the_final_stretch_of_the_budget(tmp_path):
     from motionvl.rl.config import SelectionConfig
     from motionvl.rl.selection import PolicySelection
 
-    sel = PolicySelection(SelectionConfig(minutes=1.0, every=10), tmp_path, meta={})
+    sel = PolicySelection(SelectionConfig(minutes=1.0, every=10), tmp_path)
     assert not sel.due(10, elapsed_s=500.0, budget_s=600.0), "before the stretch"
     assert sel.due(550, elapsed_s=550.0, budget_s=600.0) and not sel.due(555, elapsed_s=550.0, budget_s=600.0)
     assert not sel.due(590, elapsed_s=590.0, budget_s=600.0, validation_s=15.0), "no time left to validate"
@@ -685,9 +714,9 @@ def test_selection_chooses_within_the_final_stretch_of_the_budget(tmp_path):
     assert sel.stretch_s(600.0) == 60.0 and sel.stretch_s(120.0) == 30.0, "at most a quarter of a short budget"
     # a resumed run keeps its candidates while the validation episodes stay the same, and only then
     sel._write()
-    assert len(PolicySelection(SelectionConfig(minutes=2.0, every=20), tmp_path, meta={}).candidates) == 4
+    assert len(PolicySelection(SelectionConfig(minutes=2.0, every=20), tmp_path).candidates) == 4
     with pytest.warns(UserWarning, match="other episodes"):
-        other = PolicySelection(SelectionConfig(minutes=1.0, every=10, seed=1), tmp_path, meta={})
+        other = PolicySelection(SelectionConfig(minutes=1.0, every=10, seed=1), tmp_path)
     assert other.candidates == [] and other.best(600.0) is None
 
 
@@ -695,7 +724,7 @@ def test_selection_over_an_iteration_budget_counts_iterations_not_seconds(tmp_pa
     from motionvl.rl.config import SelectionConfig
     from motionvl.rl.selection import PolicySelection
 
-    sel = PolicySelection(SelectionConfig(minutes=0.0, iterations=60, every=10), tmp_path, meta={})
+    sel = PolicySelection(SelectionConfig(minutes=0.0, iterations=60, every=10), tmp_path)
     assert sel.stretch_iterations(3600) == 60 and sel.stretch_iterations(120) == 30 and sel.stretch_iterations(None) == 0
     due = [i for i in range(0, 3700, 5) if sel.due(i, elapsed_s=1.0, budget_s=1e9, max_iterations=3600)]
     assert due == [3550, 3560, 3570, 3580, 3590, 3600], "the last 60 iterations, whatever the clock says"

@@ -155,6 +155,14 @@ class EnvConfig:
     schedule). Evaluation envs have no iterations and use `rough_fraction` from the start."""
     gait_period_s: float = 0.7
     """Nominal gait period for the phase clock in the observation and the gait reward terms."""
+    gait_period_final_s: float | None = None
+    """Training schedule of the gait period: with a value, the period moves linearly from
+    gait_period_s to this over gait_period_change_iterations (PPO iterations of the run, so a
+    resumed run continues the schedule), e.g. a slower clock while the policy learns to walk and a
+    quicker one for tracking. The exported contract holds the period of the exported iteration;
+    evaluation runs the phase clock at the policy's contract period. None: gait_period_s throughout."""
+    gait_period_change_iterations: tuple = (1300, 1500)
+    """(first, last) PPO iteration of the linear change to gait_period_final_s."""
     obs_history: int = 0
     """Extra past proprioceptive frames appended to the actor observation."""
     heading_observation: bool = True
@@ -188,6 +196,14 @@ class EnvConfig:
     resumed run walks the same ground while its random draws move on."""
     commands: CommandConfig = dataclasses.field(default_factory=CommandConfig)
     randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
+
+    def gait_period_at(self, iteration: int | None) -> float:
+        """Gait period (s) of training iteration `iteration` under the gait-period schedule; None:
+        the period the schedule ends on."""
+        if iteration is None:
+            return float(self.gait_period_s if self.gait_period_final_s is None else self.gait_period_final_s)
+        return linear_schedule(self.gait_period_s, self.gait_period_final_s, self.gait_period_change_iterations,
+                               iteration)
 
     def rough_fraction_at(self, iteration: int) -> float:
         """Share of the resets of training iteration `iteration` that go to rough ground ('mixed')."""

@@ -80,7 +80,8 @@ def randomization_layout(num_joints: int) -> list:
 class LocomotionEnv:
     def __init__(self, robot: RobotConfig, cfg: EnvConfig | None = None, reward_fn: RewardFn | None = None,
                  iteration: int = 0):
-        """iteration: the training run's PPO iteration the env starts at (the rough-ground schedule)."""
+        """iteration: the training run's PPO iteration the env starts at (the rough-ground and
+        gait-period schedules)."""
         self.robot = robot
         self.cfg = cfg = cfg or EnvConfig()
         self.sim_dt = cfg.sim_dt or robot.sim_dt
@@ -122,6 +123,8 @@ class LocomotionEnv:
         self.on_rough = np.full(N, cfg.terrain == "rough")
         # share of the resets on rough ground ('mixed'); trainers follow EnvConfig.rough_fraction_at
         self.rough_fraction = cfg.rough_fraction_at(iteration)
+        # period (s) of the phase clock and the gait terms; trainers follow EnvConfig.gait_period_at
+        self.gait_period = cfg.gait_period_at(iteration)
         if cfg.terrain == "mixed":
             # one model holds the plane and the height field; each env's geom_pos buries the one it does not walk on
             self._geom_pos = self.sim.per_env_model_field("geom_pos")
@@ -439,7 +442,7 @@ class LocomotionEnv:
         gravity = projected_gravity(quat)
         lin_vel = quat_rotate_inverse(quat, qvel[:, 0:3])
         if advance_average:
-            alpha = min(1.0, self.dt / cfg.gait_period_s)
+            alpha = min(1.0, self.dt / self.gait_period)
             self.vel_avg[:, 0:2] += alpha * (lin_vel[:, 0:2] - self.vel_avg[:, 0:2])
             self.vel_avg[:, 2] += alpha * (qvel[:, 5] - self.vel_avg[:, 2])
         joint_vel = qvel[:, self._qv].copy()
@@ -463,14 +466,14 @@ class LocomotionEnv:
             foot_contact=force > self.cfg.contact_force_threshold, foot_contact_force=force,
             foot_air_time=self.feet_air_time.copy(), first_contact=first_contact,
             body_collision=body_collision, command=self.command.copy(), heading_error=heading_error, gait_phase=self.gait_phase(),
-            gait_period=self.cfg.gait_period_s, action=self.action.copy(), last_action=self.last_action.copy(),
+            gait_period=self.gait_period, action=self.action.copy(), last_action=self.last_action.copy(),
             terminated=terminated, joint_names=self.robot.joint_names)
 
     def _heading_error(self, quat: np.ndarray) -> np.ndarray:
         return wrap_angle(self._heading_target - yaw_of(quat))
 
     def gait_phase(self) -> np.ndarray:
-        return np.mod(self.episode_length * self.dt / self.cfg.gait_period_s, 1.0)
+        return np.mod(self.episode_length * self.dt / self.gait_period, 1.0)
 
     def _proprio(self, s: RewardState) -> np.ndarray:
         return np.concatenate([s.base_ang_vel * 0.25, s.projected_gravity, s.joint_pos - self.default_pose,

@@ -204,6 +204,11 @@ class TrainConfig:
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
             (_is_count(self.env.rough_from_iteration), "env.rough_from_iteration must be an integer >= 0"),
+            (self.env.gait_period_s > 0 and (self.env.gait_period_final_s is None or (
+                isinstance(self.env.gait_period_final_s, (int, float)) and self.env.gait_period_final_s > 0)),
+             "env.gait_period_s and gait_period_final_s must be numbers > 0 (final may be null)"),
+            (_is_iteration_span(self.env.gait_period_change_iterations),
+             "env.gait_period_change_iterations must be [first, last] with 0 <= first <= last"),
             (rnd.push_velocity >= 0 and (rnd.push_velocity_final is None or (
                 isinstance(rnd.push_velocity_final, (int, float)) and rnd.push_velocity_final >= 0)),
              "env.randomization.push_velocity and push_velocity_final must be numbers >= 0 (final may be null)"),

@@ -58,7 +58,7 @@ def push_recovery_map(policy: OnnxPolicy | str | Path, *, phases: int = 8, episo
     for i in range(phases):
         env = batch_evaluation_env(policy, seconds=seconds, episodes=episodes, command=command, seed=seed, robot=robot,
                                    randomization=randomization)
-        period_steps = env.cfg.gait_period_s / env.dt
+        period_steps = env.gait_period / env.dt
         push_step = env.push_interval_steps - int(round(i * period_steps / phases))
         if push_step < 1 or push_step * env.dt + RECOVERY_S > seconds:
             raise ConfigError(f"episodes of {seconds:g} s end too soon after the push at "
@@ -83,7 +83,7 @@ def push_recovery_map(policy: OnnxPolicy | str | Path, *, phases: int = 8, episo
 
         rows.append({
             "push_time_s": round(push_step * env.dt, 3),
-            "gait_phase": round(float(np.mod(push_step * env.dt / env.cfg.gait_period_s, 1.0)), 3),
+            "gait_phase": round(float(np.mod(push_step * env.dt / env.gait_period, 1.0)), 3),
             "pushes": [int(np.sum(up_at_push & (sector == j))) for j in range(len(SECTORS))],
             "falls": [int(np.sum(fell & (sector == j))) for j in range(len(SECTORS))],
             "fell_before_push": int(np.sum(~up_at_push)),

@@ -34,8 +34,8 @@ SCORE_KEYS = ("success_rate", "task_score", "fell_fraction", "forward_distance_m
 class PolicySelection:
     """Validates candidates as training reaches them and remembers the best one."""
 
-    def __init__(self, cfg: SelectionConfig, run_dir: Path, meta: dict, robot=None):
-        self.cfg, self.meta, self.robot = cfg, meta, robot
+    def __init__(self, cfg: SelectionConfig, run_dir: Path, robot=None):
+        self.cfg, self.robot = cfg, robot
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / "selection"
         self.record_path = self.run_dir / "selection.json"
@@ -78,11 +78,11 @@ class PolicySelection:
     def _in_iteration_stretch(self, iteration: int, max_iterations: int | None) -> bool:
         return bool(max_iterations) and 0 <= max_iterations - iteration < self.stretch_iterations(max_iterations)
 
-    def validate(self, actor, iteration: int, elapsed_s: float) -> dict:
-        """Export `actor` (the policy the run would export now, `elapsed_s` into the run), evaluate
-        it, record it."""
+    def validate(self, actor, meta: dict, iteration: int, elapsed_s: float) -> dict:
+        """Export `actor` (the policy the run would export now, `elapsed_s` into the run) with the
+        contract `meta`, evaluate it, record it."""
         c = self.cfg
-        path = export_policy(actor, self.dir / f"policy_{iteration}.onnx", self.meta)
+        path = export_policy(actor, self.dir / f"policy_{iteration}.onnx", meta)
         r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=c.command,
                      seed=c.seed, robot=self.robot)
         # the path relative to the run directory: a moved run directory still finds its candidates

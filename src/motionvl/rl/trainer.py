@@ -29,8 +29,9 @@ fall_fraction, terms {term: mean episode reward per episode second}, losses {val
 entropy, and symmetry with the mirror options}, learning_rate, action_std, command_level (curriculum)
 command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
 window), push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at),
-desired_kl (the adaptive schedule's target of the iteration, PPOConfig.desired_kl_at) and,
-with terrain 'mixed', rough_fraction (the share of resets on rough ground, EnvConfig.rough_fraction_at).
+desired_kl (the adaptive schedule's target of the iteration, PPOConfig.desired_kl_at), gait_period_s
+(the phase clock's period, EnvConfig.gait_period_at) and, with terrain 'mixed', rough_fraction (the
+share of resets on rough ground, EnvConfig.rough_fraction_at).
 Values are None when no episode finished.
 """
 
@@ -273,8 +274,10 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         _copy(latest, ckpt_dir / f"model_{it}.pt")
         _write_json(run_dir / "term_stats.json", term_stats(history))
 
-    meta = policy_metadata(robot, cfg.env, vec.num_obs)
-    selection = (PolicySelection(cfg.selection, run_dir, meta, robot)
+    def metadata() -> dict:  # the contract of the iterate just trained, with the gait period it was trained at
+        return policy_metadata(robot, cfg.env, vec.num_obs, gait_period=vec.env.gait_period)
+
+    selection = (PolicySelection(cfg.selection, run_dir, robot)
                  if cfg.selection.enabled_for(cfg.max_iterations) else None)
     last_validation_s = validation_s = 0.0
 
@@ -294,6 +297,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             vec.env.push_velocity = cfg.env.randomization.push_velocity_at(it)
             runner.alg.desired_kl = cfg.ppo.desired_kl_at(it)
             vec.env.rough_fraction = cfg.env.rough_fraction_at(it)
+            vec.env.gait_period = cfg.env.gait_period_at(it)
             try:
                 info = run_iteration(runner, vec, update_threads)
             except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
@@ -315,6 +319,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             record["desired_kl"] = runner.alg.desired_kl
             if cfg.env.terrain == "mixed":
                 record["rough_fraction"] = vec.env.rough_fraction
+            record["gait_period_s"] = vec.env.gait_period
             history.append(record)
             hist_file.write(json.dumps(record) + "\n")
             hist_file.flush()
@@ -327,7 +332,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
                 if bar is not None:  # the bar stands still for the validation's seconds: say why
                     bar.set_postfix_str(f"it={it} validating the policy on {cfg.selection.episodes} held-out episodes")
                 t0 = time.perf_counter()
-                selection.validate(exported_actor(), it, now)
+                selection.validate(exported_actor(), metadata(), it, now)
                 last_validation_s = time.perf_counter() - t0
                 validation_s += last_validation_s
             if on_iteration is not None and on_iteration(record) is False:
@@ -340,8 +345,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     save()
     last_iterate_path = None
     if average is not None:
-        last_iterate_path = export_policy(runner.alg.get_policy(), run_dir / "policy_last_iterate.onnx", meta)
-    policy_path = export_policy(exported_actor(), run_dir / "policy.onnx", meta)
+        last_iterate_path = export_policy(runner.alg.get_policy(), run_dir / "policy_last_iterate.onnx", metadata())
+    policy_path = export_policy(exported_actor(), run_dir / "policy.onnx", metadata())
     ended_on_iterations = cfg.max_iterations if stop_reason == "max iterations" else None
     selected = selection.install(policy_path, budget_s, ended_on_iterations) if selection is not None else None
     return TrainResult(run_dir=run_dir, policy_path=policy_path, iterations=it, total_steps=total_steps,
@@ -414,7 +419,7 @@ def _log_tensorboard(writer, r: dict, info: dict) -> None:
                "Policy/mean_std": r["action_std"], "Train/command_level": r.get("command_level"),
                "Train/command_tracking_error": r.get("command_tracking_error"), "Train/push_velocity": r.get("push_velocity"),
                "Train/desired_kl": r.get("desired_kl"),
-               "Train/rough_fraction": r.get("rough_fraction")}
+               "Train/rough_fraction": r.get("rough_fraction"), "Train/gait_period_s": r.get("gait_period_s")}
     scalars.update({f"Loss/{k}": v for k, v in r["losses"].items()})
     scalars.update({f"Episode_Reward/{k}": v for k, v in r["terms"].items()})
     for key, value in scalars.items():
