@@ -130,13 +130,14 @@ def main(argv=None) -> int:
     robot = load_robot_config()
     vec, runner = build_runner(cfg, load_reward_spec(args.run / "reward_spec.yaml"), robot)
     actor = runner.alg.get_policy()
-    meta = policy_metadata(robot, cfg.env, vec.num_obs)
     moving = MovingAverages(args.run, actor, horizons, saved)
     rows = []
     for target in targets:
         if target not in saved:
             print(f"policy_average_scan: no checkpoint model_{target}.pt in {args.run}", file=sys.stderr)
             return 2
+        # the period the checkpoint's last iteration trained at, as the trainer's own export writes it
+        meta = policy_metadata(robot, cfg.env, vec.num_obs, gait_period=cfg.env.gait_period_at(max(target - 1, 0)))
         for k, (name, module) in enumerate(variants(args.run, actor, target, moving, args.window, saved)):
             path = export_policy(module, out / f"it{target}_{k}.onnx", meta)
             row = {"iteration": target, "policy": name, "onnx": str(path),

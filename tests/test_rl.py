@@ -435,7 +435,6 @@ def test_desired_kl_schedule_sets_the_adaptive_target_by_iteration_and_continues
 def test_gait_period_schedule_drives_the_phase_clock_and_the_contract_and_continues_after_a_resume(robot, tmp_path):
     schedule = EnvConfig(gait_period_s=0.7, gait_period_final_s=0.6, gait_period_change_iterations=(1300, 1500))
     assert [schedule.gait_period_at(i) for i in (0, 1300, 1400, 1500, 9000)] == pytest.approx([0.7, 0.7, 0.65, 0.6, 0.6])
-    assert schedule.gait_period_at(None) == pytest.approx(0.6), "None: where the schedule ends"
     assert EnvConfig(gait_period_s=0.7).gait_period_at(9000) == 0.7, "no final value: no schedule"
     cfg = tiny_config(gait_period_s=0.8, gait_period_final_s=0.4, gait_period_change_iterations=(1, 3))
     # an env built for a later iteration (a resumed run) runs its phase clock at that iteration's period

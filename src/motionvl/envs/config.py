@@ -197,11 +197,8 @@ class EnvConfig:
     commands: CommandConfig = dataclasses.field(default_factory=CommandConfig)
     randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
 
-    def gait_period_at(self, iteration: int | None) -> float:
-        """Gait period (s) of training iteration `iteration` under the gait-period schedule; None:
-        the period the schedule ends on."""
-        if iteration is None:
-            return float(self.gait_period_s if self.gait_period_final_s is None else self.gait_period_final_s)
+    def gait_period_at(self, iteration: int) -> float:
+        """Gait period (s) of training iteration `iteration` under the gait-period schedule."""
         return linear_schedule(self.gait_period_s, self.gait_period_final_s, self.gait_period_change_iterations,
                                iteration)
 

@@ -196,21 +196,19 @@ class TrainConfig:
             (1 <= p.num_mini_batches <= batch, f"ppo.num_mini_batches must be in [1, num_envs*num_steps_per_env={batch}]"),
             (p.schedule in ("adaptive", "fixed"), "ppo.schedule must be 'adaptive' or 'fixed'"),
             (p.mirror_loss_coeff >= 0, "ppo.mirror_loss_coeff must be >= 0"),
-            (p.desired_kl > 0 and (p.desired_kl_final is None or (
-                isinstance(p.desired_kl_final, (int, float)) and p.desired_kl_final > 0)),
+            (p.desired_kl > 0 and (p.desired_kl_final is None or _is_number(p.desired_kl_final, above=0)),
              "ppo.desired_kl and desired_kl_final must be numbers > 0 (final may be null)"),
             (_is_iteration_span(p.desired_kl_decay_iterations),
              "ppo.desired_kl_decay_iterations must be [first, last] with 0 <= first <= last"),
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
             (_is_count(self.env.rough_from_iteration), "env.rough_from_iteration must be an integer >= 0"),
-            (self.env.gait_period_s > 0 and (self.env.gait_period_final_s is None or (
-                isinstance(self.env.gait_period_final_s, (int, float)) and self.env.gait_period_final_s > 0)),
+            (self.env.gait_period_s > 0 and (self.env.gait_period_final_s is None
+                                             or _is_number(self.env.gait_period_final_s, above=0)),
              "env.gait_period_s and gait_period_final_s must be numbers > 0 (final may be null)"),
             (_is_iteration_span(self.env.gait_period_change_iterations),
              "env.gait_period_change_iterations must be [first, last] with 0 <= first <= last"),
-            (rnd.push_velocity >= 0 and (rnd.push_velocity_final is None or (
-                isinstance(rnd.push_velocity_final, (int, float)) and rnd.push_velocity_final >= 0)),
+            (rnd.push_velocity >= 0 and (rnd.push_velocity_final is None or _is_number(rnd.push_velocity_final, at_least=0)),
              "env.randomization.push_velocity and push_velocity_final must be numbers >= 0 (final may be null)"),
             (_is_iteration_span(rnd.push_decay_iterations),
              "env.randomization.push_decay_iterations must be [first, last] with 0 <= first <= last"),
@@ -268,6 +266,14 @@ class TrainConfig:
                                  if p.symmetry_augmentation or p.mirror_loss_coeff > 0 else None),
             },
         }
+
+
+def _is_number(value, above: float | None = None, at_least: float | None = None) -> bool:
+    """A number (a YAML boolean or string is not one) > `above` and >= `at_least` where given: the
+    final value of a schedule, which the config loader passes through unchecked when its default is null."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return (above is None or value > above) and (at_least is None or value >= at_least)
 
 
 def _is_count(value) -> bool:

@@ -53,8 +53,8 @@ class PolicyExportWrapper(torch.nn.Module if torch is not None else object):
 
 def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0, gait_period: float | None = None) -> dict:
     """The metadata dict (plain values) written into the ONNX file for `robot` trained with `env_cfg`;
-    `gait_period`: the period (s) the policy was last trained with, None: the one env_cfg's
-    gait-period schedule ends on."""
+    `gait_period`: the period (s) the policy was last trained with, which callers pass when env_cfg
+    schedules it (EnvConfig.gait_period_at); None: env_cfg.gait_period_s."""
     from motionvl.envs.locomotion import HEADING_ERROR_CLIP, obs_layout, proprio_layout
 
     J = robot.num_joints
@@ -78,7 +78,7 @@ def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0, gait
         "obs_layout": layout,
         "obs_history": int(env_cfg.obs_history),
         "heading_observation": bool(env_cfg.heading_observation),
-        "gait_period": float(env_cfg.gait_period_at(None) if gait_period is None else gait_period),
+        "gait_period": float(env_cfg.gait_period_s if gait_period is None else gait_period),
         "action_clip": float(action_clip),
         "train_sim_dt": float(env_cfg.sim_dt or robot.sim_dt),
         "train_decimation": int(env_cfg.decimation or robot.decimation),
