@@ -5,7 +5,8 @@ Every `--eval-every` minutes of training time the current policy (ONNX, ONNX Run
 500 Hz PD rate. Evaluation time is not training time: training resumes from its checkpoint
 after each evaluation. At the end, a velocity-command sweep, pushes and rough terrain are
 evaluated too (tracking with and without a push in the episodes). Prints a Markdown table and
-writes curve.json in the run directory.
+writes curve.json in the run directory, drawn with each goal's bar in curve.png (and the final
+evaluation in final_eval.json / final_eval.png).
 
     .venv/bin/python bench/time_to_walk.py --minutes 60 --eval-every 5 --out runs/time_to_walk
 
@@ -34,6 +35,7 @@ existing policy that way without training:
 
     .venv/bin/python bench/time_to_walk.py --policy runs/x/policy.onnx --confirm-episodes 512
     .venv/bin/python bench/time_to_walk.py --policy runs/x/policy.onnx --final-only --episodes 128   # the 60-minute numbers
+    .venv/bin/python bench/time_to_walk.py --policy runs/x/policy.onnx --final-only --plot sweep.png  # ... and their bars
 
 With `policy_average_iterations` set (the exported policy is then an average of recent iterates),
 the last iterate is evaluated on the same confirmation episodes too: a paired comparison that
@@ -57,6 +59,8 @@ import numpy as np
 
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.evaluate import evaluate
+from motionvl.rl.export import load_policy
+from motionvl.rl.goal_plots import command_sweep_figure, save_figure, time_to_walk_figure
 from motionvl.rl.trainer import train_policy
 from motionvl.robot import ConfigError
 
@@ -97,7 +101,8 @@ def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int, conf
     upright = [e for e in per if not e["fell"]]
     held = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=GOAL_COMMAND,
                     seed=seed, return_trajectories=True, heading_gain=HOLD_GAIN)
-    return {"walk_5m_fraction": round(len(ok) / len(per), 4), "fell_fraction": result["fell_fraction"],
+    return {"gait_period_s": load_policy(policy).gait_period,  # the step-frequency goal's reference
+            "walk_5m_fraction": round(len(ok) / len(per), 4), "fell_fraction": result["fell_fraction"],
             "forward_distance_m": result["forward_distance_m"], "tracking_error_mps": result["tracking_error_mps"],
             "tracking_error_steady_mps": result["tracking_error_steady_mps"],
             "heading_error_deg": result["heading_error_deg"],
@@ -202,10 +207,12 @@ def run_curve(args, out: Path, train_cfg) -> tuple[list, dict | None]:
         row["eval_s"] = round(time.perf_counter() - t0, 1)
         curve.append(row)
         curve_path.write_text(json.dumps(curve, indent=1))
+        save_figure(time_to_walk_figure(curve, x="iterations" if args.iterations else "minutes"), out / "curve.png")
         print(json.dumps(row), flush=True)
     final = None if args.no_final else final_eval(out / "policy.onnx", args.episodes, args.seconds, args.seed)
     if final is not None:
         (out / "final_eval.json").write_text(json.dumps(final, indent=1))
+        save_figure(command_sweep_figure(final), out / "final_eval.png")
     return curve, final
 
 
@@ -267,6 +274,8 @@ def evaluate_policy(args) -> int:
         return 2
     if args.final_only:
         row = {"policy": str(policy), **final_eval(policy, args.episodes, args.seconds, args.seed)}
+        if args.plot:
+            save_figure(command_sweep_figure(row), args.plot)
     else:
         row = {"policy": str(policy),
                **checkpoint_eval(policy, args.episodes, args.seconds, args.seed, args.confirm_episodes)}
@@ -298,11 +307,15 @@ def main(argv=None) -> int:
                         help="evaluate this policy at a checkpoint's protocol (and --confirm-episodes) without training")
     parser.add_argument("--final-only", action="store_true",
                         help="with --policy: the command sweep / pushes / rough terrain evaluation instead")
+    parser.add_argument("--plot", default=None, metavar="FILE.png",
+                        help="with --final-only: also draw the sweep's tracking errors to this PNG")
     args = parser.parse_args(argv)
     if args.confirm_episodes < 0:
         parser.error("--confirm-episodes must be >= 0")
     if args.final_only and (args.policy is None or args.no_final):
         parser.error("--final-only needs --policy and contradicts --no-final")
+    if args.plot and not args.final_only:
+        parser.error("--plot goes with --policy and --final-only (training runs draw curve.png themselves)")
     if args.policy is not None:
         return evaluate_policy(args)
     overrides = list(args.set or [])

@@ -496,6 +496,8 @@ def test_time_to_walk_runs_each_training_seed_with_overrides(tmp_path):
         row = json.loads((out / f"seed_{seed}" / "curve.json").read_text())[-1]
         assert row["iterations"] == 1 and row["confirm"]["episodes"] == 3
         assert row["confirm_last_iterate"]["episodes"] == 3  # averaging on: the last iterate on the same episodes
+        assert row["gait_period_s"] == cfg["env"]["gait_period_s"]  # the policy's clock: the step-frequency goal's
+        assert (out / f"seed_{seed}" / "curve.png").stat().st_size > 10_000
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary == json.loads((out / "seeds.json").read_text()) and set(summary["per_seed"]) == {"0", "3"}
     assert summary["walk_5m_fraction_min"] == min(r["walk_5m_fraction"] for r in summary["per_seed"].values())
@@ -509,13 +511,17 @@ def test_time_to_walk_runs_each_training_seed_with_overrides(tmp_path):
     row = json.loads(again.stdout.strip().splitlines()[-1])
     assert row["policy"] == str(policy) and row["confirm"]["episodes"] == 2 and "walk_5m_fraction" in row
     final = subprocess.run([sys.executable, "bench/time_to_walk.py", "--policy", str(policy), "--final-only",
-                            "--episodes", "1", "--seconds", "1.2"], capture_output=True, text=True, env=env, timeout=120,
-                           cwd=ROOT)
+                            "--episodes", "1", "--seconds", "1.2", "--plot", str(tmp_path / "sweep.png")],
+                           capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert final.returncode == 0, final.stderr[-2000:]
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000
     sweep = json.loads(final.stdout.strip().splitlines()[-1])
     assert len(sweep["command_sweep"]) == 8 and "tracking_error_no_push_mps" in sweep["rough_terrain"]
     assert sweep["mean_tracking_error_no_push_mps"] == pytest.approx(
         np.mean([c["tracking_error_no_push_mps"] for c in sweep["command_sweep"]]), abs=1e-4)
+    stray = subprocess.run([sys.executable, "bench/time_to_walk.py", "--policy", str(policy), "--plot", "x.png"],
+                           capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert stray.returncode == 2 and "--plot" in stray.stderr
     missing = subprocess.run([sys.executable, "bench/time_to_walk.py", "--policy", str(tmp_path / "none.onnx")],
                              capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
     assert missing.returncode == 2 and "none.onnx" in missing.stderr
