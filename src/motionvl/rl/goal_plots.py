@@ -89,8 +89,9 @@ def time_to_walk_figure(curve: list, x: str = "minutes", title: str | None = Non
     period = _values(curve, "gait_period_s")
     if np.isfinite(period).any():
         target = 2.0 / period  # two steps per gait cycle
-        frequency.fill_between(xs, target * (1 - STEP_FREQUENCY_TOLERANCE), target * (1 + STEP_FREQUENCY_TOLERANCE),
-                               color="tab:red", alpha=0.12, step="mid", label="gait's +-15 %")
+        # a bar per mark, not a band: the period can change between marks, and one mark is a point
+        frequency.errorbar(xs, target, yerr=STEP_FREQUENCY_TOLERANCE * target, fmt="_", color="tab:red", alpha=0.6,
+                           capsize=4, label="gait's +-15 %")
         frequency.legend(fontsize=7)
     frequency.set(title="step frequency (within 15 % by 20 min)", ylabel="Hz")
 
