@@ -10,6 +10,9 @@ averaged in two ways, exported to ONNX and evaluated like time_to_walk's confirm
   growing time constant max(H, G x iteration) (`policy_average_growth: G`).
 - `--window K`: the plain mean of the last K saved checkpoints up to IT, for runs saved every 25
   iterations (the default save_interval).
+- `--run-average`: the moving average the run itself kept, as saved in checkpoint IT: the policy.onnx
+  the run would have exported had it stopped at IT (before held-out selection). It compares runs
+  whose iterations cost different time at the same wall-clock minute.
 
 The observation normaliser is the iterate IT's in every variant. Every variant is evaluated on
 the same episodes, so the comparison is paired.
@@ -88,12 +91,22 @@ def parse_horizons(text: str) -> list[tuple[float, float]]:
     return out
 
 
-def variants(run: Path, actor, target: int, moving: MovingAverages, window: int, saved: list[int]):
+def variants(run: Path, actor, target: int, moving: MovingAverages, window: int, saved: list[int],
+             run_average: bool = False):
     """(name, actor-like module) for the iterate `target` and each requested average."""
     if moving.averages:
         moving.advance_to(target)
     actor.load_state_dict(actor_weights(run, target))
     yield "last iterate", actor
+    if run_average:
+        infos = torch.load(run / "checkpoints" / f"model_{target}.pt", weights_only=False, map_location="cpu")["infos"]
+        if "policy_average" not in infos:
+            raise SystemExit(f"policy_average_scan: --run-average: model_{target}.pt holds no moving average "
+                             f"(the run trained with policy_average_iterations 0)")
+        state = infos["policy_average"]
+        kept = PolicyAverage(actor, state["iterations"], state["growth"])
+        kept.load_state_dict(state)
+        yield "the run's own moving average", kept.averaged_actor(actor)
     for name, average in moving.averages.items():
         yield f"moving average, {name} iterations", average.averaged_actor(actor)
     if window:
@@ -112,6 +125,7 @@ def main(argv=None) -> int:
     parser.add_argument("--iterations", default=None, help="comma-separated target iterations, evaluated in ascending order (default: the last saved)")
     parser.add_argument("--horizons", default="", help="EMA time constants in iterations, comma-separated; H:G grows as max(H, G x iteration)")
     parser.add_argument("--window", type=int, default=0, help="also the plain mean of the last K saved checkpoints")
+    parser.add_argument("--run-average", action="store_true", help="also the moving average the run kept in checkpoint IT (its policy.onnx had it stopped there)")
     parser.add_argument("--episodes", type=int, default=512, help="randomised 10 s episodes per variant")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=1, help="evaluation seed (episodes use seed+1000, ...)")
@@ -138,7 +152,7 @@ def main(argv=None) -> int:
             return 2
         # the period the checkpoint's last iteration trained at, as the trainer's own export writes it
         meta = policy_metadata(robot, cfg.env, vec.num_obs, gait_period=cfg.env.gait_period_at(max(target - 1, 0)))
-        for k, (name, module) in enumerate(variants(args.run, actor, target, moving, args.window, saved)):
+        for k, (name, module) in enumerate(variants(args.run, actor, target, moving, args.window, saved, args.run_average)):
             path = export_policy(module, out / f"it{target}_{k}.onnx", meta)
             row = {"iteration": target, "policy": name, "onnx": str(path),
                    **confirm_eval(path, args.episodes, args.seconds, args.seed)}

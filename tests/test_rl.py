@@ -658,17 +658,18 @@ def test_policy_average_scan_rebuilds_what_training_exported(robot, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = tmp_path / "scan"
     proc = subprocess.run([sys.executable, "bench/policy_average_scan.py", str(run_dir), "--horizons", "1:1", "--window", "2",
-                           "--episodes", "2", "--seconds", "0.3", "--out", str(out)],
+                           "--run-average", "--episodes", "2", "--seconds", "0.3", "--out", str(out)],
                           capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert [r["policy"] for r in rows] == ["last iterate", "moving average, max(1, 1 x it) iterations",
-                                         "mean of checkpoints 2..3 (2)"]
+    assert [r["policy"] for r in rows] == ["last iterate", "the run's own moving average",
+                                         "moving average, max(1, 1 x it) iterations", "mean of checkpoints 2..3 (2)"]
     assert all(r["iteration"] == 3 and r["episodes"] == 2 for r in rows)
     obs = np.random.default_rng(0).normal(size=(16, load_policy(result.policy_path).num_obs)).astype(np.float32)
     same = lambda a, b: np.max(np.abs(load_policy(a)(obs) - load_policy(b)(obs))) < 1e-5  # noqa: E731
-    assert same(rows[0]["onnx"], result.last_iterate_path) and same(rows[1]["onnx"], result.policy_path)
-    assert not same(rows[2]["onnx"], result.policy_path)
+    assert same(rows[0]["onnx"], result.last_iterate_path) and same(rows[2]["onnx"], result.policy_path)
+    assert same(rows[1]["onnx"], result.policy_path), "the average kept in the checkpoint is what the run exported"
+    assert not same(rows[3]["onnx"], result.policy_path)
     (run_dir / "checkpoints" / "model_1.pt").unlink()
     gaps = subprocess.run([sys.executable, "bench/policy_average_scan.py", str(run_dir), "--horizons", "2"],
                           capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)

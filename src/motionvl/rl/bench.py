@@ -59,9 +59,11 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
     """Measure the three throughputs for `train_cfg` (see the module docstring)."""
     import torch
 
+    from motionvl.rl.estimator import estimator_training
     from motionvl.rl.trainer import build_runner, run_iteration, update_thread_count
 
     vec, runner = build_runner(train_cfg, reward_fn)
+    estimator = estimator_training(runner, vec, train_cfg.ppo)
     env, N = vec.env, vec.num_envs
     update_threads = update_thread_count(train_cfg) or torch.get_num_threads()
     log(f"bench train: {N} envs, sim_dt {env.sim_dt} x {env.decimation}, {env.sim.num_threads} physics threads, "
@@ -82,7 +84,7 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
     env.reset()
     vec.sync_observations()
     infos: list[dict] = []
-    iters, t = _timed(lambda: infos.append(run_iteration(runner, vec, update_threads)), seconds, warmup=1)
+    iters, t = _timed(lambda: infos.append(run_iteration(runner, vec, update_threads, estimator)), seconds, warmup=1)
     infos = infos[1:]
     collect, learn = sum(i["collect_s"] for i in infos), sum(i["learn_s"] for i in infos)
     train_sps = sum(i["steps"] for i in infos) / t

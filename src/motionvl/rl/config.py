@@ -76,6 +76,16 @@ class PPOConfig:
     mirror_loss_coeff: float = 0.0
     """Weight of the mirror loss (MSE between the actor on mirrored observations and its mirrored
     actions); 0 = off. With either option on, the loss is logged as 'symmetry'."""
+    velocity_estimator: bool = False
+    """Concurrent state estimation (Ji et al. 2022, motionvl.rl.estimator): a small network inside the
+    actor estimates the base velocity from the actor's observations, fitted to the critic's privileged
+    base_lin_vel after each PPO update, and the policy MLP gets the estimate as an extra input. It is
+    part of the exported ONNX graph (the robot feeds the same observations). Its loss is logged as
+    'estimator' (mean squared error of the scaled velocity)."""
+    estimator_hidden_dims: tuple = (64, 32)
+    """Hidden layer sizes of the velocity estimator."""
+    estimator_learning_rate: float = 1.0e-3
+    """Adam learning rate of the estimator's regression (its own optimiser; PPO's never touches it)."""
 
     def desired_kl_at(self, iteration: int) -> float:
         """Target KL of training iteration `iteration` under the desired_kl schedule."""
@@ -201,6 +211,8 @@ class TrainConfig:
             (_is_iteration_span(p.desired_kl_decay_iterations),
              "ppo.desired_kl_decay_iterations must be [first, last] with 0 <= first <= last"),
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
+            (len(p.estimator_hidden_dims) > 0 and p.estimator_learning_rate > 0,
+             "ppo.estimator_hidden_dims must not be empty and ppo.estimator_learning_rate must be > 0"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
             (_is_count(self.env.rough_from_iteration), "env.rough_from_iteration must be an integer >= 0"),
             (self.env.gait_period_s > 0 and (self.env.gait_period_final_s is None
@@ -246,13 +258,17 @@ class TrainConfig:
             "obs_normalization": p.obs_normalization,
             **({"distribution_cfg": {"class_name": "rsl_rl.modules.GaussianDistribution", "init_std": p.init_std,
                                      "std_type": "scalar"}} if dist else {})}
+        actor = model(p.actor_hidden_dims, True)
+        if p.velocity_estimator:
+            actor.update({"class_name": "motionvl.rl.estimator:VelocityEstimatorModel",
+                          "estimator_hidden_dims": list(p.estimator_hidden_dims)})
         return {
             "num_steps_per_env": p.num_steps_per_env,
             "save_interval": self.save_interval,
             "obs_groups": {"actor": ["policy"], "critic": ["critic"]},
             "check_for_nan": True,
             "logger": "tensorboard",
-            "actor": model(p.actor_hidden_dims, True),
+            "actor": actor,
             "critic": model(p.critic_hidden_dims, False),
             "algorithm": {
                 "class_name": "rsl_rl.algorithms.PPO", "num_learning_epochs": p.num_learning_epochs,

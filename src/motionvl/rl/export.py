@@ -35,11 +35,15 @@ class ContractError(ValueError):
 
 
 class PolicyExportWrapper(torch.nn.Module if torch is not None else object):
-    """Deterministic actor for export: normaliser -> MLP -> mean action -> clip (copies, not views)."""
+    """Deterministic actor for export: normaliser -> [velocity estimator] -> MLP -> mean action -> clip
+    (copies, not views). An actor with an `estimator` (motionvl.rl.estimator) feeds the MLP the
+    normalised observations followed by the estimator's output on them, as in training."""
 
     def __init__(self, actor, action_clip: float = 1.0):
         super().__init__()
         self.obs_normalizer = copy.deepcopy(actor.obs_normalizer).cpu()
+        estimator = getattr(actor, "estimator", None)
+        self.estimator = copy.deepcopy(estimator).cpu() if estimator is not None else None
         self.mlp = copy.deepcopy(actor.mlp).cpu()
         dist = getattr(actor, "distribution", None)
         self.deterministic_output = dist.as_deterministic_output_module() if dist is not None else torch.nn.Identity()
@@ -47,7 +51,10 @@ class PolicyExportWrapper(torch.nn.Module if torch is not None else object):
         self.num_obs = int(actor.obs_dim)
 
     def forward(self, obs):
-        out = self.deterministic_output(self.mlp(self.obs_normalizer(obs)))
+        latent = self.obs_normalizer(obs)
+        if self.estimator is not None:
+            latent = torch.cat([latent, self.estimator(latent)], dim=-1)
+        out = self.deterministic_output(self.mlp(latent))
         return torch.clamp(out, -self.action_clip, self.action_clip)
 
 

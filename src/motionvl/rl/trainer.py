@@ -26,7 +26,8 @@ A history record (one line of history.jsonl, and the argument of `on_iteration`)
 iteration, total_steps, elapsed_s, steps_per_s, collect_s, learn_s, episodes (finished in the
 iteration), mean_step_reward, mean_return, mean_episode_length (steps), mean_episode_length_s,
 fall_fraction, terms {term: mean episode reward per episode second}, losses {value, surrogate,
-entropy, and symmetry with the mirror options}, learning_rate, action_std, command_level (curriculum)
+entropy, symmetry with the mirror options, estimator with the velocity estimator}, learning_rate,
+action_std, command_level (curriculum)
 command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
 window), push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at),
 desired_kl (the adaptive schedule's target of the iteration, PPOConfig.desired_kl_at), gait_period_s
@@ -43,7 +44,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -56,6 +57,9 @@ from motionvl.rl.export import export_policy, policy_metadata
 from motionvl.rl.selection import PolicySelection
 from motionvl.rl.vecenv import LocomotionVecEnv
 from motionvl.robot import RobotConfig, load_robot_config
+
+if TYPE_CHECKING:  # rsl_rl is imported where a runner is built
+    from motionvl.rl.estimator import EstimatorTraining
 
 IterationCallback = Callable[[dict], "bool | None"]
 
@@ -123,9 +127,11 @@ def update_thread_count(train_cfg: TrainConfig) -> int | None:
     return min(int(train_cfg.update_torch_threads), default_num_threads())
 
 
-def run_iteration(runner, vec: LocomotionVecEnv, update_threads: int | None = None) -> dict:
+def run_iteration(runner, vec: LocomotionVecEnv, update_threads: int | None = None,
+                  estimator: EstimatorTraining | None = None) -> dict:
     """One PPO iteration with rsl_rl's algorithm: rollout of num_steps_per_env steps, returns, update.
-    update_threads: torch threads during the update only (the physics threads idle then)."""
+    update_threads: torch threads during the update only (the physics threads idle then).
+    estimator: with the velocity estimator on, fits it on the same rollout after PPO's update."""
     from rsl_rl.utils import check_nan
 
     alg, steps = runner.alg, runner.cfg["num_steps_per_env"]
@@ -145,7 +151,9 @@ def run_iteration(runner, vec: LocomotionVecEnv, update_threads: int | None = No
     if update_threads:
         torch.set_num_threads(update_threads)
     try:
-        losses = alg.update()
+        losses = alg.update()  # clears only the storage's write cursor: the rollout is still there
+        if estimator is not None:
+            losses["estimator"] = estimator.update(alg.storage)
     finally:
         torch.set_num_threads(rollout_threads)
     t2 = time.perf_counter()
@@ -231,6 +239,9 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         infos = torch.load(latest, weights_only=False, map_location="cpu").get("infos") or {}
         start_it = int(infos.get("iteration", 0))
     vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it, iteration=start_it)
+    from motionvl.rl.estimator import estimator_training
+
+    estimator = estimator_training(runner, vec, cfg.ppo)
     average = (PolicyAverage(runner.alg.get_policy(), cfg.policy_average_iterations, cfg.policy_average_growth)
                if cfg.policy_average_iterations else None)
     if resume:
@@ -244,6 +255,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
                                f"config {run_dir / 'config.yaml'}); it was written by another MotionVL version or "
                                f"config. Start a new run directory. Torch said: {str(exc).splitlines()[0]}") from exc
         runner.current_learning_iteration = start_it
+        if estimator is not None and "estimator_training" in infos:
+            estimator.load_state_dict(infos["estimator_training"])
         if average is not None and "policy_average" in infos:
             average.load_state_dict(infos["policy_average"])
         if cfg.env.commands.curriculum:
@@ -267,7 +280,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         state = {"iteration": it, "total_steps": total_steps, "elapsed_s": elapsed0 + time.perf_counter() - session_t0,
                  "command_level": vec.env.command_level, "command_cell_error": vec.env.command_cell_error.tolist(),
                  "train_config": cfg.to_dict(),
-                 **({"policy_average": average.state_dict()} if average is not None else {})}
+                 **({"policy_average": average.state_dict()} if average is not None else {}),
+                 **({"estimator_training": estimator.state_dict()} if estimator is not None else {})}
         tmp = ckpt_dir / "latest.pt.tmp"
         runner.save(str(tmp), infos=state)
         os.replace(tmp, latest)
@@ -299,7 +313,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             vec.env.rough_fraction = cfg.env.rough_fraction_at(it)
             vec.env.gait_period = cfg.env.gait_period_at(it)
             try:
-                info = run_iteration(runner, vec, update_threads)
+                info = run_iteration(runner, vec, update_threads, estimator)
             except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
                 stop_reason = "interrupted"
                 break

@@ -1,0 +1,136 @@
+"""Concurrent velocity estimator (motionvl.rl.estimator): kept apart from PPO, fitted on the rollout,
+exported inside the ONNX graph, saved and resumed with the run (tiny budgets)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from motionvl.rl.estimator import EstimatorTraining, VelocityEstimatorModel, estimator_training
+from motionvl.rl.export import export_policy, load_policy, policy_metadata
+from motionvl.rl.trainer import build_runner, run_iteration, train_policy
+from motionvl.robot import ConfigError, load_robot_config
+from test_rl import PlaceholderReward, tiny_config
+
+
+def estimator_config():
+    cfg = tiny_config()
+    cfg.ppo.velocity_estimator = True
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def robot():
+    return load_robot_config()
+
+
+@pytest.fixture(scope="module")
+def built(robot):
+    cfg = estimator_config()
+    vec, runner = build_runner(cfg, PlaceholderReward(), robot)
+    return cfg, vec, runner, estimator_training(runner, vec, cfg.ppo)
+
+
+def snapshot(module: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def changed(before: list[torch.Tensor], module: torch.nn.Module) -> bool:
+    return any(not torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
+
+
+def test_config_builds_the_estimator_actor_and_its_target_is_the_critics_base_velocity(built):
+    cfg, vec, runner, estimator = built
+    actor = runner.alg.get_policy()
+    assert isinstance(actor, VelocityEstimatorModel)
+    assert actor.mlp[0].in_features == vec.num_obs + 3, "the policy MLP sees observations + the 3 estimates"
+    assert estimator.target_slice == slice(vec.num_obs, vec.num_obs + 3)
+    # the target columns are the env's base velocity, scaled as the privileged layout says
+    scale = dict((n, s) for n, _, s in vec.env.privileged_layout)["base_lin_vel"]
+    critic = vec.get_observations()["critic"][:, estimator.target_slice].numpy()
+    assert np.allclose(critic, vec.env.state.base_lin_vel * scale, atol=1e-5)
+    assert estimator_training(runner, vec, tiny_config().ppo) is None, "off: no estimator training"
+    assert tiny_config().to_rsl_rl()["actor"]["class_name"] == "rsl_rl.models.MLPModel"
+
+
+def test_ppo_never_moves_the_estimator_and_the_regression_moves_only_the_estimator(built):
+    _, vec, runner, estimator = built
+    actor = runner.alg.get_policy()
+    est0, mlp0 = snapshot(actor.estimator), snapshot(actor.mlp)
+    info = run_iteration(runner, vec, None, estimator=None)
+    assert "estimator" not in info["losses"]
+    assert changed(mlp0, actor.mlp) and not changed(est0, actor.estimator), "PPO's loss must not reach the estimator"
+    mlp1, mean1 = snapshot(actor.mlp), actor.obs_normalizer.mean.clone()
+    loss = estimator.update(runner.alg.storage)
+    assert np.isfinite(loss) and loss > 0
+    assert changed(est0, actor.estimator) and not changed(mlp1, actor.mlp)
+    assert torch.equal(mean1, actor.obs_normalizer.mean), "the regression does not touch the normaliser statistics"
+
+
+def test_regression_learns_the_target_from_the_rollout(built):
+    _, vec, runner, estimator = built
+    info = run_iteration(runner, vec, None, estimator)
+    first = info["losses"]["estimator"]
+    storage = runner.alg.storage
+    for _ in range(60):
+        last = estimator.update(storage)
+    assert last < 0.3 * first, (first, last)
+    obs = storage.observations.flatten(0, 1)
+    target = obs["critic"][:, estimator.target_slice]
+    with torch.no_grad():
+        residual = torch.mean((runner.alg.get_policy().estimate(obs) - target) ** 2)
+    assert residual < 0.5 * torch.mean((target - target.mean(0)) ** 2), "better than predicting the mean velocity"
+
+
+def test_onnx_graph_holds_the_estimator(built, robot, tmp_path):
+    cfg, vec, runner, _ = built
+    actor = runner.alg.get_policy()
+    actor.eval()
+    gen = torch.Generator().manual_seed(0)
+    obs = torch.randn(64, vec.num_obs, generator=gen) * 3.0
+    meta = policy_metadata(robot, cfg.env, vec.num_obs)
+    policy = load_policy(export_policy(actor, tmp_path / "p.onnx", meta))
+    with torch.no_grad():
+        expected = actor(TensorDict({"policy": obs}, batch_size=[64])).clamp(-1, 1).numpy()
+    got = policy(obs.numpy())
+    assert np.max(np.abs(got - expected)) < 1e-5
+    with torch.no_grad():  # a different estimate changes the exported actions: the estimator is in the graph
+        actor.estimator[-1].bias.add_(1.0)
+    moved = load_policy(export_policy(actor, tmp_path / "q.onnx", meta))(obs.numpy())
+    with torch.no_grad():
+        actor.estimator[-1].bias.sub_(1.0)
+    assert np.max(np.abs(moved - got)) > 1e-3
+    with pytest.raises(NotImplementedError, match="export_policy"):
+        actor.as_onnx(verbose=False)
+
+
+def test_training_logs_the_loss_and_resume_keeps_the_regression_state(robot, tmp_path):
+    run_dir = tmp_path / "est"
+    seen = []
+    train_policy(run_dir, PlaceholderReward(), estimator_config(), max_iterations=2, progress=False, robot=robot,
+                 on_iteration=seen.append)
+    assert all(np.isfinite(r["losses"]["estimator"]) for r in seen)
+    state = torch.load(run_dir / "checkpoints/latest.pt", weights_only=False)
+    saved = state["infos"]["estimator_training"]["optimizer"]
+    assert saved["state"], "the estimator's Adam moments are checkpointed"
+    assert any(k.startswith("estimator.") for k in state["actor_state_dict"])
+    result = train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=3, progress=False,
+                          robot=robot)
+    assert result.iterations == 3
+    resumed = torch.load(run_dir / "checkpoints/latest.pt", weights_only=False)["infos"]["estimator_training"]
+    steps = lambda s: max(int(v["step"]) for v in s["optimizer"]["state"].values())  # noqa: E731
+    assert steps(resumed) > steps({"optimizer": saved}), "the resumed run continued the saved optimiser"
+
+
+def test_bad_estimator_settings_are_refused(built):
+    cfg = estimator_config()
+    cfg.ppo.estimator_hidden_dims = ()
+    with pytest.raises(ConfigError, match="estimator_hidden_dims"):
+        cfg.validate()
+    _, _, runner, _ = built
+    with pytest.raises(ValueError, match="columns"):
+        EstimatorTraining(runner.alg.get_policy(), slice(0, 2))
+    with pytest.raises(TypeError, match="VelocityEstimatorModel"):
+        EstimatorTraining(torch.nn.Linear(2, 2), slice(0, 3))
