@@ -80,8 +80,9 @@ class PPOConfig:
     """Concurrent state estimation (Ji et al. 2022, motionvl.rl.estimator): a small network inside the
     actor estimates the base velocity from the actor's observations, fitted to the critic's privileged
     base_lin_vel after each PPO update, and the policy MLP gets the estimate as an extra input. It is
-    part of the exported ONNX graph (the robot feeds the same observations). Its loss is logged as
-    'estimator' (mean squared error of the scaled velocity)."""
+    part of the exported ONNX graph (the robot feeds the same observations). The regression makes
+    num_learning_epochs x num_mini_batches Adam steps over each rollout, as the PPO update does. Its
+    loss is logged as 'estimator' (mean squared error of the scaled velocity)."""
     estimator_hidden_dims: tuple = (64, 32)
     """Hidden layer sizes of the velocity estimator."""
     estimator_learning_rate: float = 1.0e-3

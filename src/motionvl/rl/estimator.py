@@ -50,8 +50,11 @@ class VelocityEstimatorModel(MLPModel):
 
     def get_latent(self, obs, masks=None, hidden_state=None) -> torch.Tensor:
         normalized = super().get_latent(obs, masks, hidden_state)
-        # detached: the estimator learns from its regression target only, never from PPO's loss
-        return torch.cat([normalized, self.estimator(normalized).detach()], dim=-1)
+        # no gradient: the estimator learns from its regression target only, never from PPO's loss,
+        # and the PPO update's forward passes keep no autograd record of it
+        with torch.no_grad():
+            estimate = self.estimator(normalized)
+        return torch.cat([normalized, estimate], dim=-1)
 
     def normalized_input(self, obs) -> torch.Tensor:
         """The estimator's input: the actor's observation groups of `obs` (a TensorDict), normalised."""
