@@ -59,7 +59,7 @@ import numpy as np
 
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.evaluate import evaluate
-from motionvl.rl.export import load_policy
+from motionvl.rl.export import OnnxPolicy, load_policy
 from motionvl.rl.goal_plots import command_sweep_figure, save_figure, time_to_walk_figure
 from motionvl.rl.trainer import train_policy
 from motionvl.robot import ConfigError
@@ -93,6 +93,7 @@ def gait_summary(episodes: list) -> dict:
 def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int, confirm_episodes: int = 0) -> dict:
     """The goal's numbers with the command as is; walk/fell again with the heading held (HOLD_GAIN);
     with confirm_episodes > 0 also walk/fell over that many more episodes ("confirm")."""
+    policy = load_policy(policy)  # once for every evaluation below
     result = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=GOAL_COMMAND,
                       seed=seed, return_trajectories=True)
     per = result.pop("per_episode")
@@ -101,7 +102,7 @@ def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int, conf
     upright = [e for e in per if not e["fell"]]
     held = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=GOAL_COMMAND,
                     seed=seed, return_trajectories=True, heading_gain=HOLD_GAIN)
-    return {"gait_period_s": load_policy(policy).gait_period,  # the step-frequency goal's reference
+    return {"gait_period_s": policy.gait_period,  # the step-frequency goal's reference
             "walk_5m_fraction": round(len(ok) / len(per), 4), "fell_fraction": result["fell_fraction"],
             "forward_distance_m": result["forward_distance_m"], "tracking_error_mps": result["tracking_error_mps"],
             "tracking_error_steady_mps": result["tracking_error_steady_mps"],
@@ -122,7 +123,7 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> list[float]:
     return [round(float(centre - half), 4), round(float(centre + half), 4)]
 
 
-def confirm_eval(policy: Path, episodes: int, seconds: float, seed: int, chunk: int = 128) -> dict:
+def confirm_eval(policy: OnnxPolicy | Path, episodes: int, seconds: float, seed: int, chunk: int = 128) -> dict:
     """walk >= 5 m and falls over `episodes` more randomised episodes, drawn with evaluation seeds
     seed + 1000, seed + 1001, ... (`chunk` episodes each, which bounds the trajectory memory)."""
     walked_n = fell_n = done = 0
@@ -138,7 +139,7 @@ def confirm_eval(policy: Path, episodes: int, seconds: float, seed: int, chunk: 
             "walk_5m_ci95": wilson_interval(walked_n, episodes), "fell_fraction": round(fell_n / episodes, 4)}
 
 
-def final_eval(policy: Path, episodes: int, seconds: float, seed: int) -> dict:
+def final_eval(policy: OnnxPolicy | Path, episodes: int, seconds: float, seed: int) -> dict:
     """The 60-minute goal's numbers: each sweep command and rough ground, randomised with a 0.5 m/s
     push at 8 s. The same episodes again without the push give tracking_error_no_push_mps: the
     whole-episode error (start from standstill included) with no push recovery in it."""

@@ -12,7 +12,7 @@ from motionvl.rl.estimator import EstimatorTraining, VelocityEstimatorModel, est
 from motionvl.rl.export import export_policy, load_policy, policy_metadata
 from motionvl.rl.trainer import build_runner, run_iteration, train_policy
 from motionvl.robot import ConfigError, load_robot_config
-from test_rl import PlaceholderReward, tiny_config
+from rl_fixtures import PlaceholderReward, tiny_config
 
 
 def estimator_config():

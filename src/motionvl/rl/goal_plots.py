@@ -25,7 +25,8 @@ GOAL_MINUTES = (10, 20, 60)
 _GOAL_STYLE = dict(color="tab:red", linestyle="--", linewidth=1.0)
 
 
-def _pyplot():
+def pyplot_for_files():
+    """matplotlib.pyplot on the Agg backend (imported on first use: plotting is optional at run time)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a training machine
@@ -53,7 +54,7 @@ def time_to_walk_figure(curve: list, x: str = "minutes", title: str | None = Non
         raise ValueError(f"x must be 'minutes' or 'iterations', got {x!r}")
     if not curve:
         raise ValueError("time_to_walk_figure: the curve has no rows")
-    plt = _pyplot()
+    plt = pyplot_for_files()
     xs = _values(curve, "train_minutes" if x == "minutes" else "iterations")
     fig, axes = plt.subplots(2, 3, figsize=(13.0, 6.6), sharex=True)
     walk, track, clearance, slip, frequency, double = axes.ravel()
@@ -116,7 +117,7 @@ def command_sweep_figure(final: dict, title: str | None = None):
     """Bars of the tracking error per sweep command and on rough ground: with the push at 8 s, the
     same episodes' steady state, and without the push; the share of pushed episodes that fell is
     written over each group. Returns the Figure."""
-    plt = _pyplot()
+    plt = pyplot_for_files()
     rows = list(final["command_sweep"])
     labels = [f"vx {c[0]:g}\nvy {c[1]:g}\nyaw {c[2]:g}" for c in (r["command"] for r in rows)]
     rough = final.get("rough_terrain")
@@ -152,7 +153,7 @@ def command_sweep_figure(final: dict, title: str | None = None):
 
 
 def save_figure(fig, path: str | Path, dpi: int = 100) -> Path:
-    plt = _pyplot()
+    plt = pyplot_for_files()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)

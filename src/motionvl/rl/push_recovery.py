@@ -20,6 +20,7 @@ import numpy as np
 from motionvl.envs.config import RandomizationConfig
 from motionvl.rl.evaluate import batch_evaluation_env
 from motionvl.rl.export import OnnxPolicy, load_policy
+from motionvl.rl.goal_plots import pyplot_for_files, save_figure
 from motionvl.robot import ConfigError, RobotConfig
 from motionvl.sim.math import to_heading_frame, yaw_of
 
@@ -106,11 +107,7 @@ def push_recovery_map(policy: OnnxPolicy | str | Path, *, phases: int = 8, episo
 def plot_push_recovery(result: dict, path: str | Path, title: str | None = None) -> Path:
     """Heatmap PNG of a push_recovery_map result: fall rate per direction (rows) and gait phase
     of the push (columns, in time order of the phase), each cell labelled falls / pushes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot_for_files()
     rows = sorted(result["phases"], key=lambda r: r["gait_phase"])
     pushes = np.array([r["pushes"] for r in rows]).T
     falls = np.array([r["falls"] for r in rows]).T
@@ -127,8 +124,4 @@ def plot_push_recovery(result: dict, path: str | Path, title: str | None = None)
     ax.set_title(title or f"falls after a push, {result['episodes']} randomised episodes per phase")
     fig.colorbar(image, ax=ax, label="fall rate")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
