@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import yaml
 from tensordict import TensorDict
 
+from motionvl.rl.config import TrainConfig
 from motionvl.rl.estimator import EstimatorTraining, VelocityEstimatorModel, estimator_training
 from motionvl.rl.export import export_policy, load_policy, policy_metadata
 from motionvl.rl.trainer import build_runner, run_iteration, train_policy
@@ -122,6 +124,27 @@ def test_training_logs_the_loss_and_resume_keeps_the_regression_state(robot, tmp
     resumed = torch.load(run_dir / "checkpoints/latest.pt", weights_only=False)["infos"]["estimator_training"]
     steps = lambda s: max(int(v["step"]) for v in s["optimizer"]["state"].values())  # noqa: E731
     assert steps(resumed) > steps({"optimizer": saved}), "the resumed run continued the saved optimiser"
+
+
+def test_a_run_written_before_the_estimator_existed_resumes_without_one(robot, tmp_path):
+    """training.yaml turns the estimator on; a run whose config copy predates the key was trained
+    without it, so its checkpoints only load into the plain actor."""
+    run_dir = tmp_path / "older_run"
+    cfg = tiny_config()
+    cfg.ppo.velocity_estimator = False
+    train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=1, progress=False, robot=robot)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    for key in ("velocity_estimator", "estimator_hidden_dims", "estimator_learning_rate"):
+        del config["ppo"][key]  # the config copy of a version without the estimator
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    seen = []
+    result = train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=2, progress=False,
+                          robot=robot, on_iteration=seen.append)
+    assert result.iterations == 2
+    assert "estimator" not in seen[-1]["losses"]
+    assert not any(k.startswith("estimator.") for k in
+                   torch.load(run_dir / "checkpoints/latest.pt", weights_only=False)["actor_state_dict"])
+    assert TrainConfig.from_yaml().ppo.velocity_estimator, "the shipped training.yaml trains with the estimator"
 
 
 def test_bad_estimator_settings_are_refused(built):
