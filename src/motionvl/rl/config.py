@@ -82,7 +82,9 @@ class PPOConfig:
     base_lin_vel after each PPO update, and the policy MLP gets the estimate as an extra input. It is
     part of the exported ONNX graph (the robot feeds the same observations). The regression makes
     num_learning_epochs x num_mini_batches Adam steps over each rollout, as the PPO update does. Its
-    loss is logged as 'estimator' (mean squared error of the scaled velocity)."""
+    loss is logged as 'estimator' (mean squared error of the scaled velocity). The shipped
+    training.yaml turns it on; this default stays off so that a run directory whose config copy
+    predates the key resumes with the plain actor its checkpoints hold."""
     estimator_hidden_dims: tuple = (64, 32)
     """Hidden layer sizes of the velocity estimator."""
     estimator_learning_rate: float = 1.0e-3
