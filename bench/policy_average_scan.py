@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from motionvl.rewards.spec import load_reward_spec
-from motionvl.rl.averaging import PolicyAverage
+from motionvl.rl.averaging import PolicyAverage, checkpoint_average
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.export import export_policy, policy_metadata
 from motionvl.rl.trainer import build_runner
@@ -100,13 +100,11 @@ def variants(run: Path, actor, target: int, moving: MovingAverages, window: int,
     yield "last iterate", actor
     if run_average:
         infos = torch.load(run / "checkpoints" / f"model_{target}.pt", weights_only=False, map_location="cpu")["infos"]
-        if "policy_average" not in infos:
+        kept = checkpoint_average(infos, actor)
+        if kept is None:
             raise SystemExit(f"policy_average_scan: --run-average: model_{target}.pt holds no moving average "
                              f"(the run trained with policy_average_iterations 0)")
-        state = infos["policy_average"]
-        kept = PolicyAverage(actor, state["iterations"], state["growth"])
-        kept.load_state_dict(state)
-        yield "the run's own moving average", kept.averaged_actor(actor)
+        yield "the run's own moving average", kept
     for name, average in moving.averages.items():
         yield f"moving average, {name} iterations", average.averaged_actor(actor)
     if window:

@@ -3,6 +3,12 @@ exported inside the ONNX graph, saved and resumed with the run (tiny budgets).""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -86,6 +92,16 @@ def test_regression_learns_the_target_from_the_rollout(built):
     assert residual < 0.5 * torch.mean((target - target.mean(0)) ** 2), "better than predicting the mean velocity"
 
 
+def test_regression_makes_estimator_num_epochs_passes_of_num_mini_batches_steps(robot):
+    cfg = estimator_config()
+    cfg.ppo.estimator_num_epochs, cfg.ppo.num_learning_epochs = 2, 3  # the regression's own count, not PPO's
+    vec, runner = build_runner(cfg, PlaceholderReward(), robot)
+    estimator = estimator_training(runner, vec, cfg.ppo)
+    run_iteration(runner, vec, None, estimator)
+    steps = {int(s["step"]) for s in estimator.optimizer.state_dict()["state"].values()}
+    assert steps == {2 * cfg.ppo.num_mini_batches}, steps
+
+
 def test_onnx_graph_holds_the_estimator(built, robot, tmp_path):
     cfg, vec, runner, _ = built
     actor = runner.alg.get_policy()
@@ -157,3 +173,40 @@ def test_bad_estimator_settings_are_refused(built):
         EstimatorTraining(runner.alg.get_policy(), slice(0, 2))
     with pytest.raises(TypeError, match="VelocityEstimatorModel"):
         EstimatorTraining(torch.nn.Linear(2, 2), slice(0, 3))
+
+
+def test_estimator_bias_reports_the_estimate_against_the_true_velocity(robot, tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    run_dir = tmp_path / "est"
+    train_policy(run_dir, PlaceholderReward(), estimator_config(), max_iterations=2, progress=False, robot=robot)
+    # the script rebuilds the runner from the run's files: a library spec in place of the placeholder
+    (run_dir / "reward_spec.yaml").write_text((root / "config" / "rewards" / "reference.yaml").read_text())
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+
+    def bias_rows(*extra):
+        proc = subprocess.run([sys.executable, "bench/estimator_bias.py", str(run_dir), "--episodes", "4",
+                               "--seconds", "1.5", *extra], capture_output=True, text=True, env=env, timeout=300, cwd=root)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+    rows = bias_rows()
+    assert [r["terrain"] for r in rows] == ["flat", "rough"] and all(r["iteration"] == 2 for r in rows)
+    for r in rows:
+        est, true, bias, rmse = (np.array(r[k]) for k in ("estimated_velocity_mps", "true_velocity_mps", "bias_mps", "rmse_mps"))
+        assert np.allclose(est - true, bias, atol=2e-4) and np.all(rmse >= np.abs(bias) - 1e-4)
+    # shift the estimator's output by 0.4 (scaled units, x2 of m/s) in the checkpoint: the reported
+    # estimate moves by 0.2 m/s on each axis (the truth moves a little with the policy's new actions)
+    checkpoint = run_dir / "checkpoints" / "model_2.pt"
+    state = torch.load(checkpoint, weights_only=False)
+    last_bias = max(k for k in state["actor_state_dict"] if k.startswith("estimator.") and k.endswith(".bias"))
+    state["actor_state_dict"][last_bias] += 0.4
+    torch.save(state, checkpoint)
+    shifted = bias_rows("--terrain", "flat")
+    moved = np.array(shifted[0]["bias_mps"]) - np.array(rows[0]["bias_mps"])
+    assert np.allclose(moved, 0.2, atol=0.05), moved
+
+    plain = tmp_path / "plain"
+    train_policy(plain, PlaceholderReward(), tiny_config(), max_iterations=1, progress=False, robot=robot)
+    proc = subprocess.run([sys.executable, "bench/estimator_bias.py", str(plain)], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=root)
+    assert proc.returncode == 2 and "without ppo.velocity_estimator" in proc.stderr

@@ -371,7 +371,9 @@ def test_training_config_loads_and_rejects_bad_values(tmp_path):
                       ("env: {rough_from_iteration: true}", "expected a number"),
                       ("env: {commands: {adaptive_fraction: 1.5}}", "adaptive_fraction"),
                       ("env: {commands: {adaptive_bins: [5, 3]}}", "adaptive_bins"),
-                      ("env: {commands: {adaptive_bins: [5, 0, 3]}}", "adaptive_bins")):
+                      ("env: {commands: {adaptive_bins: [5, 0, 3]}}", "adaptive_bins"),
+                      ("ppo: {estimator_num_epochs: 0}", "estimator_num_epochs"),
+                      ("ppo: {estimator_num_epochs: 1.5}", "estimator_num_epochs")):
         bad.write_text(text)
         with pytest.raises(ConfigError, match=msg):
             TrainConfig.from_yaml(bad)

@@ -73,3 +73,15 @@ class PolicyAverage:
 
     def load_state_dict(self, state: dict) -> None:
         self._average.load_state_dict(state["average"])
+
+
+def checkpoint_average(checkpoint_infos: dict, actor: torch.nn.Module) -> torch.nn.Module | None:
+    """The averaged actor a trainer checkpoint kept (its "infos" dict; `actor`: one of the same
+    architecture, whose buffers it takes), i.e. the policy.onnx the run would have exported there;
+    None when the run trained without averaging (policy_average_iterations 0)."""
+    state = checkpoint_infos.get("policy_average")
+    if state is None:
+        return None
+    kept = PolicyAverage(actor, state["iterations"], state["growth"])
+    kept.load_state_dict(state)
+    return kept.averaged_actor(actor)

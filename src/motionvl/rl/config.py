@@ -81,7 +81,7 @@ class PPOConfig:
     actor estimates the base velocity from the actor's observations, fitted to the critic's privileged
     base_lin_vel after each PPO update, and the policy MLP gets the estimate as an extra input. It is
     part of the exported ONNX graph (the robot feeds the same observations). The regression makes
-    num_learning_epochs x num_mini_batches Adam steps over each rollout, as the PPO update does. Its
+    estimator_num_epochs x num_mini_batches Adam steps over each rollout. Its
     loss is logged as 'estimator' (mean squared error of the scaled velocity). The shipped
     training.yaml turns it on; this default stays off so that a run directory whose config copy
     predates the key resumes with the plain actor its checkpoints hold."""
@@ -89,6 +89,10 @@ class PPOConfig:
     """Hidden layer sizes of the velocity estimator."""
     estimator_learning_rate: float = 1.0e-3
     """Adam learning rate of the estimator's regression (its own optimiser; PPO's never touches it)."""
+    estimator_num_epochs: int = 5
+    """Passes of the estimator's regression over each rollout (num_mini_batches Adam steps each). 5 is
+    what every run before the key used (it followed num_learning_epochs), so their run directories
+    resume unchanged; fewer passes make the loop faster (bench/RESULTS.md, the estimator's cost)."""
 
     def desired_kl_at(self, iteration: int) -> float:
         """Target KL of training iteration `iteration` under the desired_kl schedule."""
@@ -216,6 +220,7 @@ class TrainConfig:
             (len(p.actor_hidden_dims) > 0 and len(p.critic_hidden_dims) > 0, "ppo hidden dims must not be empty"),
             (len(p.estimator_hidden_dims) > 0 and p.estimator_learning_rate > 0,
              "ppo.estimator_hidden_dims must not be empty and ppo.estimator_learning_rate must be > 0"),
+            (_is_count(p.estimator_num_epochs) and p.estimator_num_epochs >= 1, "ppo.estimator_num_epochs must be an integer >= 1"),
             (self.save_interval >= 1, "save_interval must be >= 1"),
             (_is_count(self.env.rough_from_iteration), "env.rough_from_iteration must be an integer >= 0"),
             (self.env.gait_period_s > 0 and (self.env.gait_period_final_s is None

@@ -127,6 +127,6 @@ def estimator_training(runner, vec, ppo_cfg) -> EstimatorTraining | None:
         if name == ESTIMATED_BLOCK:
             return EstimatorTraining(runner.alg.get_policy(), slice(offset, offset + size),
                                      learning_rate=ppo_cfg.estimator_learning_rate,
-                                     num_epochs=ppo_cfg.num_learning_epochs, num_mini_batches=ppo_cfg.num_mini_batches)
+                                     num_epochs=ppo_cfg.estimator_num_epochs, num_mini_batches=ppo_cfg.num_mini_batches)
         offset += size
     raise ValueError(f"the critic observations have no {ESTIMATED_BLOCK} block to train the estimator on")

@@ -1,0 +1,119 @@
+"""How well a run's velocity estimator knows the speed it walks at, on flat and rough ground.
+
+With `ppo.velocity_estimator` the actor feeds its policy MLP an estimate of the base velocity
+(motionvl.rl.estimator). This script loads one checkpoint of RUN_DIR, exports its actor to ONNX,
+drives the evaluation environment with that ONNX policy (randomised like the sweep's episodes, at
+one fixed command) and, on the same observations, runs the checkpoint's estimator in torch. It
+prints, per terrain, the mean true and estimated base velocity (body frame, m/s), the mean bias
+(estimate - truth) and the root mean square error, over every policy step after the first second.
+A policy that undershoots its command while its estimator overestimates the speed is being misled
+by the estimate; an unbiased estimate puts the shortfall in the policy.
+
+    .venv/bin/python bench/estimator_bias.py runs/est_s0 --iteration 3600 --command 0.6 0 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from motionvl.rewards.spec import load_reward_spec
+from motionvl.rl.averaging import checkpoint_average
+from motionvl.rl.config import TrainConfig
+from motionvl.rl.estimator import ESTIMATED_BLOCK
+from motionvl.rl.evaluate import batch_evaluation_env
+from motionvl.rl.export import PolicyExportWrapper, export_policy, load_policy, policy_metadata
+from motionvl.rl.trainer import build_runner
+from motionvl.robot import load_robot_config
+from policy_average_scan import saved_iterations  # bench/ is this script's directory
+
+SETTLE_S = 1.0
+"""Steps of the first second are left out: every episode starts standing."""
+
+
+def measure(onnx_path: Path, wrapper: PolicyExportWrapper, scale: float, terrain: str, command, episodes: int,
+            seconds: float, seed: int, pushes: bool) -> dict:
+    from motionvl.envs.config import RandomizationConfig
+
+    policy = load_policy(onnx_path)
+    env = batch_evaluation_env(policy, seconds=seconds, terrain=terrain, episodes=episodes, command=command,
+                               seed=seed, randomization=RandomizationConfig(push=pushes))
+    obs = env.observations()
+    truth, estimate = [], []
+    settle = int(round(SETTLE_S / env.dt))
+    for step in range(int(round(seconds / env.dt))):
+        with torch.no_grad():
+            est = wrapper.estimator(wrapper.obs_normalizer(torch.as_tensor(obs, dtype=torch.float32))).numpy() / scale
+        if step >= settle:
+            truth.append(env.state.base_lin_vel.copy())
+            estimate.append(est)
+        obs, *_ = env.step(policy(obs))
+    truth, estimate = np.concatenate(truth).astype(float), np.concatenate(estimate).astype(float)
+    error = estimate - truth
+    return {"terrain": terrain, "command": list(command), "episodes": episodes, "pushes": pushes,
+            "true_velocity_mps": np.round(truth.mean(0), 4).tolist(),
+            "estimated_velocity_mps": np.round(estimate.mean(0), 4).tolist(),
+            "bias_mps": np.round(error.mean(0), 4).tolist(),
+            "rmse_mps": np.round(np.sqrt((error ** 2).mean(0)), 4).tolist()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="run directory trained with ppo.velocity_estimator")
+    parser.add_argument("--iteration", type=int, default=None, help="checkpoint (default: the last saved)")
+    parser.add_argument("--command", type=float, nargs=3, default=(0.6, 0.0, 0.0), metavar=("VX", "VY", "YAW"))
+    parser.add_argument("--terrain", nargs="+", default=["flat", "rough"], choices=["flat", "rough"])
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-push", action="store_true", help="randomise without the push at 8 s")
+    parser.add_argument("--run-average", action="store_true",
+                        help="the moving average the run kept in that checkpoint (what its policy.onnx exports) "
+                             "instead of the iterate itself")
+    args = parser.parse_args(argv)
+
+    cfg = TrainConfig.from_yaml(args.run / "config.yaml")
+    if not cfg.ppo.velocity_estimator:
+        print(f"estimator_bias: {args.run} was trained without ppo.velocity_estimator", file=sys.stderr)
+        return 2
+    saved = saved_iterations(args.run)
+    if not saved:
+        print(f"estimator_bias: no checkpoints/model_<it>.pt in {args.run}", file=sys.stderr)
+        return 2
+    iteration = args.iteration if args.iteration is not None else saved[-1]
+    checkpoint = args.run / "checkpoints" / f"model_{iteration}.pt"
+    if not checkpoint.exists():
+        print(f"estimator_bias: no {checkpoint}", file=sys.stderr)
+        return 2
+    cfg.env.num_envs = 1  # the runner only carries the actor here
+    robot = load_robot_config()
+    vec, runner = build_runner(cfg, load_reward_spec(args.run / "reward_spec.yaml"), robot)
+    runner.load(str(checkpoint), map_location="cpu")
+    actor = runner.alg.get_policy()
+    if args.run_average:
+        kept = checkpoint_average(torch.load(checkpoint, weights_only=False, map_location="cpu")["infos"], actor)
+        if kept is None:
+            print(f"estimator_bias: {checkpoint.name} holds no moving average (policy_average_iterations 0)", file=sys.stderr)
+            return 2
+        actor = kept
+    wrapper = PolicyExportWrapper(actor).eval()
+    scale = dict((n, s) for n, _, s in vec.env.privileged_layout)[ESTIMATED_BLOCK]
+    meta = policy_metadata(robot, cfg.env, vec.num_obs, gait_period=cfg.env.gait_period_at(max(iteration - 1, 0)))
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = export_policy(actor, Path(tmp) / "policy.onnx", meta)
+        for terrain in args.terrain:
+            row = measure(onnx_path, wrapper, scale, terrain, args.command, args.episodes, args.seconds,
+                          args.seed, pushes=not args.no_push)
+            print(json.dumps({"run": str(args.run), "iteration": iteration, "run_average": args.run_average, **row}),
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
