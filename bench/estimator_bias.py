@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from motionvl.envs.config import RandomizationConfig
 from motionvl.rewards.spec import load_reward_spec
 from motionvl.rl.averaging import checkpoint_average
 from motionvl.rl.config import TrainConfig
@@ -39,8 +40,6 @@ SETTLE_S = 1.0
 
 def measure(onnx_path: Path, wrapper: PolicyExportWrapper, scale: float, terrain: str, command, episodes: int,
             seconds: float, seed: int, pushes: bool) -> dict:
-    from motionvl.envs.config import RandomizationConfig
-
     policy = load_policy(onnx_path)
     env = batch_evaluation_env(policy, seconds=seconds, terrain=terrain, episodes=episodes, command=command,
                                seed=seed, randomization=RandomizationConfig(push=pushes))
