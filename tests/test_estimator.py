@@ -114,6 +114,10 @@ def test_onnx_graph_holds_the_estimator(built, robot, tmp_path):
         expected = actor(TensorDict({"policy": obs}, batch_size=[64])).clamp(-1, 1).numpy()
     got = policy(obs.numpy())
     assert np.max(np.abs(got - expected)) < 1e-5
+    target = {name: (size, scale) for name, size, scale in vec.env.privileged_layout}["base_lin_vel"]
+    marked = policy.velocity_estimator  # the file says its actions rest on an estimate, and of what
+    assert marked["inside_graph"] and marked["frame"] == "body"
+    assert (marked["estimates"], marked["size"], marked["scale"]) == ("base_lin_vel", *target)
     with torch.no_grad():  # a different estimate changes the exported actions: the estimator is in the graph
         actor.estimator[-1].bias.add_(1.0)
     moved = load_policy(export_policy(actor, tmp_path / "q.onnx", meta))(obs.numpy())

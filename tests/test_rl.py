@@ -175,6 +175,7 @@ def test_onnx_matches_torch_with_normalisation(robot, tmp_path):
     assert not torch.allclose(actor.obs_normalizer.mean, torch.zeros(vec.num_obs))
     path = export_policy(actor, tmp_path / "p.onnx", policy_metadata(robot, cfg.env, vec.num_obs))
     policy = load_policy(path)
+    assert policy.velocity_estimator is None, "no estimator, no estimator metadata"
     obs = torch.randn(64, vec.num_obs, generator=gen) * 4.0
     with torch.no_grad():
         expected = actor(TensorDict({"policy": obs}, batch_size=[64])).clamp(-1, 1).numpy()

@@ -6,6 +6,9 @@ normalisation, the MLP and the action clip are all inside the graph. Metadata pr
 JSON string) carry the robot contract (`RobotConfig.contract()`: joint order, default pose,
 Kp/Kd, effort limits, action scale/mode, control period, robot name) plus the observation layout,
 history length and gait period, so a deployment node can refuse a policy that does not fit.
+A policy trained with the velocity estimator also carries `velocity_estimator`: what the graph
+estimates from "obs" on its own (the robot feeds nothing extra), so a reader of the file knows
+the actions rest on an estimate of the base velocity, not on a measurement.
 """
 
 from __future__ import annotations
@@ -92,6 +95,17 @@ def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0, gait
     }
 
 
+def estimator_metadata(actor) -> dict:
+    """What an exported actor with a velocity estimator (motionvl.rl.estimator) estimates inside its graph."""
+    from motionvl.envs.locomotion import PRIVILEGED_LAYOUT
+    from motionvl.rl.estimator import ESTIMATED_BLOCK
+
+    scale = next(sc for name, _, sc in PRIVILEGED_LAYOUT if name == ESTIMATED_BLOCK)
+    # "inside_graph": the estimate is computed from "obs" and feeds the MLP; it is neither an input nor an output
+    return {"estimates": ESTIMATED_BLOCK, "size": int(actor.estimate_dim), "scale": float(scale),
+            "frame": "body", "inside_graph": True}
+
+
 def export_policy(actor, path: str | Path, metadata: dict, action_clip: float = 1.0) -> Path:
     """Write `actor` (an rsl_rl MLPModel) to ONNX at `path` with `metadata` as JSON metadata props."""
     import onnx
@@ -99,6 +113,8 @@ def export_policy(actor, path: str | Path, metadata: dict, action_clip: float = 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     wrapper = PolicyExportWrapper(actor, action_clip).eval()
+    if wrapper.estimator is not None:
+        metadata = {**metadata, "velocity_estimator": estimator_metadata(actor)}
     dummy = torch.zeros(2, wrapper.num_obs)
     tmp = path.with_suffix(".tmp.onnx")
     quiet = logging.getLogger("torch.onnx")
@@ -153,6 +169,11 @@ class OnnxPolicy:
     @property
     def gait_period(self) -> float | None:
         return self.metadata.get("gait_period")
+
+    @property
+    def velocity_estimator(self) -> dict | None:
+        """What the graph estimates internally (`estimator_metadata`); None for a policy without an estimator."""
+        return self.metadata.get("velocity_estimator")
 
     @property
     def obs_layout(self) -> list:
