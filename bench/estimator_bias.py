@@ -93,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg.env.num_envs = 1  # the runner only carries the actor here
     robot = load_robot_config()
     vec, runner = build_runner(cfg, load_reward_spec(args.run / "reward_spec.yaml"), robot)
-    runner.load(str(checkpoint), map_location="cpu")
+    infos = runner.load(str(checkpoint), map_location="cpu")
     actor = runner.alg.get_policy()
     if args.run_average:
-        kept = checkpoint_average(torch.load(checkpoint, weights_only=False, map_location="cpu")["infos"], actor)
+        kept = checkpoint_average(infos, actor)
         if kept is None:
             print(f"estimator_bias: {checkpoint.name} holds no moving average (policy_average_iterations 0)", file=sys.stderr)
             return 2

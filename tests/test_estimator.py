@@ -208,6 +208,9 @@ def test_estimator_bias_reports_the_estimate_against_the_true_velocity(robot, tm
     shifted = bias_rows("--terrain", "flat")
     moved = np.array(shifted[0]["bias_mps"]) - np.array(rows[0]["bias_mps"])
     assert np.allclose(moved, 0.2, atol=0.05), moved
+    # --run-average reads the checkpoint's moving average, which the shift did not touch
+    averaged = bias_rows("--terrain", "flat", "--run-average")
+    assert not np.allclose(np.array(averaged[0]["bias_mps"]) - np.array(rows[0]["bias_mps"]), 0.2, atol=0.1), averaged
 
     plain = tmp_path / "plain"
     train_policy(plain, PlaceholderReward(), tiny_config(), max_iterations=1, progress=False, robot=robot)
