@@ -92,8 +92,8 @@ class PPOConfig:
     estimator_num_epochs: int = 5
     """Passes of the estimator's regression over each rollout (num_mini_batches Adam steps each). 5 is
     what every run before the key used (it followed num_learning_epochs), so their run directories
-    resume unchanged. One pass takes nearly all of the estimator's cost out of the loop, but its 10-minute
-    policies walked worse (bench/RESULTS.md, "One regression pass for the estimator")."""
+    resume unchanged. One or two passes take most of the estimator's cost out of the loop, but each lost
+    one of three seeds' 10-minute goal (bench/RESULTS.md, "Fewer regression passes for the estimator")."""
 
     def desired_kl_at(self, iteration: int) -> float:
         """Target KL of training iteration `iteration` under the desired_kl schedule."""
