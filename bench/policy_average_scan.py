@@ -49,8 +49,12 @@ def saved_iterations(run: Path) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
+def checkpoint(run: Path, iteration: int) -> dict:
+    return torch.load(run / "checkpoints" / f"model_{iteration}.pt", weights_only=False, map_location="cpu")
+
+
 def actor_weights(run: Path, iteration: int) -> dict:
-    return torch.load(run / "checkpoints" / f"model_{iteration}.pt", weights_only=False, map_location="cpu")["actor_state_dict"]
+    return checkpoint(run, iteration)["actor_state_dict"]
 
 
 class MovingAverages:
@@ -96,11 +100,11 @@ def variants(run: Path, actor, target: int, moving: MovingAverages, window: int,
     """(name, actor-like module) for the iterate `target` and each requested average."""
     if moving.averages:
         moving.advance_to(target)
-    actor.load_state_dict(actor_weights(run, target))
+    state = checkpoint(run, target)
+    actor.load_state_dict(state["actor_state_dict"])
     yield "last iterate", actor
     if run_average:
-        infos = torch.load(run / "checkpoints" / f"model_{target}.pt", weights_only=False, map_location="cpu")["infos"]
-        kept = checkpoint_average(infos, actor)
+        kept = checkpoint_average(state["infos"], actor)
         if kept is None:
             raise SystemExit(f"policy_average_scan: --run-average: model_{target}.pt holds no moving average "
                              f"(the run trained with policy_average_iterations 0)")
