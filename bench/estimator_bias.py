@@ -27,7 +27,6 @@ from motionvl.envs.config import RandomizationConfig
 from motionvl.rewards.spec import load_reward_spec
 from motionvl.rl.averaging import checkpoint_average
 from motionvl.rl.config import TrainConfig
-from motionvl.rl.estimator import ESTIMATED_BLOCK
 from motionvl.rl.evaluate import batch_evaluation_env
 from motionvl.rl.export import PolicyExportWrapper, export_policy, load_policy, policy_metadata
 from motionvl.rl.trainer import build_runner
@@ -38,9 +37,10 @@ SETTLE_S = 1.0
 """Steps of the first second are left out: every episode starts standing."""
 
 
-def measure(onnx_path: Path, wrapper: PolicyExportWrapper, scale: float, terrain: str, command, episodes: int,
+def measure(onnx_path: Path, wrapper: PolicyExportWrapper, terrain: str, command, episodes: int,
             seconds: float, seed: int, pushes: bool) -> dict:
     policy = load_policy(onnx_path)
+    scale = policy.velocity_estimator["scale"]  # the estimate's units, as the export recorded them
     env = batch_evaluation_env(policy, seconds=seconds, terrain=terrain, episodes=episodes, command=command,
                                seed=seed, randomization=RandomizationConfig(push=pushes))
     obs = env.observations()
@@ -102,12 +102,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         actor = kept
     wrapper = PolicyExportWrapper(actor).eval()
-    scale = dict((n, s) for n, _, s in vec.env.privileged_layout)[ESTIMATED_BLOCK]
     meta = policy_metadata(robot, cfg.env, vec.num_obs, gait_period=cfg.env.gait_period_at(max(iteration - 1, 0)))
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = export_policy(actor, Path(tmp) / "policy.onnx", meta)
         for terrain in args.terrain:
-            row = measure(onnx_path, wrapper, scale, terrain, args.command, args.episodes, args.seconds,
+            row = measure(onnx_path, wrapper, terrain, args.command, args.episodes, args.seconds,
                           args.seed, pushes=not args.no_push)
             print(json.dumps({"run": str(args.run), "iteration": iteration, "run_average": args.run_average, **row}),
                   flush=True)
