@@ -262,6 +262,54 @@ def test_knee_extension_and_ankle_stance():
     assert term("ankle_stance", make_state(joint_pos=q, projected_gravity=g, foot_contact=left_only)) == pytest.approx(1.0)
 
 
+def _fold_legs(q: np.ndarray, left: float, right: float) -> np.ndarray:
+    """Joint positions with each leg folded by `left` / `right` rad as the reference gait folds it."""
+    q = q.copy()
+    for side, a in (("left", left), ("right", right)):
+        q[:, joint(f"{side}_hip_pitch")] -= a
+        q[:, joint(f"{side}_knee")] += 2 * a
+        q[:, joint(f"{side}_ankle_pitch")] -= a
+    return q
+
+
+def test_reference_gait_follows_the_clock_swing_leg():
+    q0 = make_state().joint_pos
+    # phase 0.25: the right foot is mid-swing, the left in stance
+    assert term("reference_gait", make_state(joint_pos=_fold_legs(q0, 0.0, 0.35))) == pytest.approx(1.0)
+    standing_still = term("reference_gait", make_state())
+    assert standing_still == pytest.approx(np.exp(-(0.35 ** 2 * 6 / 6) / 0.3 ** 2))  # 3 joints off by 0.35/0.7/0.35
+    assert (term("reference_gait", make_state(joint_pos=_fold_legs(q0, 0.35, 0.0))) < standing_still).all()  # wrong leg
+    # half a cycle later the roles swap; at lift-off the reference is the default pose
+    assert term("reference_gait", make_state(joint_pos=_fold_legs(q0, 0.35, 0.0), gait_phase=np.full(4, 0.75))) \
+        == pytest.approx(1.0)
+    assert term("reference_gait", make_state(gait_phase=np.full(4, 0.5))) == pytest.approx(1.0)
+    # no command: both legs at the default pose
+    assert term("reference_gait", make_state(command=np.zeros((4, 3)))) == pytest.approx(1.0)
+    assert (term("reference_gait", make_state(joint_pos=_fold_legs(q0, 0.0, 0.1))) > standing_still).all()
+
+
+def test_reference_gait_fold_lifts_a_level_sole_under_the_hip():
+    """The docstring's geometry on the compiled model: 0.35 rad lifts the sole ~9 cm, level, not forward."""
+    import mujoco
+
+    from motionvl.sim.model import SOLE_SITES, build_model
+    model = build_model(ROBOT)
+    data = mujoco.MjData(model)
+    site = model.site(SOLE_SITES[1]).id
+
+    def sole(fold: float):
+        mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+        q = _fold_legs(ROBOT.default_pose[None], 0.0, fold)[0]
+        data.qpos[[model.jnt_qposadr[model.joint(n).id] for n in ROBOT.joint_names]] = q
+        mujoco.mj_kinematics(model, data)
+        return data.site_xpos[site].copy(), data.site_xmat[site].reshape(3, 3).copy()
+
+    (p0, r0), (p1, r1) = sole(0.0), sole(0.35)
+    assert p1[2] - p0[2] == pytest.approx(0.087, abs=0.01)
+    assert abs(p1[0] - p0[0]) < 0.01
+    np.testing.assert_allclose(r1, r0, atol=1e-6)
+
+
 def test_smoothness_and_limit_terms():
     J = ROBOT.num_joints
     s = make_state()
@@ -352,7 +400,7 @@ def test_validation_lists_every_problem():
 
 
 def test_aliases_resolve_to_library_names():
-    spec = reward_spec_from_text("terms: {reference_gait: 0.5, survival: 0.1}")
+    spec = reward_spec_from_text("terms: {feet_contact: 0.5, survival: 0.1}")
     assert dict(spec.weights) == {"contact_phase": 0.5, "alive": 0.1}
 
 

@@ -672,12 +672,16 @@ def test_selection_exports_the_best_validated_candidate_within_the_budget(robot,
     record = json.loads((run_dir / "selection.json").read_text())
     candidates = record["candidates"]
     # how many fit in the 6 s stretch depends on the machine's speed (the iteration budget's test
-    # below counts them exactly)
-    assert len(candidates) >= 1, "the stretch validated a candidate"
+    # below counts them exactly); the run's last policy and its last iterate are candidates too
     budget = cfg.minutes * 60
-    assert all(c["iteration"] % 2 == 0 and budget - 6.0 - 1e-6 <= c["elapsed_s"] <= budget for c in candidates)
-    best = max(candidates, key=lambda c: (c["success_rate"], c["task_score"], c["iteration"]))
+    final = [c for c in candidates if c.get("final_of_budget_s") == budget]
+    assert {c["actor"] for c in final} == {"exported", "last_iterate"}
+    assert all(c["iteration"] == result.iterations for c in final)
+    grid = [c for c in candidates if c not in final]
+    assert all(c["iteration"] % 2 == 0 and budget - 6.0 - 1e-6 <= c["elapsed_s"] <= budget for c in grid)
+    best = max(candidates, key=lambda c: (c["success_rate"], c["task_score"], c["iteration"], c["actor"] == "exported"))
     assert record["chosen_iteration"] == best["iteration"] == result.selected_iteration
+    assert record["chosen_actor"] == best["actor"]
     assert (run_dir / "policy.onnx").read_bytes() == (run_dir / best["onnx"]).read_bytes()
     assert (run_dir / "policy_final.onnx").is_file()
     # the recorded scores are the evaluation's: the same episodes give the same numbers again
@@ -735,7 +739,8 @@ def test_an_iteration_budget_validates_its_last_iterations_and_repeats_exactly(r
 
     cfg = tiny_config()
     cfg.save_interval = 50
-    cfg.selection = SelectionConfig(minutes=0.0, iterations=4, every=2, episodes=2, seconds=0.5, seed=11)
+    cfg.selection = SelectionConfig(minutes=0.0, iterations=4, every=2, episodes=2, seconds=0.5, seed=11,
+                                    final_candidates=False)  # the grid alone (the final ones: the test below)
     runs = [train_policy(tmp_path / name, PlaceholderReward(), cfg, max_iterations=12, progress=False, robot=robot)
             for name in ("a", "b")]
     records = [json.loads((r.run_dir / "selection.json").read_text()) for r in runs]
@@ -753,6 +758,61 @@ def test_an_iteration_budget_validates_its_last_iterations_and_repeats_exactly(r
     record = json.loads((runs[0].run_dir / "selection.json").read_text())
     assert [c["iteration"] for c in record["candidates"]] == [10, 12, 14, 16]
     assert more.selected_iteration in (14, 16) and record["chosen_iteration"] == more.selected_iteration
+
+
+def test_final_candidates_keep_their_validation_time_free_and_compete_in_their_own_budget(tmp_path):
+    from motionvl.rl.config import SelectionConfig
+    from motionvl.rl.selection import PolicySelection
+
+    plain = PolicySelection(SelectionConfig(minutes=1.0, every=10, final_candidates=False), tmp_path, averaging=True)
+    assert plain.final_count() == 0 and plain.reserve_s(20.0) == 0.0
+    sel = PolicySelection(SelectionConfig(minutes=1.0, every=10, final_candidates=True), tmp_path, averaging=True)
+    assert sel.final_count() == 2 and sel.reserve_s(20.0) == 40.0, "the averaged policy and the last iterate"
+    assert sel.reserve_s(20.0, max_iterations=3600) == 0.0, "an iteration budget's validations cost no training"
+    single = PolicySelection(SelectionConfig(minutes=1.0, every=10, final_candidates=True), tmp_path)
+    assert single.final_count() == 1 and single.reserve_s(20.0) == 20.0
+    # a grid validation must leave the final ones their time
+    assert plain.due(550, elapsed_s=550.0, budget_s=600.0, validation_s=20.0)
+    assert not sel.due(550, elapsed_s=550.0, budget_s=600.0, validation_s=20.0)
+    assert sel.due(540, elapsed_s=540.0, budget_s=600.0, validation_s=20.0)
+    sel.candidates = [
+        {"iteration": 20, "actor": "exported", "elapsed_s": 40.0, "success_rate": 0.9, "task_score": 0.9,
+         "final_of_budget_s": 120.0},  # a 2-minute run whose slow start put its end before the stretch
+        {"iteration": 700, "actor": "exported", "elapsed_s": 560.0, "success_rate": 0.5, "task_score": 0.9},
+        {"iteration": 730, "actor": "exported", "elapsed_s": 580.0, "success_rate": 0.6, "task_score": 0.8,
+         "final_of_budget_s": 600.0},
+        {"iteration": 730, "actor": "last_iterate", "elapsed_s": 590.0, "success_rate": 0.6, "task_score": 0.8,
+         "final_of_budget_s": 600.0}]
+    assert sel.best(120.0)["iteration"] == 20, "the final candidate competes in its own budget"
+    best = sel.best(600.0)
+    assert (best["iteration"], best["actor"]) == (730, "exported"), "a tie goes to the policy the run exports"
+    sel.candidates[3]["success_rate"] = 0.7
+    assert sel.best(600.0)["actor"] == "last_iterate"
+    assert sel.best(1200.0) is None, "nor in a longer one it was resumed to"
+
+
+def test_final_candidates_validate_the_last_iterate_beside_the_average(robot, tmp_path):
+    from motionvl.rl.config import SelectionConfig
+
+    cfg = tiny_config()
+    cfg.save_interval = 50
+    cfg.selection = SelectionConfig(minutes=0.0, iterations=4, every=2, episodes=2, seconds=0.5, seed=11,
+                                    final_candidates=True)
+    result = train_policy(tmp_path / "run", PlaceholderReward(), cfg, max_iterations=12, progress=False, robot=robot)
+    record = json.loads((result.run_dir / "selection.json").read_text())
+    kinds = [(c["iteration"], c["actor"]) for c in record["candidates"]]
+    assert kinds == [(10, "exported"), (12, "exported"), (12, "last_iterate")]
+    iterate = next(c for c in record["candidates"] if c["actor"] == "last_iterate")
+    obs = np.random.default_rng(1).normal(size=(8, load_policy(result.policy_path).num_obs)).astype(np.float32)
+    # the iterate candidate is the policy the run ended on before averaging, not the average
+    assert np.max(np.abs(load_policy(result.run_dir / iterate["onnx"])(obs)
+                         - load_policy(result.last_iterate_path)(obs))) < 1e-6
+    assert np.max(np.abs(load_policy(result.run_dir / "selection" / "policy_12.onnx")(obs)
+                         - load_policy(result.run_dir / "policy_final.onnx")(obs))) < 1e-6
+    best = max(record["candidates"], key=lambda c: (c["success_rate"], c["task_score"], c["iteration"],
+                                                    c["actor"] == "exported"))
+    assert (record["chosen_iteration"], record["chosen_actor"]) == (best["iteration"], best["actor"])
+    assert (result.run_dir / "policy.onnx").read_bytes() == (result.run_dir / best["onnx"]).read_bytes()
 
 
 def test_a_resumed_session_walks_the_same_rough_ground_with_new_random_draws(robot):

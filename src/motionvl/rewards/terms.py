@@ -333,6 +333,36 @@ def _reward_toe_direction(state: RewardState, *, toe_out: float = 0.0, sigma: fl
     return np.exp(-0.5 * err / sigma ** 2)
 
 
+def reference_gait_offsets(state: RewardState, amplitude: float = 0.35, stand_below: float = 0.1) -> np.ndarray:
+    """(N, 2, 3) reference offsets from the default pose of (hip pitch, knee, ankle pitch), left and right.
+
+    The clock's swing leg folds by a half sine over its swing, s = sin(pi x swing progress):
+    hip pitch -amplitude s, knee +2 amplitude s, ankle pitch -amplitude s. With the parallel
+    pitch axes of this leg the fold keeps the sole level and under the hip and lifts it by
+    (thigh + shin) x (cos(q0) - cos(q0 + amplitude)), q0 the default thigh angle: ~9 cm for
+    mvl_biped at 0.35 rad. The stance leg and both legs when standing: the default pose.
+    """
+    fold = np.sin(np.pi * swing_progress(state)) * ~expected_stance(state, stand_below)
+    return fold[:, :, None] * (amplitude * np.array([-1.0, 2.0, -1.0]))
+
+
+def _reward_reference_gait(state: RewardState, *, amplitude: float = 0.35, sigma: float = 0.3,
+                           stand_below: float = 0.1) -> np.ndarray:
+    """Sagittal leg joints follow a clock-driven stepping reference: exp(-mean(err^2) / sigma^2).
+
+    The reference (`reference_gait_offsets`) lifts the swing foot by folding hip, knee and ankle
+    and holds the stance leg at the default pose; err is over both legs' hip pitch, knee and
+    ankle pitch. A dense hint towards stepping on the clock (joint-space, unlike the contact
+    schedule of contact_phase); it does not ask for the stance leg's sweep, so keep its weight
+    below the velocity tracking terms'.
+    """
+    joints = np.stack([_joint_pair(state, j) for j in ("hip_pitch", "knee", "ankle_pitch")], axis=2)
+    default = np.stack([state.default_joint_pos[_leg_pair(tuple(state.joint_names), j)]
+                        for j in ("hip_pitch", "knee", "ankle_pitch")], axis=1)
+    err = joints - default - reference_gait_offsets(state, amplitude, stand_below)
+    return np.exp(-np.square(err).mean(axis=(1, 2)) / sigma ** 2)
+
+
 # ----------------------------------------------------------------------------- smoothness and limits
 def _cost_action_rate(state: RewardState, *, scale: float = 0.5) -> np.ndarray:
     """Mean over joints of ((a - a_prev) / scale)^2 clipped: action smoothness."""
@@ -385,7 +415,6 @@ REGISTRY: dict[str, LibraryTerm] = _build_registry()
 """name -> LibraryTerm(fn, sign (+1 reward / -1 cost), default params, one-line doc)."""
 
 ALIASES = {
-    "reference_gait": "contact_phase",
     "feet_contact": "contact_phase",
     "feet_swing_height": "feet_clearance",
     "survival": "alive",

@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
           f"(stopped: {result.stop_reason}); policy: {result.policy_path}")
     if result.selected is not None:
         s = result.selected
-        print(f"policy.onnx is iteration {s['iteration']}, best of the validated candidates (success "
+        kind = " (its iterate, not the moving average)" if s.get("actor") == "last_iterate" else ""
+        print(f"policy.onnx is iteration {s['iteration']}{kind}, best of the validated candidates (success "
               f"{s['success_rate']:.0%}, task score {s['task_score']:.3f}; selection.json); the last: policy_final.onnx")
     summary = {"run_dir": str(result.run_dir), "iterations": result.iterations, "total_steps": result.total_steps,
                "train_steps_per_s": round(result.steps_per_s, 1), "train_minutes": round(result.elapsed_s / 60, 2)}

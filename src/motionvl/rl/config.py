@@ -125,6 +125,11 @@ class SelectionConfig:
     """Evaluation seed of the validation episodes; keep it apart from the seeds the policy is tested
     with afterwards (bench/time_to_walk.py: its --seed S and S + 1000 upwards), or the choice is
     tested on its own data."""
+    final_candidates: bool = True
+    """Also validate the policy the run ends on and, with policy averaging, the last iterate itself
+    (its own candidate: selection/policy_<it>_iterate.onnx). With a time budget the run keeps the
+    time of these validations free at its end (as long as the last validation took), so training
+    stops that much earlier; a run stopped by Ctrl-C or a callback skips them."""
 
     def enabled_for(self, max_iterations: int | None) -> bool:
         """Whether a run with this iteration budget (None: a time budget alone) validates anything."""

@@ -9,6 +9,10 @@ policy.onnx becomes the candidate with the best score. The stretch is the last `
 of a time budget (validation time is part of the budget) or the last `selection.iterations` PPO
 iterations of an iteration budget (`max_iterations`; the choice is then the same on any machine).
 
+With `selection.final_candidates` the policy the run ends on and, when the exported policy is a
+moving average, the last iterate itself are validated too (a time budget keeps their time free at
+its end): without them the iterations trained after the last grid candidate are never chosen.
+
 Score: the evaluation's success rate (no fall and >= 90 % of the commanded distance), ties
 broken by its task score. Every candidate sees the same episodes (`selection.seed`), so the
 comparison is paired. Candidates and their scores live in RUN_DIR/selection/ and
@@ -28,14 +32,19 @@ from motionvl.rl.config import SelectionConfig
 from motionvl.rl.evaluate import evaluate
 from motionvl.rl.export import export_policy
 
+EXPORTED, LAST_ITERATE = "exported", "last_iterate"
+"""Candidate kinds: the policy the run would export at that iteration (the moving average of the
+iterates when averaging is on), and the iterate itself (validated only at the end of a run)."""
 SCORE_KEYS = ("success_rate", "task_score", "fell_fraction", "forward_distance_m", "tracking_error_mps")
 
 
 class PolicySelection:
     """Validates candidates as training reaches them and remembers the best one."""
 
-    def __init__(self, cfg: SelectionConfig, run_dir: Path, robot=None):
+    def __init__(self, cfg: SelectionConfig, run_dir: Path, robot=None, averaging: bool = False):
         self.cfg, self.robot = cfg, robot
+        self.averaging = bool(averaging)
+        """Whether the exported policy averages iterates (then the last iterate is a candidate of its own)."""
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / "selection"
         self.record_path = self.run_dir / "selection.json"
@@ -68,28 +77,60 @@ class PolicySelection:
             max_iterations: int | None = None) -> bool:
         """Whether the iterate just trained is a candidate: on the grid, and inside the final
         stretch of the time budget with time left for a validation as long as the last one
-        (`validation_s`), or inside the final stretch of the iteration budget `max_iterations`."""
+        (`validation_s`) and for the final candidates (`reserve_s`), or inside the final stretch of
+        the iteration budget `max_iterations`."""
         if iteration % self.cfg.every:
             return False
         in_time = (self.cfg.minutes > 0 and budget_s - elapsed_s <= self.stretch_s(budget_s)
-                   and elapsed_s + validation_s <= budget_s)
+                   and elapsed_s + validation_s + self.reserve_s(validation_s, max_iterations) <= budget_s)
         return in_time or self._in_iteration_stretch(iteration, max_iterations)
+
+    def final_count(self) -> int:
+        """Validations at the end of the run: the policy it ends on, and the last iterate when the
+        exported policy is an average of iterates."""
+        return (1 + self.averaging) if self.cfg.final_candidates else 0
+
+    def reserve_s(self, validation_s: float, max_iterations: int | None = None) -> float:
+        """Seconds a time budget keeps free at its end for the final candidates, each as long as the
+        last validation (`validation_s`; before any validation nothing can be reserved). An
+        iteration budget's validations do not cost training, so it reserves nothing."""
+        return 0.0 if max_iterations else self.final_count() * validation_s
+
+    def validate_final(self, exported_actor, iterate_actor, meta: dict, iteration: int, elapsed_s: float,
+                       budget_s: float) -> None:
+        """With `final_candidates`: validate the policy the run ends on (unless the grid already
+        did at this iteration) and, with averaging, the last iterate (`iterate_actor`). They compete
+        in the time budget `budget_s` even where a slow start left them before its stretch."""
+        if not self.cfg.final_candidates:
+            return
+        final = {"final_of_budget_s": round(float(budget_s), 2)}
+        done = [x for x in self.candidates if x["iteration"] == iteration and x.get("actor", EXPORTED) == EXPORTED]
+        if done:
+            done[0].update(final)
+        else:
+            self.validate(exported_actor, meta, iteration, elapsed_s, extra=final)
+        if self.averaging:
+            self.validate(iterate_actor, meta, iteration, elapsed_s, actor_kind=LAST_ITERATE, extra=final)
 
     def _in_iteration_stretch(self, iteration: int, max_iterations: int | None) -> bool:
         return bool(max_iterations) and 0 <= max_iterations - iteration < self.stretch_iterations(max_iterations)
 
-    def validate(self, actor, meta: dict, iteration: int, elapsed_s: float) -> dict:
-        """Export `actor` (the policy the run would export now, `elapsed_s` into the run) with the
-        contract `meta`, evaluate it, record it."""
+    def validate(self, actor, meta: dict, iteration: int, elapsed_s: float, actor_kind: str = "",
+                 extra: dict | None = None) -> dict:
+        """Export `actor` (the policy the run would export now, `elapsed_s` into the run, or with
+        `actor_kind` LAST_ITERATE the iterate itself) with the contract `meta`, evaluate it, record it."""
         c = self.cfg
-        path = export_policy(actor, self.dir / f"policy_{iteration}.onnx", meta)
+        kind = actor_kind or EXPORTED
+        suffix = "" if kind == EXPORTED else "_iterate"
+        path = export_policy(actor, self.dir / f"policy_{iteration}{suffix}.onnx", meta)
         r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=c.command,
                      seed=c.seed, robot=self.robot)
         # the path relative to the run directory: a moved run directory still finds its candidates
-        candidate = {"iteration": int(iteration), "elapsed_s": round(float(elapsed_s), 2),
+        candidate = {"iteration": int(iteration), "actor": kind, "elapsed_s": round(float(elapsed_s), 2),
                      "onnx": str(path.relative_to(self.run_dir)),
-                     **{k: r[k] for k in SCORE_KEYS}}
-        self.candidates = [x for x in self.candidates if x["iteration"] != iteration] + [candidate]
+                     **{k: r[k] for k in SCORE_KEYS}, **(extra or {})}
+        self.candidates = [x for x in self.candidates
+                           if (x["iteration"], x.get("actor", EXPORTED)) != (iteration, kind)] + [candidate]
         self._write()
         return candidate
 
@@ -102,10 +143,12 @@ class PolicySelection:
             stretch = [x for x in self.candidates if self._in_iteration_stretch(x["iteration"], max_iterations)]
         else:
             start = budget_s - self.stretch_s(budget_s)
-            stretch = [x for x in self.candidates if x["elapsed_s"] >= start]
+            stretch = [x for x in self.candidates
+                       if x["elapsed_s"] >= start or x.get("final_of_budget_s") == round(float(budget_s), 2)]
         if not stretch:
             return None
-        return max(stretch, key=lambda x: (x["success_rate"], x["task_score"], x["iteration"]))
+        return max(stretch, key=lambda x: (x["success_rate"], x["task_score"], x["iteration"],
+                                           x.get("actor", EXPORTED) == EXPORTED))
 
     def install(self, policy_path: Path, budget_s: float, max_iterations: int | None = None) -> dict | None:
         """Copy the best candidate (`best`'s arguments) over `policy_path` (keeping the run's own
@@ -119,12 +162,14 @@ class PolicySelection:
         tmp = policy_path.with_name(policy_path.name + ".tmp")
         shutil.copyfile(self.run_dir / best["onnx"], tmp)
         os.replace(tmp, policy_path)
-        self._write(chosen=best["iteration"])
+        self._write(chosen=best)
         return best
 
-    def _write(self, chosen: int | None = None) -> None:
-        data = {"config": {"every": self.cfg.every, **self._episodes_config()}, "chosen_iteration": chosen,
-                "candidates": sorted(self.candidates, key=lambda x: x["iteration"])}
+    def _write(self, chosen: dict | None = None) -> None:
+        data = {"config": {"every": self.cfg.every, **self._episodes_config()},
+                "chosen_iteration": chosen["iteration"] if chosen else None,
+                "chosen_actor": chosen.get("actor", EXPORTED) if chosen else None,
+                "candidates": sorted(self.candidates, key=lambda x: (x["iteration"], x.get("actor", EXPORTED)))}
         tmp = self.record_path.with_name(self.record_path.name + ".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.record_path)

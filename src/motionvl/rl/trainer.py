@@ -291,7 +291,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     def metadata() -> dict:  # the contract of the iterate just trained, with the gait period it was trained at
         return policy_metadata(robot, cfg.env, vec.num_obs, gait_period=vec.env.gait_period)
 
-    selection = (PolicySelection(cfg.selection, run_dir, robot)
+    selection = (PolicySelection(cfg.selection, run_dir, robot, averaging=average is not None)
                  if cfg.selection.enabled_for(cfg.max_iterations) else None)
     last_validation_s = validation_s = 0.0
 
@@ -306,7 +306,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if cfg.max_iterations is not None and it >= cfg.max_iterations:
                 stop_reason = "max iterations"
                 break
-            if elapsed + last_iter_s > budget_s:
+            reserve_s = selection.reserve_s(last_validation_s, cfg.max_iterations) if selection is not None else 0.0
+            if elapsed + last_iter_s + reserve_s > budget_s:
                 break
             vec.env.push_velocity = cfg.env.randomization.push_velocity_at(it)
             runner.alg.desired_kl = cfg.ppo.desired_kl_at(it)
@@ -352,6 +353,14 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if on_iteration is not None and on_iteration(record) is False:
                 stop_reason = "callback"
                 break
+    if (selection is not None and selection.final_count() and it > start_it
+            and stop_reason in ("time budget", "max iterations")):
+        if bar is not None:
+            bar.set_postfix_str(f"it={it} validating the final policy on {cfg.selection.episodes} held-out episodes")
+        t0 = time.perf_counter()
+        selection.validate_final(exported_actor(), runner.alg.get_policy(), metadata(), it,
+                                 elapsed0 + time.perf_counter() - session_t0, budget_s)
+        validation_s += time.perf_counter() - t0
     session_s = time.perf_counter() - session_t0
     if bar is not None:
         bar.close()
