@@ -202,6 +202,7 @@ def run_curve(args, out: Path, train_cfg) -> tuple[list, dict | None]:
         if result.selected is not None:
             # policy.onnx is a validated candidate: the policy the run ended on, on the same episodes
             row["selected_iteration"] = result.selected_iteration
+            row["selected_actor"] = result.selected_actor
             if args.confirm_episodes:
                 row["confirm_final"] = confirm_eval(out / "policy_final.onnx", args.confirm_episodes, args.seconds,
                                                     args.seed)

@@ -681,7 +681,7 @@ def test_selection_exports_the_best_validated_candidate_within_the_budget(robot,
     assert all(c["iteration"] % 2 == 0 and budget - 6.0 - 1e-6 <= c["elapsed_s"] <= budget for c in grid)
     best = max(candidates, key=lambda c: (c["success_rate"], c["task_score"], c["iteration"], c["actor"] == "exported"))
     assert record["chosen_iteration"] == best["iteration"] == result.selected_iteration
-    assert record["chosen_actor"] == best["actor"]
+    assert record["chosen_actor"] == best["actor"] == result.selected_actor
     assert (run_dir / "policy.onnx").read_bytes() == (run_dir / best["onnx"]).read_bytes()
     assert (run_dir / "policy_final.onnx").is_file()
     # the recorded scores are the evaluation's: the same episodes give the same numbers again

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     (out / "feedback.json").write_text(feedback.to_json())
     summary = {"task": args.task, "run_dir": str(run_dir), "policy": str(result.policy_path),
                "train_minutes": round(result.elapsed_s / 60, 2), "iterations": result.iterations,
-               "selected_iteration": result.selected_iteration,
+               "selected_iteration": result.selected_iteration, "selected_actor": result.selected_actor,
                "steps_per_s": round(result.steps_per_s), "evaluation": evaluation,
                "alignment_score": feedback.alignment_score, "features": feedback.features,
                "suggestions": [s.to_dict() for s in feedback.suggestions], "unjudged": feedback.unjudged,

@@ -171,6 +171,7 @@ class TrainingQueue:
                                   "iterations": result.iterations, "total_steps": result.total_steps,
                                   "steps_per_s": result.steps_per_s, "stop_reason": result.stop_reason,
                                   "selected_iteration": result.selected_iteration,
+                                  "selected_actor": result.selected_actor,
                                   "evaluation": evaluation})
             state = "cancelled" if result.stop_reason == "callback" else "done"
             self._emit["status"]({"candidate_id": cid, "state": state, "message": result.stop_reason})

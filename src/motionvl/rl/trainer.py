@@ -92,6 +92,12 @@ class TrainResult:
         """The iteration policy.onnx comes from when held-out selection chose it, else None."""
         return self.selected["iteration"] if self.selected else None
 
+    @property
+    def selected_actor(self) -> str | None:
+        """Which policy of that iteration policy.onnx is: 'exported' (the moving average when averaging
+        is on) or 'last_iterate' (the iterate itself, a final candidate); None without a choice."""
+        return self.selected.get("actor", "exported") if self.selected else None
+
 
 # ---------------------------------------------------------------------- building blocks
 def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = None, device: str | None = None,
@@ -353,8 +359,11 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if on_iteration is not None and on_iteration(record) is False:
                 stop_reason = "callback"
                 break
+    ended_on_iterations = cfg.max_iterations if stop_reason == "max iterations" else None
+    # the final candidates join the stretch's pool, never start one: a budget too short for the grid stays as it was
     if (selection is not None and selection.final_count() and it > start_it
-            and stop_reason in ("time budget", "max iterations")):
+            and stop_reason in ("time budget", "max iterations")
+            and selection.best(budget_s, ended_on_iterations) is not None):
         if bar is not None:
             bar.set_postfix_str(f"it={it} validating the final policy on {cfg.selection.episodes} held-out episodes")
         t0 = time.perf_counter()
@@ -370,7 +379,6 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     if average is not None:
         last_iterate_path = export_policy(runner.alg.get_policy(), run_dir / "policy_last_iterate.onnx", metadata())
     policy_path = export_policy(exported_actor(), run_dir / "policy.onnx", metadata())
-    ended_on_iterations = cfg.max_iterations if stop_reason == "max iterations" else None
     selected = selection.install(policy_path, budget_s, ended_on_iterations) if selection is not None else None
     return TrainResult(run_dir=run_dir, policy_path=policy_path, iterations=it, total_steps=total_steps,
                        elapsed_s=elapsed0 + session_s, steps_per_s=session_steps / max(session_s - validation_s, 1e-9),

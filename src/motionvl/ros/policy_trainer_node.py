@@ -16,8 +16,8 @@ Publishes (std_msgs/String, JSON):
   trainer/statistics  {candidate_id, term_stats}: per-term episode reward mean/min/max over the
                       run (the "reward reflection" for the synthesizer). Transient-local.
   trainer/policy      {candidate_id, policy_path (ONNX), run_dir, iterations, stop_reason,
-                      selected_iteration (held-out selection, or null), evaluation (reward-free
-                      task score)}. Transient-local.
+                      selected_iteration and selected_actor (held-out selection: 'exported' or
+                      'last_iterate', or null), evaluation (reward-free task score)}. Transient-local.
 Services:
   ~/cancel  std_srvs/Trigger  stop the candidate in training after its current iteration
                               (it is still saved and exported).
