@@ -277,7 +277,8 @@ def test_reference_gait_follows_the_clock_swing_leg():
     # phase 0.25: the right foot is mid-swing, the left in stance
     assert term("reference_gait", make_state(joint_pos=_fold_legs(q0, 0.0, 0.35))) == pytest.approx(1.0)
     standing_still = term("reference_gait", make_state())
-    assert standing_still == pytest.approx(np.exp(-(0.35 ** 2 * 6 / 6) / 0.3 ** 2))  # 3 joints off by 0.35/0.7/0.35
+    # the right hip, knee and ankle are off by 0.35 / 0.7 / 0.35 rad, the left leg by nothing: 6 joints in the mean
+    assert standing_still == pytest.approx(np.exp(-((0.35 ** 2 + 0.7 ** 2 + 0.35 ** 2) / 6) / 0.3 ** 2))
     assert (term("reference_gait", make_state(joint_pos=_fold_legs(q0, 0.35, 0.0))) < standing_still).all()  # wrong leg
     # half a cycle later the roles swap; at lift-off the reference is the default pose
     assert term("reference_gait", make_state(joint_pos=_fold_legs(q0, 0.35, 0.0), gait_phase=np.full(4, 0.75))) \
