@@ -775,6 +775,11 @@ def test_final_candidates_keep_their_validation_time_free_and_compete_in_their_o
     assert plain.due(550, elapsed_s=550.0, budget_s=600.0, validation_s=20.0)
     assert not sel.due(550, elapsed_s=550.0, budget_s=600.0, validation_s=20.0)
     assert sel.due(540, elapsed_s=540.0, budget_s=600.0, validation_s=20.0)
+    # before the first validation its length comes from the rollout: 128 episodes of 10 s at 500 Hz
+    # (640k physics steps) at 25 us a step (half-speed machine: 1.25 s for 512 envs x 24 x 4) is 16 s
+    first = PolicySelection(SelectionConfig(minutes=1.0, every=10, episodes=128, seconds=10.0), tmp_path, averaging=True)
+    assert first.expected_validation_s(physics_step_s=1.25 / (512 * 24 * 4), sim_dt=0.002) == pytest.approx(16.28, abs=0.01)
+    assert not first.due(560, elapsed_s=560.0, budget_s=600.0, validation_s=16.28), "a first validation leaves room too"
     sel.candidates = [
         {"iteration": 20, "actor": "exported", "elapsed_s": 40.0, "success_rate": 0.9, "task_score": 0.9,
          "final_of_budget_s": 120.0},  # a 2-minute run whose slow start put its end before the stretch

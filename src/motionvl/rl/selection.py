@@ -77,8 +77,8 @@ class PolicySelection:
             max_iterations: int | None = None) -> bool:
         """Whether the iterate just trained is a candidate: on the grid, and inside the final
         stretch of the time budget with time left for a validation as long as the last one
-        (`validation_s`) and for the final candidates (`reserve_s`), or inside the final stretch of
-        the iteration budget `max_iterations`."""
+        (`validation_s`; before the first, `expected_validation_s`) and for the final candidates
+        (`reserve_s`), or inside the final stretch of the iteration budget `max_iterations`."""
         if iteration % self.cfg.every:
             return False
         in_time = (self.cfg.minutes > 0 and budget_s - elapsed_s <= self.stretch_s(budget_s)
@@ -92,9 +92,16 @@ class PolicySelection:
 
     def reserve_s(self, validation_s: float, max_iterations: int | None = None) -> float:
         """Seconds a time budget keeps free at its end for the final candidates, each as long as the
-        last validation (`validation_s`; before any validation nothing can be reserved). An
+        last validation (`validation_s`, or before the first one `expected_validation_s`). An
         iteration budget's validations do not cost training, so it reserves nothing."""
         return 0.0 if max_iterations else self.final_count() * validation_s
+
+    def expected_validation_s(self, physics_step_s: float, sim_dt: float) -> float:
+        """How long a validation should take before one has been timed: its episodes simulate
+        episodes x seconds / `sim_dt` physics steps (the evaluation's step), each costing what one
+        cost in the last rollout (`physics_step_s`, policy and reward included). Without it the first
+        validation could start in the budget's last seconds and the final ones run past its end."""
+        return self.cfg.episodes * self.cfg.seconds / sim_dt * physics_step_s
 
     def validate_final(self, exported_actor, iterate_actor, meta: dict, iteration: int, elapsed_s: float,
                        budget_s: float) -> None:

@@ -299,7 +299,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
 
     selection = (PolicySelection(cfg.selection, run_dir, robot, averaging=average is not None)
                  if cfg.selection.enabled_for(cfg.max_iterations) else None)
-    last_validation_s = validation_s = 0.0
+    last_validation_s = validation_s = validation_guess_s = 0.0
 
     def exported_actor():
         actor = runner.alg.get_policy()
@@ -312,7 +312,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if cfg.max_iterations is not None and it >= cfg.max_iterations:
                 stop_reason = "max iterations"
                 break
-            reserve_s = selection.reserve_s(last_validation_s, cfg.max_iterations) if selection is not None else 0.0
+            reserve_s = selection.reserve_s(validation_guess_s, cfg.max_iterations) if selection is not None else 0.0
             if elapsed + last_iter_s + reserve_s > budget_s:
                 break
             vec.env.push_velocity = cfg.env.randomization.push_velocity_at(it)
@@ -330,6 +330,9 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             total_steps += info["steps"]
             session_steps += info["steps"]
             last_iter_s = info["collect_s"] + info["learn_s"]
+            if selection is not None:  # timed once validated; until then, from this rollout's cost per physics step
+                validation_guess_s = last_validation_s or selection.expected_validation_s(
+                    info["collect_s"] / (info["steps"] * vec.env.decimation), robot.sim_dt)
             record = _record(it, total_steps, elapsed0 + time.perf_counter() - session_t0, info, vec.env.dt)
             record["command_level"] = vec.env.command_level
             record["command_tracking_error"] = vec.env.window_tracking_error
@@ -349,7 +352,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if it % cfg.save_interval == 0:
                 save()
             now = elapsed0 + time.perf_counter() - session_t0
-            if selection is not None and selection.due(it, now, budget_s, last_validation_s, cfg.max_iterations):
+            if selection is not None and selection.due(it, now, budget_s, validation_guess_s, cfg.max_iterations):
                 if bar is not None:  # the bar stands still for the validation's seconds: say why
                     bar.set_postfix_str(f"it={it} validating the policy on {cfg.selection.episodes} held-out episodes")
                 t0 = time.perf_counter()
