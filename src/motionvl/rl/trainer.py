@@ -312,7 +312,10 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if cfg.max_iterations is not None and it >= cfg.max_iterations:
                 stop_reason = "max iterations"
                 break
-            reserve_s = selection.reserve_s(validation_guess_s, cfg.max_iterations) if selection is not None else 0.0
+            # only once the stretch holds a candidate (maybe from before a resume): without one there are no final ones
+            reserve_s = 0.0 if selection is None else selection.reserve_s(
+                last_validation_s or (validation_guess_s if selection.best(budget_s) is not None else 0.0),
+                cfg.max_iterations)
             if elapsed + last_iter_s + reserve_s > budget_s:
                 break
             vec.env.push_velocity = cfg.env.randomization.push_velocity_at(it)
