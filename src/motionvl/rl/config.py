@@ -128,8 +128,9 @@ class SelectionConfig:
     final_candidates: bool = True
     """Also validate the policy the run ends on and, with policy averaging, the last iterate itself
     (its own candidate: selection/policy_<it>_iterate.onnx). With a time budget the run keeps the
-    time of these validations free at its end (as long as the last validation took), so training
-    stops that much earlier. Only a run whose final stretch validated a candidate adds them (a budget
+    time of these validations free at its end (as long as the last validation took, or before the
+    first one as long as the last rollout's cost per physics step says it will), so training stops
+    that much earlier. Only a run whose final stretch validated a candidate adds them (a budget
     too short for the grid exports what it ends on, as before); Ctrl-C or a callback skips them."""
 
     def enabled_for(self, max_iterations: int | None) -> bool:
