@@ -396,3 +396,38 @@ def test_joint_targets_use_each_joints_action_scale(robot):
     np.testing.assert_allclose(env.sim.ctrl, expected)
     knee = robot.joint_names.index("left_knee")
     assert env.sim.ctrl[0, knee] == pytest.approx(robot.default_pose[knee] + 0.8)  # not the robot's 0.5 x 0.8
+
+
+def test_gait_feedforward_folds_the_clocks_swing_leg_under_the_policys_action(robot):
+    from motionvl.rewards.terms import reference_gait_joint_indices, reference_gait_offsets
+
+    def env_with(feedforward: float, command) -> LocomotionEnv:
+        return LocomotionEnv(robot, EnvConfig(num_envs=3, num_threads=1, seed=2, gait_feedforward=feedforward,
+                                              commands=CommandConfig(fixed=command, resample_s=1e9),
+                                              randomization=RandomizationConfig.disabled()))
+
+    idx = reference_gait_joint_indices(robot.joint_names)
+    actions = np.random.default_rng(0).uniform(-0.3, 0.3, (3, robot.num_joints))
+    plain, fed = env_with(0.0, (0.6, 0.0, 0.0)), env_with(0.35, (0.6, 0.0, 0.0))
+    for step in range(12):  # into the first swing: the fold is 0 at lift-off
+        observed = fed.state
+        plain.step(actions)
+        fed.step(actions)
+        expected = np.zeros((3, robot.num_joints))
+        expected[:, idx] = reference_gait_offsets(observed, 0.35)
+        target = np.clip(robot.default_pose + robot.action_scales * actions + expected, robot.lower, robot.upper)
+        np.testing.assert_allclose(fed.sim.ctrl, target, atol=1e-12)
+        if step == 0:
+            np.testing.assert_allclose(fed.sim.ctrl, plain.sim.ctrl, atol=1e-12)  # same start, phase 0: no fold yet
+    assert np.abs(expected).max() > 0.1, "mid-swing the fold is well away from the default pose"
+    assert not np.allclose(fed.sim.qpos, plain.sim.qpos)
+    standing = env_with(0.35, (0.0, 0.0, 0.0))
+    standing.step(actions)
+    for _ in range(11):
+        standing.step(actions)
+    np.testing.assert_allclose(standing.sim.ctrl, np.clip(robot.default_pose + robot.action_scales * actions,
+                                                          robot.lower, robot.upper), atol=1e-12)
+    with pytest.raises(ConfigError, match="gait_feedforward"):
+        env_with(-0.1, (0.6, 0.0, 0.0))
+    with pytest.raises(ConfigError, match="gait_feedforward"):
+        LocomotionEnv(dataclasses.replace(robot, action_mode="relative"), EnvConfig(num_envs=1, gait_feedforward=0.2))

@@ -164,6 +164,23 @@ def test_training_runs_on_mixed_terrain_with_rough_ground_from_an_iteration_on(r
 
 
 # ---------------------------------------------------------------------- ONNX export and contract
+def test_gait_feedforward_is_part_of_the_contract_every_evaluation_follows(robot, tmp_path):
+    from motionvl.render.rollout import _policy_env_overrides
+    from motionvl.rl.evaluate import batch_evaluation_env
+
+    cfg = tiny_config(gait_feedforward=0.3)
+    vec, runner = build_runner(cfg, PlaceholderReward(), robot)
+    assert vec.env.cfg.gait_feedforward == 0.3
+    path = export_policy(runner.alg.get_policy(), tmp_path / "p.onnx", policy_metadata(robot, cfg.env, vec.num_obs))
+    policy = load_policy(path)
+    assert policy.gait_feedforward == pytest.approx(0.3)
+    assert batch_evaluation_env(policy, seconds=1.0, episodes=2, robot=robot).cfg.gait_feedforward == pytest.approx(0.3)
+    assert _policy_env_overrides(policy)["gait_feedforward"] == pytest.approx(0.3)
+    # a policy exported before the key existed was trained without it
+    legacy = {k: v for k, v in policy_metadata(robot, cfg.env, vec.num_obs).items() if k != "gait_feedforward"}
+    assert load_policy(export_policy(runner.alg.get_policy(), tmp_path / "old.onnx", legacy)).gait_feedforward == 0.0
+
+
 def test_onnx_matches_torch_with_normalisation(robot, tmp_path):
     cfg = tiny_config()
     vec, runner = build_runner(cfg, PlaceholderReward(), robot)
@@ -190,7 +207,7 @@ def test_contract_round_trip_and_mismatch(trained_run, robot):
     check_contract(policy.contract, robot.contract())
     assert policy.contract["joint_names"] == list(robot.joint_names)
     assert [b["name"] for b in policy.obs_layout][:3] == ["base_ang_vel", "projected_gravity", "command"]
-    assert policy.obs_history == 0 and policy.gait_period == pytest.approx(0.7)
+    assert policy.obs_history == 0 and policy.gait_period == pytest.approx(0.7) and policy.gait_feedforward == 0.0
     swapped = dict(robot.contract())
     names = list(swapped["joint_names"])
     names[2], names[3] = names[3], names[2]

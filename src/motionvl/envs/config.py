@@ -163,6 +163,13 @@ class EnvConfig:
     evaluation runs the phase clock at the policy's contract period. None: gait_period_s throughout."""
     gait_period_change_iterations: tuple = (1300, 1500)
     """(first, last) PPO iteration of the linear change to gait_period_final_s."""
+    gait_feedforward: float = 0.0
+    """Amplitude (rad) of a clock-driven stepping feedforward added to the PD targets, the policy's
+    action acting on top of it (a residual policy): the clock's swing leg folds hip pitch, knee and
+    ankle pitch by (-a, +2a, -a) x sin(pi x swing progress), as `rewards.terms.reference_gait_offsets`
+    (~9 cm of lift on mvl_biped at 0.35), nothing while the command is standing. 0: off. Part of
+    the exported contract (`gait_feedforward` in the ONNX metadata): whatever drives the robot adds
+    the same offsets to default pose + action scale x action before the joint-limit clip."""
     obs_history: int = 0
     """Extra past proprioceptive frames appended to the actor observation."""
     heading_observation: bool = True

@@ -22,6 +22,7 @@ import numpy as np
 
 from motionvl.envs.config import EnvConfig
 from motionvl.rewards.state import RewardState
+from motionvl.rewards.terms import reference_gait_joint_indices, reference_gait_offsets
 from motionvl.robot import ConfigError, RobotConfig
 from motionvl.sim.backend import MujocoBatchBackend
 from motionvl.sim.math import projected_gravity, quat_from_yaw, quat_rotate_inverse, wrap_angle, yaw_of
@@ -132,6 +133,13 @@ class LocomotionEnv:
 
         self.default_pose = robot.default_pose
         self.action_scales = robot.action_scales
+        if not cfg.gait_feedforward >= 0.0:
+            raise ConfigError(f"env.gait_feedforward must be >= 0, got {cfg.gait_feedforward}")
+        if cfg.gait_feedforward and robot.action_mode == "absolute":
+            self._feedforward_idx = reference_gait_joint_indices(robot.joint_names)
+        elif cfg.gait_feedforward:
+            raise ConfigError("env.gait_feedforward needs a robot with action_mode 'absolute' (offsets from the "
+                              f"default pose), not {robot.action_mode!r}")
         self.lower, self.upper = robot.lower, robot.upper
         self.max_episode_length = int(round(cfg.episode_length_s / self.dt))
         self.layout = obs_layout(J, cfg.heading_observation)
@@ -358,7 +366,11 @@ class LocomotionEnv:
         self.action[:] = actions
         q = self.sim.qpos[:, self._qp]
         base = self.default_pose if self.robot.action_mode == "absolute" else q
-        new_target = np.clip(base + self.action_scales * actions, self.lower, self.upper)
+        new_target = base + self.action_scales * actions
+        if self.cfg.gait_feedforward:
+            # self.state is what the policy just observed: the same clock phase and command
+            new_target[:, self._feedforward_idx] += reference_gait_offsets(self.state, self.cfg.gait_feedforward)
+        new_target = np.clip(new_target, self.lower, self.upper)
 
         # with latency randomisation, MuJoCo holds back new_target by each env's latency (set_ctrl_delay)
         self.sim.ctrl[:] = new_target

@@ -53,7 +53,8 @@ def stand_policy(env: LocomotionEnv) -> Policy:
 
 
 def _policy_env_overrides(policy) -> dict:
-    """EnvConfig fields an exported policy fixes: its observation history and heading input, its gait clock period."""
+    """EnvConfig fields an exported policy fixes: its observation history and heading input, its gait clock
+    period and stepping feedforward."""
     contract = getattr(policy, "contract", None)
     contract = contract if isinstance(contract, dict) else {}
     out = {}
@@ -66,6 +67,9 @@ def _policy_env_overrides(policy) -> dict:
     period = getattr(policy, "gait_period", contract.get("gait_period", contract.get("gait_period_s")))
     if period is not None:
         out["gait_period_s"] = float(period)
+    feedforward = getattr(policy, "gait_feedforward", contract.get("gait_feedforward"))
+    if feedforward is not None:
+        out["gait_feedforward"] = float(feedforward)
     return out
 
 

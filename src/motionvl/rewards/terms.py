@@ -333,6 +333,14 @@ def _reward_toe_direction(state: RewardState, *, toe_out: float = 0.0, sigma: fl
     return np.exp(-0.5 * err / sigma ** 2)
 
 
+REFERENCE_GAIT_JOINTS = ("hip_pitch", "knee", "ankle_pitch")
+
+
+def reference_gait_joint_indices(joint_names) -> np.ndarray:
+    """(2, 3) joint indices [left, right] x REFERENCE_GAIT_JOINTS, the layout of `reference_gait_offsets`."""
+    return np.stack([_leg_pair(tuple(joint_names), j) for j in REFERENCE_GAIT_JOINTS], axis=1)
+
+
 def reference_gait_offsets(state: RewardState, amplitude: float = 0.35, stand_below: float = 0.1) -> np.ndarray:
     """(N, 2, 3) reference offsets from the default pose of (hip pitch, knee, ankle pitch), left and right.
 
@@ -356,10 +364,8 @@ def _reward_reference_gait(state: RewardState, *, amplitude: float = 0.35, sigma
     schedule of contact_phase); it does not ask for the stance leg's sweep, so keep its weight
     below the velocity tracking terms'.
     """
-    joints = np.stack([_joint_pair(state, j) for j in ("hip_pitch", "knee", "ankle_pitch")], axis=2)
-    default = np.stack([state.default_joint_pos[_leg_pair(tuple(state.joint_names), j)]
-                        for j in ("hip_pitch", "knee", "ankle_pitch")], axis=1)
-    err = joints - default - reference_gait_offsets(state, amplitude, stand_below)
+    idx = reference_gait_joint_indices(state.joint_names)
+    err = state.joint_pos[:, idx] - state.default_joint_pos[idx] - reference_gait_offsets(state, amplitude, stand_below)
     return np.exp(-np.square(err).mean(axis=(1, 2)) / sigma ** 2)
 
 

@@ -89,6 +89,7 @@ def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0, gait
         "obs_history": int(env_cfg.obs_history),
         "heading_observation": bool(env_cfg.heading_observation),
         "gait_period": float(env_cfg.gait_period_s if gait_period is None else gait_period),
+        "gait_feedforward": float(env_cfg.gait_feedforward),
         "action_clip": float(action_clip),
         "train_sim_dt": float(env_cfg.sim_dt or robot.sim_dt),
         "train_decimation": int(env_cfg.decimation or robot.decimation),
@@ -165,6 +166,11 @@ class OnnxPolicy:
     @property
     def heading_observation(self) -> bool:
         return bool(self.metadata.get("heading_observation", False))
+
+    @property
+    def gait_feedforward(self) -> float:
+        """Amplitude (rad) of the clock-driven stepping offsets added to the PD targets (EnvConfig.gait_feedforward); 0: none."""
+        return float(self.metadata.get("gait_feedforward", 0.0))
 
     @property
     def gait_period(self) -> float | None:
