@@ -422,8 +422,7 @@ def test_gait_feedforward_folds_the_clocks_swing_leg_under_the_policys_action(ro
     assert np.abs(expected).max() > 0.1, "mid-swing the fold is well away from the default pose"
     assert not np.allclose(fed.sim.qpos, plain.sim.qpos)
     standing = env_with(0.35, (0.0, 0.0, 0.0))
-    standing.step(actions)
-    for _ in range(11):
+    for _ in range(12):
         standing.step(actions)
     np.testing.assert_allclose(standing.sim.ctrl, np.clip(robot.default_pose + robot.action_scales * actions,
                                                           robot.lower, robot.upper), atol=1e-12)
