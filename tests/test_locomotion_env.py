@@ -401,8 +401,9 @@ def test_joint_targets_use_each_joints_action_scale(robot):
 def test_gait_feedforward_folds_the_clocks_swing_leg_under_the_policys_action(robot):
     from motionvl.rewards.terms import reference_gait_joint_indices, reference_gait_offsets
 
-    def env_with(feedforward: float, command) -> LocomotionEnv:
+    def env_with(feedforward: float, command, stand_below: float = 0.1) -> LocomotionEnv:
         return LocomotionEnv(robot, EnvConfig(num_envs=3, num_threads=1, seed=2, gait_feedforward=feedforward,
+                                              gait_stand_below=stand_below,
                                               commands=CommandConfig(fixed=command, resample_s=1e9),
                                               randomization=RandomizationConfig.disabled()))
 
@@ -426,6 +427,12 @@ def test_gait_feedforward_folds_the_clocks_swing_leg_under_the_policys_action(ro
         standing.step(actions)
     np.testing.assert_allclose(standing.sim.ctrl, np.clip(robot.default_pose + robot.action_scales * actions,
                                                           robot.lower, robot.upper), atol=1e-12)
+    # a negative gait_stand_below keeps the fold stepping in place at a standing command
+    in_place, walking = env_with(0.35, (0.0, 0.0, 0.0), stand_below=-1.0), env_with(0.35, (0.6, 0.0, 0.0))
+    for _ in range(12):
+        in_place.step(actions)
+        walking.step(actions)
+    np.testing.assert_allclose(in_place.sim.ctrl, walking.sim.ctrl, atol=1e-12)
     with pytest.raises(ConfigError, match="gait_feedforward"):
         env_with(-0.1, (0.6, 0.0, 0.0))
     with pytest.raises(ConfigError, match="gait_feedforward"):

@@ -369,7 +369,8 @@ class LocomotionEnv:
         new_target = base + self.action_scales * actions
         if self.cfg.gait_feedforward:
             # self.state is what the policy just observed: the same clock phase and command
-            new_target[:, self._feedforward_idx] += reference_gait_offsets(self.state, self.cfg.gait_feedforward)
+            new_target[:, self._feedforward_idx] += reference_gait_offsets(
+                self.state, self.cfg.gait_feedforward, self.cfg.gait_stand_below)
         new_target = np.clip(new_target, self.lower, self.upper)
 
         # with latency randomisation, MuJoCo holds back new_target by each env's latency (set_ctrl_delay)

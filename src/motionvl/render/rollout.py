@@ -70,6 +70,9 @@ def _policy_env_overrides(policy) -> dict:
     feedforward = getattr(policy, "gait_feedforward", contract.get("gait_feedforward"))
     if feedforward is not None:
         out["gait_feedforward"] = float(feedforward)
+    stand_below = getattr(policy, "gait_stand_below", contract.get("gait_stand_below"))
+    if stand_below is not None:
+        out["gait_stand_below"] = float(stand_below)
     return out
 
 
