@@ -174,7 +174,7 @@ class EnvConfig:
     """The stepping feedforward rests (both legs at the default pose) while every command component
     is at or below this (m/s, rad/s), as `stand_below` of the gait reward terms, which should agree;
     a negative value keeps it stepping in place at a standing command. Part of the exported
-    contract (`gait_stand_below` in the ONNX metadata) when the feedforward is on."""
+    contract (`gait_stand_below` in the ONNX metadata); it matters only with the feedforward on."""
     obs_history: int = 0
     """Extra past proprioceptive frames appended to the actor observation."""
     heading_observation: bool = True
