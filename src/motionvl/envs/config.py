@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from motionvl.rewards.terms import STAND_BELOW
 from motionvl.robot import ConfigError
 
 
@@ -170,7 +171,7 @@ class EnvConfig:
     (~9 cm of lift on mvl_biped at 0.35), nothing while the command is standing. 0: off. Part of
     the exported contract (`gait_feedforward` in the ONNX metadata): whatever drives the robot adds
     the same offsets to default pose + action scale x action before the joint-limit clip."""
-    gait_stand_below: float = 0.1
+    gait_stand_below: float = STAND_BELOW
     """The stepping feedforward rests (both legs at the default pose) while every command component
     is at or below this (m/s, rad/s), as `stand_below` of the gait reward terms, which should agree;
     a negative value keeps it stepping in place at a standing command. Part of the exported

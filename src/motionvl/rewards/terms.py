@@ -34,6 +34,11 @@ class LibraryTerm(NamedTuple):
     doc: str
 
 
+STAND_BELOW = 0.1
+"""Default command magnitude (m/s, rad/s) at or below which every component counts as standing: the gait
+terms then ask for both feet down and the stepping feedforward (EnvConfig.gait_stand_below) rests."""
+
+
 # ----------------------------------------------------------------------------- helpers
 def _sq_ratio(x: np.ndarray, scale: float) -> np.ndarray:
     """(x / scale)^2 clipped to 1 per element."""
@@ -67,12 +72,12 @@ def _joint_pair(state: RewardState, joint: str) -> np.ndarray:
     return state.joint_pos[:, _leg_pair(tuple(state.joint_names), joint)]
 
 
-def moving(state: RewardState, stand_below: float = 0.1) -> np.ndarray:
+def moving(state: RewardState, stand_below: float = STAND_BELOW) -> np.ndarray:
     """(N,) bool: the command asks for motion (any component above `stand_below`)."""
     return np.any(np.abs(state.command) > stand_below, axis=1)
 
 
-def expected_stance(state: RewardState, stand_below: float = 0.1) -> np.ndarray:
+def expected_stance(state: RewardState, stand_below: float = STAND_BELOW) -> np.ndarray:
     """(N, 2) bool: which foot the gait clock puts in stance (both when standing)."""
     left = state.gait_phase < 0.5
     stance = np.stack([left, ~left], axis=1)
@@ -200,7 +205,8 @@ def _cost_ang_vel_xy(state: RewardState, *, scale: float = 2.0) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- feet and gait
-def _reward_contact_phase(state: RewardState, *, double_support: float = 0.1, stand_below: float = 0.1) -> np.ndarray:
+def _reward_contact_phase(state: RewardState, *, double_support: float = 0.1,
+                          stand_below: float = STAND_BELOW) -> np.ndarray:
     """Fraction of feet whose contact matches the gait clock (1 = in phase, 0 = swapped).
 
     The swing foot may still touch the ground in the first and last `double_support` fraction
@@ -214,7 +220,7 @@ def _reward_contact_phase(state: RewardState, *, double_support: float = 0.1, st
     return match.mean(axis=1)
 
 
-def _reward_feet_clearance(state: RewardState, *, height: float = 0.06, stand_below: float = 0.1) -> np.ndarray:
+def _reward_feet_clearance(state: RewardState, *, height: float = 0.06, stand_below: float = STAND_BELOW) -> np.ndarray:
     """Clock's swing foot lift vs height: 0 dragging, 1 from height to 2x height, 0 again at 3x.
 
     A ramp, not a reference arc: an arc pays a dragging foot near the swing's ends and punishes
@@ -231,7 +237,7 @@ def _reward_feet_clearance(state: RewardState, *, height: float = 0.06, stand_be
 
 
 def _reward_feet_air_time(state: RewardState, *, target_air_time: float | None = None,
-                          stand_below: float = 0.1) -> np.ndarray:
+                          stand_below: float = STAND_BELOW) -> np.ndarray:
     """On touchdown, (air time / target)^2 capped at 1 (target default 0.4 x gait period).
 
     Squared so that many short shuffling steps earn less than fewer full steps.
@@ -341,7 +347,7 @@ def reference_gait_joint_indices(joint_names) -> np.ndarray:
     return np.stack([_leg_pair(tuple(joint_names), j) for j in REFERENCE_GAIT_JOINTS], axis=1)
 
 
-def reference_gait_offsets(state: RewardState, amplitude: float = 0.35, stand_below: float = 0.1) -> np.ndarray:
+def reference_gait_offsets(state: RewardState, amplitude: float = 0.35, stand_below: float = STAND_BELOW) -> np.ndarray:
     """(N, 2, 3) reference offsets from the default pose of (hip pitch, knee, ankle pitch), left and right.
 
     The clock's swing leg folds by a half sine over its swing, s = sin(pi x swing progress):
@@ -355,7 +361,7 @@ def reference_gait_offsets(state: RewardState, amplitude: float = 0.35, stand_be
 
 
 def _reward_reference_gait(state: RewardState, *, amplitude: float = 0.35, sigma: float = 0.3,
-                           stand_below: float = 0.1) -> np.ndarray:
+                           stand_below: float = STAND_BELOW) -> np.ndarray:
     """Sagittal leg joints follow a clock-driven stepping reference: exp(-mean(err^2) / sigma^2).
 
     The reference (`reference_gait_offsets`) lifts the swing foot by folding hip, knee and ankle
