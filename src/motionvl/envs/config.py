@@ -173,7 +173,7 @@ class EnvConfig:
     the same offsets to default pose + action scale x action before the joint-limit clip."""
     gait_stand_below: float = STAND_BELOW
     """The stepping feedforward rests (both legs at the default pose) while every command component
-    is at or below this (m/s, rad/s), as `stand_below` of the gait reward terms, which should agree;
+    is at or below this (m/s, rad/s), as `stand_below` of the gait reward terms, which must agree (training checks);
     a negative value keeps it stepping in place at a standing command. Part of the exported
     contract (`gait_stand_below` in the ONNX metadata); it matters only with the feedforward on."""
     obs_history: int = 0

@@ -188,6 +188,13 @@ class RewardSpec:
                 return t
         raise KeyError(f"no term '{name}' in the spec{_suggest(name, self.weights)}")
 
+    def standing_thresholds(self) -> dict[str, float]:
+        """{term: stand_below} of the weighted library terms with a standing branch (the command magnitude at or
+        below which they ask for both feet down); generated terms are not inspected."""
+        return {t.name: float(t.params.get("stand_below", REGISTRY[t.name].params["stand_below"]))
+                for t in self.terms
+                if t.source == "library" and t.weight and "stand_below" in REGISTRY[t.name].params}
+
     @property
     def weights(self) -> MappingProxyType:
         return MappingProxyType({t.name: t.weight for t in self.terms})

@@ -56,7 +56,7 @@ from motionvl.rl.config import TrainConfig
 from motionvl.rl.export import export_policy, policy_metadata
 from motionvl.rl.selection import PolicySelection
 from motionvl.rl.vecenv import LocomotionVecEnv
-from motionvl.robot import RobotConfig, load_robot_config
+from motionvl.robot import ConfigError, RobotConfig, load_robot_config
 
 if TYPE_CHECKING:  # rsl_rl is imported where a runner is built
     from motionvl.rl.estimator import EstimatorTraining
@@ -107,6 +107,7 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     from rsl_rl.runners import OnPolicyRunner
 
     robot = robot or load_robot_config()
+    check_standing_agreement(reward_fn, train_cfg.env)
     device = device or train_cfg.resolved_device()
     if train_cfg.torch_threads:
         torch.set_num_threads(int(train_cfg.torch_threads))
@@ -122,6 +123,26 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     with _quiet():
         runner = OnPolicyRunner(vec, train_cfg.to_rsl_rl(), log_dir=None, device=device)
     return vec, runner
+
+
+def check_standing_agreement(reward_fn, env_cfg) -> None:
+    """Raise ConfigError when the stepping feedforward and the reward's gait terms disagree on standing.
+
+    With env.gait_feedforward on, the fold rests while every command component is at or below
+    env.gait_stand_below; a gait term whose stand_below differs would pay for both feet down while the fold
+    steps (or the reverse). Any two negative thresholds agree (neither ever stands)."""
+    thresholds = getattr(reward_fn, "standing_thresholds", None)
+    if not env_cfg.gait_feedforward or thresholds is None:
+        return
+    env_value = float(env_cfg.gait_stand_below)
+    disagree = {name: value for name, value in thresholds().items()
+                if not (value == env_value or (value < 0 and env_value < 0))}
+    if disagree:
+        listed = ", ".join(f"{name} {value:g}" for name, value in disagree.items())
+        raise ConfigError(f"the reward's gait terms and the stepping feedforward disagree on when the robot "
+                          f"stands: env.gait_stand_below is {env_value:g} but stand_below is {listed}. Set the "
+                          f"terms' params stand_below to {env_value:g} in the reward spec, or "
+                          f"env.gait_stand_below to theirs")
 
 
 def update_thread_count(train_cfg: TrainConfig) -> int | None:
