@@ -21,7 +21,7 @@ from motionvl.rl.config import PPOConfig, TrainConfig
 from motionvl.rl.evaluate import episode_metrics, evaluate
 from motionvl.rl.export import ContractError, OnnxPolicy, check_contract, export_policy, load_policy, policy_metadata
 from motionvl.rl.gait_metrics import gait_metrics, truncate_at_fall
-from motionvl.rl.trainer import ENV_KEYS_ADDED_LATER, build_runner, check_standing_agreement, run_iteration, train_policy, update_thread_count
+from motionvl.rl.trainer import ENV_KEYS_ADDED_LATER, agree_on_standing, build_runner, run_iteration, train_policy, update_thread_count
 from motionvl.rl.vecenv import LocomotionVecEnv
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.sim.trajectory import Trajectory
@@ -185,30 +185,40 @@ def test_gait_feedforward_is_part_of_the_contract_every_evaluation_follows(robot
     assert (old.gait_feedforward, old.gait_stand_below) == (0.0, 0.1)
 
 
-def test_reward_and_feedforward_must_agree_on_standing(robot):
+def test_reward_follows_the_feedforward_on_standing_unless_it_says_otherwise(robot):
     from motionvl.rewards.spec import load_reward_spec
 
-    reference = load_reward_spec(None)
-    assert reference.standing_thresholds() == {"contact_phase": 0.1, "feet_clearance": 0.1, "feet_air_time": 0.1}
-    with pytest.raises(ConfigError, match=r"gait_stand_below is -1 but stand_below is contact_phase 0.1, "
-                                          r"feet_clearance 0.1, feet_air_time 0.1"):
-        build_runner(tiny_config(gait_feedforward=0.2, gait_stand_below=-1.0), reference, robot)
-    stepping = reference.to_dict()
-    for name in ("contact_phase", "feet_clearance", "feet_air_time"):
-        stepping["terms"][name].setdefault("params", {})["stand_below"] = -0.5  # any negative: never standing
-    stepping = type(reference).from_dict(stepping)
-    assert set(stepping.standing_thresholds().values()) == {-0.5}
-    check_standing_agreement(stepping, tiny_config(gait_feedforward=0.2, gait_stand_below=-1.0).env)
-    check_standing_agreement(reference, tiny_config(gait_feedforward=0.2).env)
-    with pytest.raises(ConfigError, match="feet_air_time 0.1"):  # one term left behind is enough
-        half = stepping.to_dict()
-        del half["terms"]["feet_air_time"]["params"]
-        check_standing_agreement(type(reference).from_dict(half), tiny_config(gait_feedforward=0.2,
-                                                                               gait_stand_below=-1.0).env)
-    # without the feedforward the env's threshold is unused, and a weight-0 term pays nothing
-    check_standing_agreement(reference, tiny_config(gait_stand_below=-1.0).env)
-    off = reference.with_weights({"contact_phase": 0.0, "feet_clearance": 0.0, "feet_air_time": 0.0})
-    check_standing_agreement(off, tiny_config(gait_feedforward=0.2, gait_stand_below=-1.0).env)
+    reference = load_reward_spec(None)  # sets no stand_below: its gait terms follow the env's
+    gait_terms = {"contact_phase", "feet_clearance", "feet_air_time"}
+    assert reference.standing_thresholds() == dict.fromkeys(gait_terms, 0.1)
+    stepping_cfg = tiny_config(gait_feedforward=0.2, gait_stand_below=-1.0)
+    followed = agree_on_standing(reference, stepping_cfg.env)
+    assert followed.standing_thresholds() == dict.fromkeys(gait_terms, -1.0)
+    vec, _ = build_runner(stepping_cfg, reference, robot)
+    assert vec.env.reward_fn.standing_thresholds() == dict.fromkeys(gait_terms, -1.0), "the env trains the followed spec"
+
+    def explicit(value: float, names=gait_terms):
+        raw = reference.to_dict()
+        for name in names:
+            raw["terms"][name].setdefault("params", {})["stand_below"] = value
+        return type(reference).from_dict(raw)
+
+    with pytest.raises(ConfigError, match=r"gait_stand_below is -1 but the reward spec sets stand_below "
+                                          r"contact_phase 0.1, feet_clearance 0.1, feet_air_time 0.1"):
+        build_runner(stepping_cfg, explicit(0.1), robot)
+    with pytest.raises(ConfigError, match=r"stand_below feet_air_time 0.1\."):  # one term is enough
+        agree_on_standing(explicit(0.1, {"feet_air_time"}), stepping_cfg.env)
+    # any two negative thresholds agree (neither ever stands), and an explicit value is kept
+    assert set(agree_on_standing(explicit(-0.5), stepping_cfg.env).standing_thresholds().values()) == {-0.5}
+    assert agree_on_standing(explicit(0.1), tiny_config(gait_feedforward=0.2).env).standing_thresholds() == \
+        dict.fromkeys(gait_terms, 0.1)
+    # without the feedforward the env's threshold is unused: the spec trains as written
+    assert agree_on_standing(explicit(0.1), tiny_config(gait_stand_below=-1.0).env).standing_thresholds() == \
+        dict.fromkeys(gait_terms, 0.1)
+    assert agree_on_standing(reference, tiny_config(gait_stand_below=-1.0).env) is reference
+    # a weight-0 term pays nothing, so its threshold cannot disagree
+    off = explicit(0.1).with_weights(dict.fromkeys(gait_terms, 0.0))
+    assert agree_on_standing(off, stepping_cfg.env).standing_thresholds() == {}
 
 
 def test_onnx_matches_torch_with_normalisation(robot, tmp_path):

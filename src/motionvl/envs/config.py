@@ -173,8 +173,9 @@ class EnvConfig:
     the same offsets to default pose + action scale x action before the joint-limit clip."""
     gait_stand_below: float = STAND_BELOW
     """The stepping feedforward rests (both legs at the default pose) while every command component
-    is at or below this (m/s, rad/s), as `stand_below` of the gait reward terms, which must agree (training checks);
-    a negative value keeps it stepping in place at a standing command. Part of the exported
+    is at or below this (m/s, rad/s); a negative value keeps it stepping in place at a standing command.
+    With the feedforward on, the gait reward terms' `stand_below` follows it where the reward spec sets
+    none, and training refuses a spec that sets a different one (`rl.trainer.agree_on_standing`). Part of the exported
     contract (`gait_stand_below` in the ONNX metadata); it matters only with the feedforward on."""
     obs_history: int = 0
     """Extra past proprioceptive frames appended to the actor observation."""

@@ -195,6 +195,15 @@ class RewardSpec:
                 for t in self.terms
                 if t.source == "library" and t.weight and "stand_below" in REGISTRY[t.name].params}
 
+    def standing_below(self, stand_below: float) -> "RewardSpec":
+        """A new spec whose library terms with a standing branch take this stand_below where the spec sets
+        none of its own (training passes env.gait_stand_below while the stepping feedforward is on, so a spec
+        need not repeat the env's threshold); explicit values are kept."""
+        terms = [dataclasses.replace(t, params={**t.params, "stand_below": float(stand_below)})
+                 if t.source == "library" and "stand_below" in REGISTRY[t.name].params and "stand_below" not in t.params
+                 else t for t in self.terms]
+        return self._replace(terms=terms)
+
     @property
     def weights(self) -> MappingProxyType:
         return MappingProxyType({t.name: t.weight for t in self.terms})

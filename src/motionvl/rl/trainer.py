@@ -107,7 +107,7 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     from rsl_rl.runners import OnPolicyRunner
 
     robot = robot or load_robot_config()
-    check_standing_agreement(reward_fn, train_cfg.env)
+    reward_fn = agree_on_standing(reward_fn, train_cfg.env)
     device = device or train_cfg.resolved_device()
     if train_cfg.torch_threads:
         torch.set_num_threads(int(train_cfg.torch_threads))
@@ -125,24 +125,26 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     return vec, runner
 
 
-def check_standing_agreement(reward_fn, env_cfg) -> None:
-    """Raise ConfigError when the stepping feedforward and the reward's gait terms disagree on standing.
+def agree_on_standing(reward_fn, env_cfg):
+    """The reward to train with the stepping feedforward: its gait terms stand when the fold rests.
 
     With env.gait_feedforward on, the fold rests while every command component is at or below
-    env.gait_stand_below; a gait term whose stand_below differs would pay for both feet down while the fold
-    steps (or the reverse). Any two negative thresholds agree (neither ever stands)."""
-    thresholds = getattr(reward_fn, "standing_thresholds", None)
-    if not env_cfg.gait_feedforward or thresholds is None:
-        return
+    env.gait_stand_below. Gait terms whose spec sets no stand_below take that threshold; one that sets a
+    different one would pay for both feet down while the fold steps (or the reverse): ConfigError. Any two
+    negative thresholds agree (neither ever stands). Without the feedforward the reward is returned as is."""
+    if not env_cfg.gait_feedforward or not hasattr(reward_fn, "standing_below"):
+        return reward_fn
     env_value = float(env_cfg.gait_stand_below)
-    disagree = {name: value for name, value in thresholds().items()
+    resolved = reward_fn.standing_below(env_value)
+    disagree = {name: value for name, value in resolved.standing_thresholds().items()
                 if not (value == env_value or (value < 0 and env_value < 0))}
     if disagree:
         listed = ", ".join(f"{name} {value:g}" for name, value in disagree.items())
         raise ConfigError(f"the reward's gait terms and the stepping feedforward disagree on when the robot "
-                          f"stands: env.gait_stand_below is {env_value:g} but stand_below is {listed}. Set the "
-                          f"terms' params stand_below to {env_value:g} in the reward spec, or "
-                          f"env.gait_stand_below to theirs")
+                          f"stands: env.gait_stand_below is {env_value:g} but the reward spec sets stand_below "
+                          f"{listed}. Remove those params (the terms then follow env.gait_stand_below), set them "
+                          f"to {env_value:g}, or set env.gait_stand_below to theirs")
+    return resolved
 
 
 def update_thread_count(train_cfg: TrainConfig) -> int | None:
@@ -248,7 +250,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         cfg.minutes = float(minutes)
     if max_iterations is not None:
         cfg.max_iterations = int(max_iterations)
-    spec = _resolve_reward(reward_spec, run_dir, resume)
+    # the run's reward_spec.yaml records the thresholds the gait terms train with
+    spec = agree_on_standing(_resolve_reward(reward_spec, run_dir, resume), cfg.env)
     robot = robot or load_robot_config()
 
     ckpt_dir.mkdir(parents=True, exist_ok=True)
