@@ -194,6 +194,7 @@ def test_reward_follows_the_feedforward_on_standing_unless_it_says_otherwise(rob
     stepping_cfg = tiny_config(gait_feedforward=0.2, gait_stand_below=-1.0)
     followed = agree_on_standing(reference, stepping_cfg.env)
     assert followed.standing_thresholds() == dict.fromkeys(gait_terms, -1.0)
+    assert agree_on_standing(followed, stepping_cfg.env) is followed  # train_policy's, then build_runner's call
     vec, _ = build_runner(stepping_cfg, reference, robot)
     assert vec.env.reward_fn.standing_thresholds() == dict.fromkeys(gait_terms, -1.0), "the env trains the followed spec"
 

@@ -199,9 +199,12 @@ class RewardSpec:
         """A new spec whose library terms with a standing branch take this stand_below where the spec sets
         none of its own (training passes env.gait_stand_below while the stepping feedforward is on, so a spec
         need not repeat the env's threshold); explicit values are kept."""
-        terms = [dataclasses.replace(t, params={**t.params, "stand_below": float(stand_below)})
-                 if t.source == "library" and "stand_below" in REGISTRY[t.name].params and "stand_below" not in t.params
-                 else t for t in self.terms]
+        unset = {t.name for t in self.terms
+                 if t.source == "library" and "stand_below" in REGISTRY[t.name].params and "stand_below" not in t.params}
+        if not unset:  # nothing to add: skip re-validating (and re-compiling generated code)
+            return self
+        terms = [dataclasses.replace(t, params={**t.params, "stand_below": float(stand_below)}) if t.name in unset else t
+                 for t in self.terms]
         return self._replace(terms=terms)
 
     @property
