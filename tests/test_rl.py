@@ -523,6 +523,26 @@ def test_training_config_overrides_are_checked_like_the_file(tmp_path):
     assert proc.returncode == 2 and "desird_kl" in proc.stderr and not out.exists()
 
 
+def test_bench_train_measures_an_overridden_config_and_refuses_a_bad_key():
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    tiny = ["--envs", "8", "--physics-threads", "1", "--seconds", "0.2", "--set", "ppo.num_steps_per_env=4",
+            "--set", "ppo.num_mini_batches=1", "--set", "ppo.actor_hidden_dims=[16]",
+            "--set", "ppo.critic_hidden_dims=[16]"]
+    proc = subprocess.run([sys.executable, "-m", "motionvl.cli", "bench", "train", *tiny,
+                           "--set", "ppo.symmetry_augmentation=true"],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["envs"] == 8 and figures["ppo"]["num_steps_per_env"] == 4
+    assert figures["ppo"]["actor_hidden_dims"] == [16] and figures["ppo"]["symmetry_augmentation"] is True
+    assert figures["overrides"][-1] == "ppo.symmetry_augmentation=true"
+    assert figures["train_steps_per_s"] > 0 and figures["env_steps_per_s"] > 0
+    bad = subprocess.run([sys.executable, "-m", "motionvl.cli", "bench", "train", *tiny, "--set", "ppo.symetry=true"],
+                         capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "symetry" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.stdout.strip() == ""
+
+
 def test_time_to_walk_runs_each_training_seed_with_overrides(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     tiny = ["--set", "env.num_envs=8", "--set", "env.num_threads=1", "--set", "ppo.num_steps_per_env=4",

@@ -39,6 +39,9 @@ class TrainBenchArgs:
     """torch intra-op threads in the rollout (default: the training config's, else torch's)."""
     update_torch_threads: int | None = dataclasses.field(default=None, metadata={"type": int})
     """torch intra-op threads in the PPO update (default: the training config's)."""
+    set: list | None = dataclasses.field(default=None, metadata={"action": "append", "metavar": "KEY=VALUE"})
+    """Override a training-config key as `motionvl train-policy --set` does (repeatable), e.g.
+    --set ppo.symmetry_augmentation=true to measure what a switch costs the loop."""
 
 
 def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,27 +104,35 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
         "iterations": iters,
         "ppo": {"num_steps_per_env": p.num_steps_per_env, "num_learning_epochs": p.num_learning_epochs,
                 "num_mini_batches": p.num_mini_batches, "actor_hidden_dims": list(p.actor_hidden_dims),
-                "critic_hidden_dims": list(p.critic_hidden_dims)},
+                "critic_hidden_dims": list(p.critic_hidden_dims), "velocity_estimator": p.velocity_estimator,
+                "symmetry_augmentation": p.symmetry_augmentation},
         "sb3_baseline_steps_per_s": SB3_BASELINE_STEPS_PER_S,
         "vs_sb3_baseline": round(train_sps / SB3_BASELINE_STEPS_PER_S, 2),
         "goal_steps_per_s": GOAL_STEPS_PER_S, "meets_goal": bool(train_sps >= GOAL_STEPS_PER_S),
     }
 
 
-def run_train_benchmark(args: argparse.Namespace) -> dict:
-    """Entry point of `motionvl bench train`: returns the figures (the bench CLI prints them as JSON)."""
+def run_train_benchmark(args: argparse.Namespace) -> dict | int:
+    """Entry point of `motionvl bench train`: returns the figures (the bench CLI prints them as JSON),
+    or exit status 2 after a message on a bad config, override or reward spec."""
     from motionvl.rewards.spec import load_reward_spec
+    from motionvl.robot import ConfigError
 
     a = args_to_dataclass(args, TrainBenchArgs)
-    cfg = TrainConfig.from_yaml(a.config)
-    if a.envs is not None:
-        cfg.env.num_envs = a.envs
-    if a.physics_threads is not None:
-        cfg.env.num_threads = a.physics_threads
-    if a.torch_threads is not None:
-        cfg.torch_threads = a.torch_threads
-    if a.update_torch_threads is not None:
-        cfg.update_torch_threads = a.update_torch_threads
-    cfg.validate()
-    return benchmark_training(cfg, load_reward_spec(a.reward), seconds=a.seconds,
-                              log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        cfg = TrainConfig.from_yaml(a.config, overrides=a.set or ())
+        if a.envs is not None:
+            cfg.env.num_envs = a.envs
+        if a.physics_threads is not None:
+            cfg.env.num_threads = a.physics_threads
+        if a.torch_threads is not None:
+            cfg.torch_threads = a.torch_threads
+        if a.update_torch_threads is not None:
+            cfg.update_torch_threads = a.update_torch_threads
+        cfg.validate()
+        reward = load_reward_spec(a.reward)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"motionvl bench train: {exc}", file=sys.stderr, flush=True)
+        return 2
+    result = benchmark_training(cfg, reward, seconds=a.seconds, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    return {**result, "overrides": list(a.set or ())}
