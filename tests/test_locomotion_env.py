@@ -437,3 +437,49 @@ def test_gait_feedforward_folds_the_clocks_swing_leg_under_the_policys_action(ro
         env_with(-0.1, (0.6, 0.0, 0.0))
     with pytest.raises(ConfigError, match="gait_feedforward"):
         LocomotionEnv(dataclasses.replace(robot, action_mode="relative"), EnvConfig(num_envs=1, gait_feedforward=0.2))
+
+
+def test_stride_feedforward_sweeps_the_hips_as_the_forward_command_asks(robot):
+    from motionvl.rewards.terms import reference_gait_joint_indices, reference_gait_offsets
+
+    def env_with(stride: float, command) -> LocomotionEnv:
+        return LocomotionEnv(robot, EnvConfig(num_envs=2, num_threads=1, seed=2, gait_feedforward=0.3,
+                                              gait_stride_feedforward=stride, gait_stand_below=-1.0,
+                                              commands=CommandConfig(fixed=command, resample_s=1e9),
+                                              randomization=RandomizationConfig.disabled()))
+
+    idx = reference_gait_joint_indices(robot.joint_names)  # [left, right] x (hip pitch, knee, ankle pitch)
+    actions = np.zeros((2, robot.num_joints))
+    fold_only, swept = env_with(0.0, (0.5, 0.0, 0.0)), env_with(0.4, (0.5, 0.0, 0.0))
+    sweeps, phases = [], []
+    for _ in range(40):  # more than a gait period (0.7 s = 35 policy steps)
+        observed = swept.state
+        phases.append(observed.gait_phase[0])
+        fold_only.step(actions)
+        swept.step(actions)
+        delta = swept.sim.ctrl[:, idx] - fold_only.sim.ctrl[:, idx]  # the sweep alone (the pose stays within limits)
+        np.testing.assert_allclose(delta[:, :, 1], 0.0, atol=1e-12)  # the knee does not sweep
+        np.testing.assert_allclose(delta[:, :, 2], -delta[:, :, 0], atol=1e-12)  # the ankle keeps the sole level
+        np.testing.assert_allclose(swept.sim.ctrl[:, idx] - robot.default_pose[idx],
+                                   reference_gait_offsets(observed, 0.3, -1.0, 0.4), atol=1e-12)
+        sweeps.append(delta[0, :, 0])
+    sweeps, phases = np.array(sweeps), np.array(phases)
+    reach = 0.4 * 0.5
+    assert np.abs(sweeps).max() == pytest.approx(reach, abs=0.02)
+    left_stance = phases < 0.5
+    # the stance hip moves back (towards +reach, foot behind) and the swing hip forward, one after the other
+    assert np.all(np.diff(sweeps[:, 0][left_stance][:10]) > 0) and np.all(np.diff(sweeps[:, 1][left_stance][:10]) < 0)
+    np.testing.assert_allclose(sweeps[:, 0] + sweeps[:, 1], 0.0, atol=1e-12)  # the legs sweep against each other
+    # walking backwards sweeps the other way; turning in place (no forward command) does not sweep
+    pairs = {"backwards": (env_with(0.4, (-0.5, 0.0, 0.0)), env_with(0.0, (-0.5, 0.0, 0.0))),
+             "turning": (env_with(0.4, (0.0, 0.0, 0.5)), env_with(0.0, (0.0, 0.0, 0.5)))}
+    for step in range(12):
+        delta = {}
+        for name, (with_stride, without) in pairs.items():
+            with_stride.step(actions)
+            without.step(actions)
+            delta[name] = with_stride.sim.ctrl[:, idx] - without.sim.ctrl[:, idx]
+        np.testing.assert_allclose(delta["backwards"][0, :, 0], -sweeps[step], atol=1e-12)
+        np.testing.assert_allclose(delta["turning"], 0.0, atol=1e-12)
+    with pytest.raises(ConfigError, match="gait_stride_feedforward"):
+        env_with(-0.1, (0.5, 0.0, 0.0))

@@ -168,21 +168,23 @@ def test_gait_feedforward_is_part_of_the_contract_every_evaluation_follows(robot
     from motionvl.render.rollout import _policy_env_overrides
     from motionvl.rl.evaluate import batch_evaluation_env
 
-    cfg = tiny_config(gait_feedforward=0.3, gait_stand_below=-1.0)
+    cfg = tiny_config(gait_feedforward=0.3, gait_stride_feedforward=0.2, gait_stand_below=-1.0)
     vec, runner = build_runner(cfg, PlaceholderReward(), robot)
     assert vec.env.cfg.gait_feedforward == 0.3
     path = export_policy(runner.alg.get_policy(), tmp_path / "p.onnx", policy_metadata(robot, cfg.env, vec.num_obs))
     policy = load_policy(path)
-    assert (policy.gait_feedforward, policy.gait_stand_below) == pytest.approx((0.3, -1.0))
+    trained = (0.3, 0.2, -1.0)
+    assert (policy.gait_feedforward, policy.gait_stride_feedforward, policy.gait_stand_below) == pytest.approx(trained)
     env_cfg = batch_evaluation_env(policy, seconds=1.0, episodes=2, robot=robot).cfg
-    assert (env_cfg.gait_feedforward, env_cfg.gait_stand_below) == pytest.approx((0.3, -1.0))
+    assert (env_cfg.gait_feedforward, env_cfg.gait_stride_feedforward, env_cfg.gait_stand_below) == pytest.approx(trained)
     overrides = _policy_env_overrides(policy)
-    assert (overrides["gait_feedforward"], overrides["gait_stand_below"]) == pytest.approx((0.3, -1.0))
+    assert (overrides["gait_feedforward"], overrides["gait_stride_feedforward"],
+            overrides["gait_stand_below"]) == pytest.approx(trained)
     # a policy exported before the keys existed was trained without the feedforward, or resting below 0.1
     legacy = {k: v for k, v in policy_metadata(robot, cfg.env, vec.num_obs).items()
-              if k not in ("gait_feedforward", "gait_stand_below")}
+              if k not in ("gait_feedforward", "gait_stride_feedforward", "gait_stand_below")}
     old = load_policy(export_policy(runner.alg.get_policy(), tmp_path / "old.onnx", legacy))
-    assert (old.gait_feedforward, old.gait_stand_below) == (0.0, 0.1)
+    assert (old.gait_feedforward, old.gait_stride_feedforward, old.gait_stand_below) == (0.0, 0.0, 0.1)
 
 
 def test_reward_follows_the_feedforward_on_standing_unless_it_says_otherwise(robot):

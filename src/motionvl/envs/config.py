@@ -171,6 +171,13 @@ class EnvConfig:
     (~9 cm of lift on mvl_biped at 0.35), nothing while the command is standing. 0: off. Part of
     the exported contract (`gait_feedforward` in the ONNX metadata): whatever drives the robot adds
     the same offsets to default pose + action scale x action before the joint-limit clip."""
+    gait_stride_feedforward: float = 0.0
+    """Hip-pitch sweep (rad per m/s of forward command) of the stepping feedforward, added to the PD
+    targets as `gait_feedforward`'s fold is: the stance leg's hip moves from -a vx (foot ahead) to +a vx
+    (behind) over its half cycle and the swing leg's back, the ankle pitch opposite to keep the sole
+    level (`rewards.terms.reference_gait_offsets`, stride=a). A stride for the command from the first
+    iteration, which the policy otherwise learns through the tracking reward alone. 0: off. Part of the
+    exported contract (`gait_stride_feedforward` in the ONNX metadata), like the fold."""
     gait_stand_below: float = STAND_BELOW
     """The stepping feedforward rests (both legs at the default pose) while every command component
     is at or below this (m/s, rad/s); a negative value keeps it stepping in place at a standing command.

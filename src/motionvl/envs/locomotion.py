@@ -133,13 +133,15 @@ class LocomotionEnv:
 
         self.default_pose = robot.default_pose
         self.action_scales = robot.action_scales
-        if not cfg.gait_feedforward >= 0.0:
-            raise ConfigError(f"env.gait_feedforward must be >= 0, got {cfg.gait_feedforward}")
-        if cfg.gait_feedforward and robot.action_mode == "absolute":
+        for name in ("gait_feedforward", "gait_stride_feedforward"):
+            if not getattr(cfg, name) >= 0.0:
+                raise ConfigError(f"env.{name} must be >= 0, got {getattr(cfg, name)}")
+        self._feedforward = bool(cfg.gait_feedforward or cfg.gait_stride_feedforward)
+        if self._feedforward and robot.action_mode == "absolute":
             self._feedforward_idx = reference_gait_joint_indices(robot.joint_names)
-        elif cfg.gait_feedforward:
-            raise ConfigError("env.gait_feedforward needs a robot with action_mode 'absolute' (offsets from the "
-                              f"default pose), not {robot.action_mode!r}")
+        elif self._feedforward:
+            raise ConfigError("env.gait_feedforward and env.gait_stride_feedforward need a robot with action_mode "
+                              f"'absolute' (offsets from the default pose), not {robot.action_mode!r}")
         self.lower, self.upper = robot.lower, robot.upper
         self.max_episode_length = int(round(cfg.episode_length_s / self.dt))
         self.layout = obs_layout(J, cfg.heading_observation)
@@ -367,10 +369,10 @@ class LocomotionEnv:
         q = self.sim.qpos[:, self._qp]
         base = self.default_pose if self.robot.action_mode == "absolute" else q
         new_target = base + self.action_scales * actions
-        if self.cfg.gait_feedforward:
+        if self._feedforward:
             # self.state is what the policy just observed: the same clock phase and command
             new_target[:, self._feedforward_idx] += reference_gait_offsets(
-                self.state, self.cfg.gait_feedforward, self.cfg.gait_stand_below)
+                self.state, self.cfg.gait_feedforward, self.cfg.gait_stand_below, self.cfg.gait_stride_feedforward)
         new_target = np.clip(new_target, self.lower, self.upper)
 
         # with latency randomisation, MuJoCo holds back new_target by each env's latency (set_ctrl_delay)

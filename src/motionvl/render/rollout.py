@@ -67,9 +67,10 @@ def _policy_env_overrides(policy) -> dict:
     period = getattr(policy, "gait_period", contract.get("gait_period", contract.get("gait_period_s")))
     if period is not None:
         out["gait_period_s"] = float(period)
-    feedforward = getattr(policy, "gait_feedforward", contract.get("gait_feedforward"))
-    if feedforward is not None:
-        out["gait_feedforward"] = float(feedforward)
+    for name in ("gait_feedforward", "gait_stride_feedforward"):
+        feedforward = getattr(policy, name, contract.get(name))
+        if feedforward is not None:
+            out[name] = float(feedforward)
     stand_below = getattr(policy, "gait_stand_below", contract.get("gait_stand_below"))
     if stand_below is not None:
         out["gait_stand_below"] = float(stand_below)

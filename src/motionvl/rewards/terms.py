@@ -347,7 +347,8 @@ def reference_gait_joint_indices(joint_names) -> np.ndarray:
     return np.stack([_leg_pair(tuple(joint_names), j) for j in REFERENCE_GAIT_JOINTS], axis=1)
 
 
-def reference_gait_offsets(state: RewardState, amplitude: float = 0.35, stand_below: float = STAND_BELOW) -> np.ndarray:
+def reference_gait_offsets(state: RewardState, amplitude: float = 0.35, stand_below: float = STAND_BELOW,
+                           stride: float = 0.0) -> np.ndarray:
     """(N, 2, 3) reference offsets from the default pose of (hip pitch, knee, ankle pitch), left and right.
 
     The clock's swing leg folds by a half sine over its swing, s = sin(pi x swing progress):
@@ -355,9 +356,21 @@ def reference_gait_offsets(state: RewardState, amplitude: float = 0.35, stand_be
     pitch axes of this leg the fold keeps the sole level and under the hip and lifts it by
     (thigh + shin) x (cos(q0) - cos(q0 + amplitude)), q0 the default thigh angle: ~9 cm for
     mvl_biped at 0.35 rad. The stance leg and both legs when standing: the default pose.
+
+    stride (rad per m/s of forward command vx): the legs also sweep in hip pitch as walking at vx
+    asks, linearly over each half cycle: the stance hip from -stride vx (foot ahead) to +stride vx
+    (foot behind), the swing hip back again, the ankle pitch opposite to the hip to keep the sole
+    level. Continuous where the legs change roles; none while the command is standing.
     """
-    fold = np.sin(np.pi * swing_progress(state)) * ~expected_stance(state, stand_below)
-    return fold[:, :, None] * (amplitude * np.array([-1.0, 2.0, -1.0]))
+    stance = expected_stance(state, stand_below)
+    progress = swing_progress(state)
+    offsets = (np.sin(np.pi * progress) * ~stance)[:, :, None] * (amplitude * np.array([-1.0, 2.0, -1.0]))
+    if stride:
+        ramp = 1.0 - 2.0 * progress  # +1 -> -1 over each half cycle
+        reach = stride * state.command[:, :1] * moving(state, stand_below)[:, None]
+        sweep = reach * np.where(stance, -ramp, ramp)
+        offsets = offsets + sweep[:, :, None] * np.array([1.0, 0.0, -1.0])
+    return offsets
 
 
 def _reward_reference_gait(state: RewardState, *, amplitude: float = 0.35, sigma: float = 0.3,

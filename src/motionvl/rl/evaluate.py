@@ -95,7 +95,7 @@ def batch_evaluation_env(policy: OnnxPolicy, seconds: float = 10.0, terrain: str
     cfg = EnvConfig(num_envs=int(episodes), episode_length_s=float(seconds) + 1.0, terrain=terrain, seed=seed,
                     gait_period_s=float(policy.gait_period or EnvConfig.gait_period_s), obs_history=policy.obs_history,
                     heading_observation=policy.heading_observation, gait_feedforward=policy.gait_feedforward,
-                    gait_stand_below=policy.gait_stand_below,
+                    gait_stride_feedforward=policy.gait_stride_feedforward, gait_stand_below=policy.gait_stand_below,
                     commands=CommandConfig(fixed=tuple(float(c) for c in command), resample_s=1e9,
                                            heading_gain=float(heading_gain)),
                     randomization=randomization or (RandomizationConfig() if randomize else RandomizationConfig.disabled()),

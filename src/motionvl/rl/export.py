@@ -90,6 +90,7 @@ def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0, gait
         "heading_observation": bool(env_cfg.heading_observation),
         "gait_period": float(env_cfg.gait_period_s if gait_period is None else gait_period),
         "gait_feedforward": float(env_cfg.gait_feedforward),
+        "gait_stride_feedforward": float(env_cfg.gait_stride_feedforward),
         "gait_stand_below": float(env_cfg.gait_stand_below),
         "action_clip": float(action_clip),
         "train_sim_dt": float(env_cfg.sim_dt or robot.sim_dt),
@@ -172,6 +173,11 @@ class OnnxPolicy:
     def gait_feedforward(self) -> float:
         """Amplitude (rad) of the clock-driven stepping offsets added to the PD targets (EnvConfig.gait_feedforward); 0: none."""
         return float(self.metadata.get("gait_feedforward", 0.0))
+
+    @property
+    def gait_stride_feedforward(self) -> float:
+        """Hip-pitch sweep (rad per m/s of forward command) of the stepping offsets (EnvConfig.gait_stride_feedforward); 0: none."""
+        return float(self.metadata.get("gait_stride_feedforward", 0.0))
 
     @property
     def gait_stand_below(self) -> float:
