@@ -6,8 +6,8 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from motionvl.rl.goal_plots import (CLEARANCE_GOAL_M, TRACKING_GOAL_MPS, WALK_FRACTION_GOAL, command_sweep_figure,
-                                    save_figure, time_to_walk_figure)
+from motionvl.rl.goal_plots import (CLEARANCE_GOAL_M, TRACKING_GOAL_MPS, WALK_FRACTION_GOAL, command_label,
+                                    command_sweep_figure, save_figure, time_to_walk_figure)
 
 
 def curve_row(minutes, iterations, walk, clearance, period=0.7, confirm=None):
@@ -67,6 +67,8 @@ def test_command_sweep_figure_bars_and_fall_labels(tmp_path):
     assert [t.get_text() for t in ax.texts] == ["25% fell"]
     assert any(l.get_ydata()[0] == TRACKING_GOAL_MPS for l in ax.get_lines())
     assert "0.100 / 0.075" in ax.get_title() and ax.get_xticklabels()[-1].get_text().startswith("rough")
+    assert [t.get_text() for t in ax.get_xticklabels()[:2]] == ["vx 0.5 (fwd)\nvy 0\nyaw 0", "vx 0\nvy 0.3 (left)\nyaw 0"]
+    assert command_label((-0.5, -0.3, -1.0)) == "vx -0.5 (back)\nvy -0.3 (right)\nyaw -1 (right)"
     png = save_figure(fig, tmp_path / "sub" / "sweep.png")
     image = matplotlib.image.imread(png)
     assert image.shape[0] > 300 and image.shape[1] > 400 and image[..., :3].std() > 0.05  # drawn, not blank

@@ -113,13 +113,25 @@ def time_to_walk_figure(curve: list, x: str = "minutes", title: str | None = Non
     return fig
 
 
+def command_label(command) -> str:
+    """Tick label of a sweep command (vx, vy, yaw rate) with its direction in words, since the sign
+    conventions (REP 103: +y left, +yaw counter-clockwise) are not what a reader of a plot recalls."""
+    vx, vy, yaw = (float(c) for c in command)
+
+    def worded(value: float, positive: str, negative: str) -> str:
+        return "" if value == 0 else f" ({positive if value > 0 else negative})"
+
+    return (f"vx {vx:g}{worded(vx, 'fwd', 'back')}\nvy {vy:g}{worded(vy, 'left', 'right')}"
+            f"\nyaw {yaw:g}{worded(yaw, 'left', 'right')}")
+
+
 def command_sweep_figure(final: dict, title: str | None = None):
     """Bars of the tracking error per sweep command and on rough ground: with the push at 8 s, the
     same episodes' steady state, and without the push; the share of pushed episodes that fell is
     written over each group. Returns the Figure."""
     plt = pyplot_for_files()
     rows = list(final["command_sweep"])
-    labels = [f"vx {c[0]:g}\nvy {c[1]:g}\nyaw {c[2]:g}" for c in (r["command"] for r in rows)]
+    labels = [command_label(r["command"]) for r in rows]
     rough = final.get("rough_terrain")
     if rough:
         rows.append(rough)
