@@ -174,6 +174,27 @@ def test_command_curriculum_starts_forward_and_widens_only_while_tracking(robot)
     assert without.ranges(0.0) == (without.vx, without.vy, without.yaw_rate), "no curriculum: full ranges"
 
 
+def test_curriculum_leaves_out_the_steps_just_after_a_push(robot):
+    commands = CommandConfig(curriculum=True, standing_fraction=0.0, curriculum_window_s=0.12,
+                             curriculum_error=0.0, curriculum_push_settle_s=0.04)
+    randomization = dataclasses.replace(RandomizationConfig.disabled(), push=True, push_interval_s=0.08)
+    env = LocomotionEnv(robot, EnvConfig(num_envs=16, seed=4, commands=commands, randomization=randomization))
+    assert env.dt == pytest.approx(0.02) and env.push_interval_steps == 4
+    errors, settling = [], []
+    while env.window_tracking_error is None:
+        env.step(np.zeros((16, robot.num_joints)))
+        errors.append(np.linalg.norm(env.command[:, :2] - env.state.base_lin_vel[:, :2], axis=1))
+        settling.append(env.settling_after_push())
+    # pushes after steps 4 and 8, two steps each left out: the window's six counted steps end at step 10
+    assert [bool(s.all()) for s in settling] == [False] * 3 + [True] * 2 + [False] * 2 + [True] * 2 + [False]
+    assert not np.any(np.stack(settling) ^ np.stack(settling)[:, :1]), "no env reset: every env on the same clock"
+    counted = ~np.stack(settling)
+    assert env.window_tracking_error == pytest.approx(np.stack(errors)[counted].mean())
+    assert np.linalg.norm(env.last_push, axis=1).max() > 0, "the pushes happened"
+    with pytest.raises(ConfigError, match="curriculum_push_settle_s"):
+        CommandConfig(curriculum_push_settle_s=-1.0).validate()
+
+
 def test_adaptive_commands_go_where_tracking_is_worst_and_track_every_visited_cell(robot):
     commands = CommandConfig(standing_fraction=0.0, adaptive_fraction=1.0, adaptive_bins=(3, 2, 2), curriculum_window_s=0.04)
     env = LocomotionEnv(robot, EnvConfig(num_envs=96, seed=3, commands=commands,

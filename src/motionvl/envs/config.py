@@ -46,6 +46,10 @@ class CommandConfig:
     """Level added after each window that tracks well enough."""
     curriculum_window_s: float = 5.0
     """Simulated seconds per tracking window."""
+    curriculum_push_settle_s: float = 0.0
+    """Seconds after each push during which an env's tracking error stays out of the curriculum's
+    windows (the push itself knocks the base off the command; pushing more often would otherwise
+    hold the level back). 0: every step counts, pushes included."""
     adaptive_fraction: float = 0.0
     """Share of the sampled (not standing) commands drawn from a cell of an `adaptive_bins` grid over
     the current ranges, chosen in proportion to the cell's recent tracking error (the rest stay
@@ -56,7 +60,9 @@ class CommandConfig:
     """Weight of each tracking window's mean in a cell's error (exponential moving average)."""
 
     def validate(self, where: str = "env.commands") -> None:
-        """Raise ConfigError for adaptive-sampling settings the sampler cannot use."""
+        """Raise ConfigError for curriculum and adaptive-sampling settings the env cannot use."""
+        if not self.curriculum_push_settle_s >= 0:
+            raise ConfigError(f"{where}: curriculum_push_settle_s must be >= 0 seconds, got {self.curriculum_push_settle_s}")
         if not (0 <= self.adaptive_fraction <= 1 and 0 < self.adaptive_smoothing <= 1):
             raise ConfigError(f"{where}: adaptive_fraction must be in [0, 1] and adaptive_smoothing in (0, 1], got "
                               f"{self.adaptive_fraction} and {self.adaptive_smoothing}")

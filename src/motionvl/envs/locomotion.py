@@ -187,8 +187,9 @@ class LocomotionEnv:
         self.command_level = 0.0 if cfg.commands.curriculum else 1.0
         self._curriculum_steps = max(1, int(round(cfg.commands.curriculum_window_s / self.dt)))
         self._tracking = [0.0, 0]  # summed |command_xy - v_xy| and samples in the current window
+        self._settle_steps = int(round(cfg.commands.curriculum_push_settle_s / self.dt)) if cfg.randomization.push else 0
         # mean |command_xy - v_xy| of the last complete window (m/s, body frame, every env and step,
-        # falls and pushes included): what the curriculum compares with curriculum_error
+        # falls included, pushes unless curriculum_push_settle_s): what the curriculum compares with curriculum_error
         self.window_tracking_error: float | None = None
         # adaptive command sampling (CommandConfig.adaptive_fraction): each env's command cell (-1: standing,
         # fixed or not tracked), the current window's summed error and samples per cell, and per cell the
@@ -292,8 +293,9 @@ class LocomotionEnv:
     def _track_commands(self) -> None:
         """Windowed tracking error (window_tracking_error); the curriculum level rises after a window under curriculum_error."""
         err = np.linalg.norm(self.command[:, :2] - self.state.base_lin_vel[:, :2], axis=1)
-        self._tracking[0] += float(err.sum())
-        self._tracking[1] += err.size
+        counted = err[~self.settling_after_push()] if self._settle_steps else err
+        self._tracking[0] += float(counted.sum())
+        self._tracking[1] += counted.size
         c = self.cfg.commands
         if c.adaptive_fraction > 0:
             tracked = self._command_cell >= 0
@@ -310,6 +312,11 @@ class LocomotionEnv:
                 old = self.command_cell_error[seen]
                 self.command_cell_error[seen] = np.where(np.isfinite(old), old + c.adaptive_smoothing * (mean - old), mean)
                 self._cell_window[:] = 0.0
+
+    def settling_after_push(self) -> np.ndarray:
+        """Envs pushed within the last curriculum_push_settle_s (the push step included)."""
+        clock = self.episode_length + self.push_offset
+        return (clock >= self._push_steps) & (clock % self._push_steps < self._settle_steps)
 
     # ------------------------------------------------------------------ reset
     def reset(self, ids: np.ndarray | None = None) -> np.ndarray:
