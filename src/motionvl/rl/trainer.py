@@ -29,7 +29,8 @@ fall_fraction, terms {term: mean episode reward per episode second}, losses {val
 entropy, symmetry with the mirror options, estimator with the velocity estimator}, learning_rate,
 action_std, command_level (curriculum)
 command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
-window; without the steps just after a push with EnvConfig.commands.curriculum_push_settle_s), push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at),
+window; without the steps just after a push with EnvConfig.commands.curriculum_push_settle_s),
+push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at),
 desired_kl (the adaptive schedule's target of the iteration, PPOConfig.desired_kl_at), gait_period_s
 (the phase clock's period, EnvConfig.gait_period_at) and, with terrain 'mixed', rough_fraction (the
 share of resets on rough ground, EnvConfig.rough_fraction_at).
