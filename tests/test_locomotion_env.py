@@ -195,6 +195,9 @@ def test_curriculum_leaves_out_the_steps_just_after_a_push(robot):
     assert np.linalg.norm(env.last_push, axis=1).max() > 0, "the pushes happened"
     with pytest.raises(ConfigError, match="curriculum_push_settle_s"):
         CommandConfig(curriculum_push_settle_s=-1.0).validate()
+    with pytest.raises(ConfigError, match="shorter than env.randomization.push_interval_s"):
+        LocomotionEnv(robot, EnvConfig(num_envs=2, commands=dataclasses.replace(commands, curriculum_push_settle_s=0.08),
+                                       randomization=randomization))
 
 
 def test_adaptive_commands_go_where_tracking_is_worst_and_track_every_visited_cell(robot):

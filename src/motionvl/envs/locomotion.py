@@ -188,6 +188,10 @@ class LocomotionEnv:
         self._curriculum_steps = max(1, int(round(cfg.commands.curriculum_window_s / self.dt)))
         self._tracking = [0.0, 0]  # summed |command_xy - v_xy| and samples in the current window
         self._settle_steps = int(round(cfg.commands.curriculum_push_settle_s / self.dt)) if cfg.randomization.push else 0
+        if cfg.commands.curriculum and self._settle_steps >= self._push_steps:
+            # every env would stay out of the window after its first push: the level could never rise
+            raise ConfigError(f"env.commands.curriculum_push_settle_s ({cfg.commands.curriculum_push_settle_s} s) must be "
+                              f"shorter than env.randomization.push_interval_s ({cfg.randomization.push_interval_s} s)")
         # mean |command_xy - v_xy| of the last complete window (m/s, body frame, every env and step,
         # falls included, pushes unless curriculum_push_settle_s): what the curriculum compares with curriculum_error
         self.window_tracking_error: float | None = None
@@ -315,8 +319,12 @@ class LocomotionEnv:
 
     def settling_after_push(self) -> np.ndarray:
         """Envs pushed within the last curriculum_push_settle_s (the push step included)."""
-        clock = self.episode_length + self.push_offset
+        clock = self._push_clock()
         return (clock >= self._push_steps) & (clock % self._push_steps < self._settle_steps)
+
+    def _push_clock(self) -> np.ndarray:
+        """Each env's push clock in policy steps: a push comes whenever it reaches a multiple of _push_steps."""
+        return self.episode_length + self.push_offset
 
     # ------------------------------------------------------------------ reset
     def reset(self, ids: np.ndarray | None = None) -> np.ndarray:
@@ -389,7 +397,7 @@ class LocomotionEnv:
         self._heading_target += self._yaw_rate_input * self.dt
 
         if self.cfg.randomization.push:
-            push = ((self.episode_length + self.push_offset) % self._push_steps) == 0
+            push = (self._push_clock() % self._push_steps) == 0
             if push.any():
                 self.last_push[push] = self.rng.uniform(-1, 1, (int(push.sum()), 2)) * self.push_velocity
                 self.sim.qvel[push, 0:2] += self.last_push[push]
@@ -532,7 +540,7 @@ class LocomotionEnv:
         s = self.state
         blocks = [s.base_lin_vel, s.base_height[:, None], s.foot_contact]
         if self.cfg.critic_sees_randomization:
-            push_phase = ((self.episode_length + self.push_offset) % self._push_steps) / self._push_steps \
+            push_phase = (self._push_clock() % self._push_steps) / self._push_steps \
                 if self.cfg.randomization.push else np.zeros(self.num_envs)
             friction = self.ground_friction - np.mean(self.cfg.randomization.friction_range)
             blocks += [friction[:, None], np.log(self.gain_scale), np.log(self.joint_friction_scale),
