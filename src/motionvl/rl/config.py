@@ -75,7 +75,9 @@ class PPOConfig:
     sample and cannot keep a one-way bias. Doubles the PPO update's work."""
     mirror_loss_coeff: float = 0.0
     """Weight of the mirror loss (MSE between the actor on mirrored observations and its mirrored
-    actions); 0 = off. With either option on, the loss is logged as 'symmetry'."""
+    actions); 0 = off. With either option on, the loss is logged as 'symmetry'. Without augmentation
+    the trainer computes it with motionvl.rl.mirror_loss.LeanMirrorLoss (rsl_rl's loss and gradient,
+    without differentiating the original rows)."""
     velocity_estimator: bool = False
     """Concurrent state estimation (Ji et al. 2022, motionvl.rl.estimator): a small network inside the
     actor estimates the base velocity from the actor's observations, fitted to the critic's privileged

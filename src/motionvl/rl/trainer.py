@@ -55,6 +55,7 @@ from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.averaging import PolicyAverage
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.export import export_policy, policy_metadata
+from motionvl.rl.mirror_loss import LeanMirrorLoss
 from motionvl.rl.selection import PolicySelection
 from motionvl.rl.vecenv import LocomotionVecEnv
 from motionvl.robot import ConfigError, RobotConfig, load_robot_config
@@ -123,6 +124,8 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
         env.episode_length[:] = rng.integers(0, env.max_episode_length, env.num_envs)
     with _quiet():
         runner = OnPolicyRunner(vec, train_cfg.to_rsl_rl(), log_dir=None, device=device)
+    if runner.alg.symmetry is not None and runner.alg.symmetry.use_mirror_loss:
+        runner.alg.symmetry = LeanMirrorLoss.replacing(runner.alg.symmetry)  # same loss and gradient, less work
     return vec, runner
 
 

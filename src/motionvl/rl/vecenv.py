@@ -124,11 +124,8 @@ class LocomotionVecEnv(VecEnv):
 def mirror_batch(env: LocomotionVecEnv, obs: TensorDict | None = None, actions: torch.Tensor | None = None):
     """rsl_rl symmetry `data_augmentation_func`: each batch followed by its left-right mirror image
     (rows [0, B) as given, [B, 2B) mirrored); None stays None."""
-    maps = env.mirror_maps()
-
     def doubled(x: torch.Tensor, key: str) -> torch.Tensor:
-        index, sign = maps[key]
-        return torch.cat([x, x[..., index] * sign.to(x.dtype)], dim=0)
+        return torch.cat([x, mirror_rows(env, x, key)], dim=0)
 
     obs_aug = None
     if obs is not None:
@@ -136,3 +133,10 @@ def mirror_batch(env: LocomotionVecEnv, obs: TensorDict | None = None, actions: 
                              device=obs.device)
     actions_aug = doubled(actions, "action") if actions is not None else None
     return obs_aug, actions_aug
+
+
+def mirror_rows(env: LocomotionVecEnv, x: torch.Tensor, key: str) -> torch.Tensor:
+    """The left-right mirror image of each row of `x`, a batch of `key` ("policy" or "critic"
+    observations, or "action")."""
+    index, sign = env.mirror_maps()[key]
+    return x[..., index] * sign.to(x.dtype)

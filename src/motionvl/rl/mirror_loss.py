@@ -1,0 +1,43 @@
+"""The mirror loss of rsl_rl's symmetry extension, computed without its wasted half.
+
+rsl_rl's `Symmetry.compute_loss` (mirror loss on, data augmentation off) stacks every mini-batch
+with its mirror image, both groups of observations, and runs the actor with gradients over the
+2B rows; the original B rows only give the detached target, so half of that forward pass and
+of its backward pass is spent on rows the loss cannot differentiate. `LeanMirrorLoss` gives the
+same loss and the same gradient: the target (the mirrored action means on the original rows) from a
+forward pass without autograd, and the differentiated forward pass over the B mirrored rows of the
+actor's own observation groups only. bench/mirror_loss_cost.py measures the difference.
+
+With data augmentation on, the batch already holds both halves and the parent's computation is used.
+"""
+
+from __future__ import annotations
+
+import torch
+from rsl_rl.extensions import Symmetry
+from tensordict import TensorDict
+
+from motionvl.rl.vecenv import mirror_rows
+
+
+class LeanMirrorLoss(Symmetry):
+    """`Symmetry` whose `compute_loss` differentiates only the mirrored rows (see the module docstring)."""
+
+    @classmethod
+    def replacing(cls, symmetry: Symmetry) -> "LeanMirrorLoss":
+        """The lean counterpart of a `Symmetry` rsl_rl's PPO built from its `symmetry_cfg`."""
+        return cls(env=symmetry.env, data_augmentation_func=symmetry.data_augmentation_func,
+                   use_data_augmentation=symmetry.use_data_augmentation, use_mirror_loss=symmetry.use_mirror_loss,
+                   mirror_loss_coeff=symmetry.mirror_loss_coeff)
+
+    def compute_loss(self, actor, batch, original_batch_size: int) -> torch.Tensor:
+        if self.use_data_augmentation:
+            return super().compute_loss(actor, batch, original_batch_size)
+        obs = batch.observations[:original_batch_size]
+        groups = list(actor.obs_groups)
+        with torch.no_grad():
+            target = mirror_rows(self.env, actor(obs.select(*groups)), "action")
+        mirrored = TensorDict({g: mirror_rows(self.env, obs[g], g) for g in groups}, batch_size=[original_batch_size],
+                              device=obs.device)
+        loss = torch.nn.functional.mse_loss(actor(mirrored), target)
+        return loss if self.use_mirror_loss else loss.detach()
