@@ -167,13 +167,14 @@ def test_ppo_with_symmetry_augmentation_and_mirror_loss_trains():
         TrainConfig.from_dict({"ppo": {"mirror_loss_coeff": -1.0}})
 
 
-def test_lean_mirror_loss_matches_rsl_rl_loss_and_gradient():
+@pytest.mark.parametrize("velocity_estimator", [False, True])
+def test_lean_mirror_loss_matches_rsl_rl_loss_and_gradient(velocity_estimator):
     from rsl_rl.extensions import Symmetry
 
     cfg = TrainConfig.from_dict({"env": {"num_envs": 8, "num_threads": 1},
                                  "ppo": {"num_steps_per_env": 4, "num_mini_batches": 2, "num_learning_epochs": 1,
                                          "actor_hidden_dims": [16], "critic_hidden_dims": [16],
-                                         "mirror_loss_coeff": 0.5}})
+                                         "mirror_loss_coeff": 0.5, "velocity_estimator": velocity_estimator}})
     vec, runner = build_runner(cfg, load_reward_spec(), robot=ROBOT, device="cpu")
     alg = runner.alg
     assert isinstance(alg.symmetry, LeanMirrorLoss) and alg.symmetry.mirror_loss_coeff == 0.5
