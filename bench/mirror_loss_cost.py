@@ -1,7 +1,7 @@
 """What the mirror loss costs the PPO update: none, rsl_rl's, and motionvl's lean one, one process.
 
-Builds the trainer's runner from the training config with `ppo.mirror_loss_coeff` set, collects one
-rollout, then times `alg.update()` on that same rollout (the storage is rewound before each call)
+Builds the trainer's runner from the training config with `ppo.mirror_loss_coeff` set, runs one
+training iteration (its rollout stays in the storage), then times `alg.update()` on that same rollout (the storage is rewound before each call)
 with the symmetry extension removed, with rsl_rl's `Symmetry` and with `LeanMirrorLoss`, in
 interleaved rounds so that a machine's drift reaches all three alike. Each update changes the
 actor, so the three see slightly different weights; the work per update does not depend on them.
@@ -20,40 +20,11 @@ import sys
 import time
 
 import torch
-from rsl_rl.extensions import Symmetry
 
 from motionvl.rewards.spec import load_reward_spec
 from motionvl.rl.config import TrainConfig
-from motionvl.rl.mirror_loss import LeanMirrorLoss
-from motionvl.rl.trainer import build_runner, update_thread_count
-
-
-def collect_rollout(runner, vec) -> None:
-    alg = runner.alg
-    alg.train_mode()
-    obs = vec.get_observations()
-    with torch.inference_mode():
-        for _ in range(runner.cfg["num_steps_per_env"]):
-            obs, rewards, dones, extras = vec.step(alg.act(obs))
-            alg.process_env_step(obs, rewards, dones, extras)
-        alg.compute_returns(obs)
-
-
-def gradient_agreement(alg, reference: Symmetry, lean: LeanMirrorLoss) -> dict:
-    """Both losses and their actor gradients on the first mini-batch of the stored rollout."""
-    batch = next(alg.storage.mini_batch_generator(alg.num_mini_batches, 1))
-    size = batch.observations.batch_size[0]
-    results = {}
-    for name, symmetry in (("lean", lean), ("reference", reference)):  # rsl_rl's replaces batch.observations
-        alg.actor.zero_grad()
-        loss = symmetry.compute_loss(alg.actor, batch, size)
-        loss.backward()
-        results[name] = (loss.item(), [p.grad.detach().clone() for p in alg.actor.parameters() if p.grad is not None])
-    alg.actor.zero_grad()
-    (lean_loss, lean_grad), (ref_loss, ref_grad) = results["lean"], results["reference"]
-    assert len(lean_grad) == len(ref_grad) > 0
-    return {"loss_reference": ref_loss, "loss_lean": lean_loss,
-            "max_abs_gradient_difference": max(float((a - b).abs().max()) for a, b in zip(ref_grad, lean_grad))}
+from motionvl.rl.mirror_loss import LeanMirrorLoss, compare_with_rsl_rl, rsl_rl_mirror_loss
+from motionvl.rl.trainer import build_runner, run_iteration, update_thread_count
 
 
 def main(argv=None) -> int:
@@ -70,13 +41,12 @@ def main(argv=None) -> int:
     alg = runner.alg
     lean = alg.symmetry
     assert isinstance(lean, LeanMirrorLoss), "build_runner should install the lean mirror loss"
-    reference = Symmetry(env=lean.env, data_augmentation_func=lean.data_augmentation_func,
-                         use_mirror_loss=True, mirror_loss_coeff=lean.mirror_loss_coeff)
-    collect_rollout(runner, vec)
+    reference = rsl_rl_mirror_loss(lean)
+    run_iteration(runner, vec)  # one rollout and update; the rollout stays in the storage
     torch.set_num_threads(update_thread_count(cfg) or torch.get_num_threads())
     full = alg.storage.num_transitions_per_env
-    agreement = gradient_agreement(alg, reference, lean)
-    print(f"mirror loss {agreement['loss_reference']:.6g} (rsl_rl) vs {agreement['loss_lean']:.6g} (lean), "
+    agreement = compare_with_rsl_rl(lean, alg.actor, next(alg.storage.mini_batch_generator(alg.num_mini_batches, 1)))
+    print(f"mirror loss {agreement['loss_rsl_rl']:.6g} (rsl_rl) vs {agreement['loss_lean']:.6g} (lean), "
           f"largest actor-gradient difference {agreement['max_abs_gradient_difference']:.2e}", file=sys.stderr)
 
     variants = {"no_mirror_loss": None, "rsl_rl_mirror_loss": reference, "lean_mirror_loss": lean}
