@@ -175,8 +175,10 @@ def test_command_curriculum_starts_forward_and_widens_only_while_tracking(robot)
 
 
 def test_curriculum_leaves_out_the_steps_just_after_a_push(robot):
+    # one adaptive cell: its error must average the same steps as the curriculum's window
     commands = CommandConfig(curriculum=True, standing_fraction=0.0, curriculum_window_s=0.12,
-                             curriculum_error=0.0, curriculum_push_settle_s=0.04)
+                             curriculum_error=0.0, curriculum_push_settle_s=0.04,
+                             adaptive_fraction=1.0, adaptive_bins=(1, 1, 1))
     randomization = dataclasses.replace(RandomizationConfig.disabled(), push=True, push_interval_s=0.08)
     env = LocomotionEnv(robot, EnvConfig(num_envs=16, seed=4, commands=commands, randomization=randomization))
     assert env.dt == pytest.approx(0.02) and env.push_interval_steps == 4
@@ -192,6 +194,8 @@ def test_curriculum_leaves_out_the_steps_just_after_a_push(robot):
     assert not np.any(np.stack(settling) ^ np.stack(settling)[:, :1]), "no env reset: every env on the same clock"
     counted = ~np.stack(settling)
     assert env.window_tracking_error == pytest.approx(np.stack(errors)[counted].mean())
+    assert env.command_cell_error[0] == pytest.approx(np.stack(errors)[counted].mean())
+    assert env.command_cell_error[0] != pytest.approx(np.stack(errors).mean()), "the left-out steps differ"
     assert np.linalg.norm(env.last_push, axis=1).max() > 0, "the pushes happened"
     with pytest.raises(ConfigError, match="curriculum_push_settle_s"):
         CommandConfig(curriculum_push_settle_s=-1.0).validate()

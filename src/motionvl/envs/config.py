@@ -48,9 +48,9 @@ class CommandConfig:
     """Simulated seconds per tracking window."""
     curriculum_push_settle_s: float = 0.0
     """Seconds after each push during which an env's tracking error stays out of the curriculum's
-    windows (the push itself knocks the base off the command; pushing more often would otherwise
-    hold the level back). 0: every step counts, pushes included. With the curriculum on it must be
-    shorter than randomization.push_interval_s."""
+    windows and the adaptive command cells' errors (the push itself knocks the base off the command;
+    pushing more often would otherwise hold the level back). 0: every step counts, pushes included.
+    With the curriculum or adaptive sampling on it must be shorter than randomization.push_interval_s."""
     adaptive_fraction: float = 0.0
     """Share of the sampled (not standing) commands drawn from a cell of an `adaptive_bins` grid over
     the current ranges, chosen in proportion to the cell's recent tracking error (the rest stay

@@ -188,8 +188,9 @@ class LocomotionEnv:
         self._curriculum_steps = max(1, int(round(cfg.commands.curriculum_window_s / self.dt)))
         self._tracking = [0.0, 0]  # summed |command_xy - v_xy| and samples in the current window
         self._settle_steps = int(round(cfg.commands.curriculum_push_settle_s / self.dt)) if cfg.randomization.push else 0
-        if cfg.commands.curriculum and self._settle_steps >= self._push_steps:
+        if (cfg.commands.curriculum or cfg.commands.adaptive_fraction > 0) and self._settle_steps >= self._push_steps:
             # every env would stay out of the window after its first push: the level could never rise
+            # and no command cell would get an error
             raise ConfigError(f"env.commands.curriculum_push_settle_s ({cfg.commands.curriculum_push_settle_s} s) must be "
                               f"shorter than env.randomization.push_interval_s ({cfg.randomization.push_interval_s} s)")
         # mean |command_xy - v_xy| of the last complete window (m/s, body frame, every env and step,
@@ -297,12 +298,12 @@ class LocomotionEnv:
     def _track_commands(self) -> None:
         """Windowed tracking error (window_tracking_error); the curriculum level rises after a window under curriculum_error."""
         err = np.linalg.norm(self.command[:, :2] - self.state.base_lin_vel[:, :2], axis=1)
-        counted = err[~self.settling_after_push()] if self._settle_steps else err
-        self._tracking[0] += float(counted.sum())
-        self._tracking[1] += counted.size
+        settled = ~self.settling_after_push() if self._settle_steps else np.ones(self.num_envs, dtype=bool)
+        self._tracking[0] += float(err[settled].sum())
+        self._tracking[1] += int(settled.sum())
         c = self.cfg.commands
         if c.adaptive_fraction > 0:
-            tracked = self._command_cell >= 0
+            tracked = (self._command_cell >= 0) & settled
             np.add.at(self._cell_window[0], self._command_cell[tracked], err[tracked])
             np.add.at(self._cell_window[1], self._command_cell[tracked], 1.0)
         if self._tracking[1] >= self._curriculum_steps * self.num_envs:
