@@ -9,6 +9,11 @@ prints, per terrain, the mean true and estimated base velocity (body frame, m/s)
 A policy that undershoots its command while its estimator overestimates the speed is being misled
 by the estimate; an unbiased estimate puts the shortfall in the policy.
 
+Each row also breaks the pace down by the episode's randomisation draws: the mean true and estimated
+forward speed of the episodes that stay upright, per action-latency value (ms) and per third of the
+ground-friction range, and the correlation of their speed with each draw. A policy whose pace moves
+with a draw it cannot observe misses a distance goal at one end of that draw's range.
+
     .venv/bin/python bench/estimator_bias.py runs/est_s0 --iteration 3600 --command 0.6 0 0
 """
 
@@ -46,20 +51,55 @@ def measure(onnx_path: Path, wrapper: PolicyExportWrapper, terrain: str, command
     obs = env.observations()
     truth, estimate = [], []
     settle = int(round(SETTLE_S / env.dt))
+    upright = np.ones(env.num_envs, dtype=bool)  # no fall yet: the episode's own steps, not a reset's
+    pace = np.zeros((2, env.num_envs))  # per episode: summed true and estimated forward speed
+    counted = np.zeros(env.num_envs)
     for step in range(int(round(seconds / env.dt))):
         with torch.no_grad():
             est = wrapper.estimator(wrapper.obs_normalizer(torch.as_tensor(obs, dtype=torch.float32))).numpy() / scale
         if step >= settle:
             truth.append(env.state.base_lin_vel.copy())
             estimate.append(est)
-        obs, *_ = env.step(policy(obs))
+            pace += upright * np.stack([truth[-1][:, 0], est[:, 0]])
+            counted += upright
+        obs, _, terminated, truncated, _ = env.step(policy(obs))
+        upright &= ~(np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool))
     truth, estimate = np.concatenate(truth).astype(float), np.concatenate(estimate).astype(float)
     error = estimate - truth
+    draws = {"latency_ms": env.latency * env.sim_dt * 1000.0, "ground_friction": env.ground_friction,
+             "gain_scale": env.gain_scale.mean(1), "joint_friction_scale": np.exp(np.log(env.joint_friction_scale).mean(1))}
     return {"terrain": terrain, "command": list(command), "episodes": episodes, "pushes": pushes,
             "true_velocity_mps": np.round(truth.mean(0), 4).tolist(),
             "estimated_velocity_mps": np.round(estimate.mean(0), 4).tolist(),
             "bias_mps": np.round(error.mean(0), 4).tolist(),
-            "rmse_mps": np.round(np.sqrt((error ** 2).mean(0)), 4).tolist()}
+            "rmse_mps": np.round(np.sqrt((error ** 2).mean(0)), 4).tolist(),
+            **pace_by_draw(pace[0][upright] / counted[upright], pace[1][upright] / counted[upright],
+                           {k: v[upright] for k, v in draws.items()}, friction_range=env.cfg.randomization.friction_range)}
+
+
+def pace_by_draw(speed: np.ndarray, estimated: np.ndarray, draws: dict, friction_range=(0.2, 1.3)) -> dict:
+    """Per-episode forward speed (true, estimated; m/s) grouped by the latency value and by thirds of
+    `friction_range`, and the correlation of the true speed with each draw (None where it is constant)."""
+    def group(mask) -> dict:
+        n = int(mask.sum())
+        return {"episodes": n, "true_vx_mps": round(float(speed[mask].mean()), 4) if n else None,
+                "estimated_vx_mps": round(float(estimated[mask].mean()), 4) if n else None}
+
+    edges = np.linspace(*friction_range, 4)
+    friction = draws["ground_friction"]
+    by_friction = [{"ground_friction": [round(float(lo), 3), round(float(hi), 3)],
+                    **group((friction >= lo) & ((friction < hi) | (i == 2)))}
+                   for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:]))]
+    by_latency = [{"latency_ms": round(float(v), 2), **group(np.isclose(draws["latency_ms"], v))}
+                  for v in np.unique(np.round(draws["latency_ms"], 6))]
+
+    def correlation(x: np.ndarray) -> float | None:
+        if len(x) < 3 or np.ptp(x) == 0 or np.ptp(speed) == 0:
+            return None
+        return round(float(np.corrcoef(x, speed)[0, 1]), 3)
+
+    return {"upright_episodes": int(len(speed)), "pace_by_latency": by_latency, "pace_by_ground_friction": by_friction,
+            "speed_correlation": {k: correlation(np.asarray(v, dtype=float)) for k, v in draws.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -198,6 +198,12 @@ def test_estimator_bias_reports_the_estimate_against_the_true_velocity(robot, tm
     for r in rows:
         est, true, bias, rmse = (np.array(r[k]) for k in ("estimated_velocity_mps", "true_velocity_mps", "bias_mps", "rmse_mps"))
         assert np.allclose(est - true, bias, atol=2e-4) and np.all(rmse >= np.abs(bias) - 1e-4)
+        # every upright episode sits in exactly one latency group and one friction third
+        assert 0 <= r["upright_episodes"] <= 4
+        for groups in (r["pace_by_latency"], r["pace_by_ground_friction"]):
+            assert sum(g["episodes"] for g in groups) == r["upright_episodes"]
+        assert all(2.0 <= g["latency_ms"] <= 20.0 for g in r["pace_by_latency"])
+        assert set(r["speed_correlation"]) == {"latency_ms", "ground_friction", "gain_scale", "joint_friction_scale"}
     # shift the estimator's output by 0.4 (scaled units, x2 of m/s) in the checkpoint: the reported
     # estimate moves by 0.2 m/s on each axis (the truth moves a little with the policy's new actions)
     checkpoint = run_dir / "checkpoints" / "model_2.pt"
@@ -217,3 +223,24 @@ def test_estimator_bias_reports_the_estimate_against_the_true_velocity(robot, tm
     proc = subprocess.run([sys.executable, "bench/estimator_bias.py", str(plain)], capture_output=True, text=True,
                           env=env, timeout=120, cwd=root)
     assert proc.returncode == 2 and "without ppo.velocity_estimator" in proc.stderr
+
+
+def test_pace_by_draw_groups_each_episode_by_its_draws(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    from estimator_bias import pace_by_draw
+
+    latency = np.repeat([2.0, 4.0, 20.0], 4)
+    friction = np.tile([0.25, 0.6, 1.0, 1.3], 3)  # 1.3, the range's top, belongs to the last third
+    speed = 0.5 + 0.01 * latency  # the pace follows the latency only
+    out = pace_by_draw(speed, speed - 0.02, {"latency_ms": latency, "ground_friction": friction,
+                                             "gain_scale": np.ones(12), "joint_friction_scale": np.ones(12)},
+                       friction_range=(0.2, 1.3))
+    assert out["upright_episodes"] == 12
+    assert [(g["latency_ms"], g["episodes"]) for g in out["pace_by_latency"]] == [(2.0, 4), (4.0, 4), (20.0, 4)]
+    assert [g["true_vx_mps"] for g in out["pace_by_latency"]] == pytest.approx([0.52, 0.54, 0.70])
+    assert [g["estimated_vx_mps"] for g in out["pace_by_latency"]] == pytest.approx([0.50, 0.52, 0.68])
+    assert [g["episodes"] for g in out["pace_by_ground_friction"]] == [3, 3, 6]
+    assert all(g["true_vx_mps"] == pytest.approx(speed.mean(), abs=1e-4) for g in out["pace_by_ground_friction"])
+    corr = out["speed_correlation"]
+    assert corr["latency_ms"] == pytest.approx(1.0) and abs(corr["ground_friction"]) < 1e-6
+    assert corr["gain_scale"] is None and corr["joint_friction_scale"] is None
