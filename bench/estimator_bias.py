@@ -77,9 +77,10 @@ def measure(onnx_path: Path, wrapper: PolicyExportWrapper, terrain: str, command
                            {k: v[upright] for k, v in draws.items()}, friction_range=env.cfg.randomization.friction_range)}
 
 
-def pace_by_draw(speed: np.ndarray, estimated: np.ndarray, draws: dict, friction_range=(0.2, 1.3)) -> dict:
+def pace_by_draw(speed: np.ndarray, estimated: np.ndarray, draws: dict, *, friction_range) -> dict:
     """Per-episode forward speed (true, estimated; m/s) grouped by the latency value and by thirds of
-    `friction_range`, and the correlation of the true speed with each draw (None where it is constant)."""
+    `friction_range` (the env's RandomizationConfig range), and the correlation of the true speed with each
+    draw (None where it is constant)."""
     def group(mask) -> dict:
         n = int(mask.sum())
         return {"episodes": n, "true_vx_mps": round(float(speed[mask].mean()), 4) if n else None,
