@@ -105,6 +105,21 @@ def test_latency_is_drawn_in_robot_pd_steps(robot):
     assert np.all(np.where(lat > 0, (delay > lat - 1) & (delay < lat), delay == 0))
 
 
+def test_latency_schedule_limits_the_draw_until_it_widens(robot):
+    rand = RandomizationConfig(latency_max_start=2, latency_widen_iterations=(60, 180))
+    early = LocomotionEnv(robot, EnvConfig(num_envs=256, seed=0, randomization=rand), iteration=0)
+    # 1-2 robot steps of 2 ms: at most one 5 ms training step
+    assert early.latency_max == 2 and early.latency.max() <= 1
+    late = LocomotionEnv(robot, EnvConfig(num_envs=256, seed=0, randomization=rand), iteration=180)
+    assert late.latency_max == 10 and late.latency.max() == late.decimation
+    # a trainer raising the top mid-run: the next resets draw from the wider range
+    early.latency_max = 10
+    early.reset(np.arange(256))
+    assert early.latency.max() == early.decimation
+    delay = early.sim.per_env_model_field("actuator_delay") / early.sim_dt
+    assert np.all((delay > early.latency[:, None] - 1) & (delay <= early.latency[:, None]))
+
+
 def test_critic_sees_the_randomization_draws_the_simulator_uses(robot):
     J = robot.num_joints
     rand = RandomizationConfig(added_mass=True)

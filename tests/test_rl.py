@@ -428,6 +428,12 @@ def test_training_config_loads_and_rejects_bad_values(tmp_path):
                       ("env: {randomization: {push_decay_iterations: [900, 600]}}", "push_decay_iterations"),
                       ("env: {randomization: {push_decay_iterations: [600]}}", "push_decay_iterations"),
                       ("env: {randomization: {push_decay_iterations: [true, 600]}}", "push_decay_iterations"),
+                      ("env: {randomization: {latency_max_start: 11}}", "latency_max_start"),
+                      ("env: {randomization: {latency_max_start: 0}}", "latency_max_start"),
+                      ("env: {randomization: {latency_max_start: 2.5}}", "latency_max_start"),
+                      ("env: {randomization: {latency_range: [0, 10]}}", "latency_range"),
+                      ("env: {randomization: {latency_range: [8, 4]}}", "latency_range"),
+                      ("env: {randomization: {latency_widen_iterations: [180, 60]}}", "latency_widen_iterations"),
                       ("env: {rough_from_iteration: -1}", "rough_from_iteration"),
                       ("env: {rough_from_iteration: true}", "expected a number"),
                       ("env: {commands: {adaptive_fraction: 1.5}}", "adaptive_fraction"),
@@ -453,6 +459,23 @@ def test_push_schedule_lowers_training_pushes_by_iteration_and_continues_after_a
     lines = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
     # a record's push velocity is the one its iteration trained with: the schedule at the iterations done before it
     assert [r["push_velocity"] for r in lines] == pytest.approx([0.8, 0.8, 0.6, 0.4, 0.2])
+
+
+def test_latency_schedule_widens_the_training_draw_by_iteration_and_continues_after_a_resume(robot, tmp_path):
+    schedule = RandomizationConfig(latency_range=(1, 10), latency_max_start=2, latency_widen_iterations=(60, 180))
+    assert [schedule.latency_max_at(i) for i in (0, 60, 120, 180, 5000)] == [2, 2, 6, 10, 10]
+    assert RandomizationConfig().latency_max_at(0) == 10, "no start value: the whole range from the first iteration"
+    run_dir = tmp_path / "run"
+    cfg = tiny_config(randomization=RandomizationConfig(latency_max_start=1, latency_widen_iterations=(1, 4)))
+    train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=2, progress=False, robot=robot)
+    train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=5, progress=False, robot=robot)
+    lines = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    # 1 -> 10 over iterations 1..4: tops 1, 1, 4, 7, 10 (4 and 7 round from 4.0 and 7.0)
+    assert [r["latency_max"] for r in lines] == [1, 1, 4, 7, 10]
+    # without randomised latency the record has no top to report
+    plain = tiny_config(randomization=RandomizationConfig(latency=False))
+    train_policy(tmp_path / "plain", PlaceholderReward(), plain, max_iterations=1, progress=False, robot=robot)
+    assert "latency_max" not in json.loads((tmp_path / "plain" / "history.jsonl").read_text().splitlines()[0])
 
 
 def test_desired_kl_schedule_sets_the_adaptive_target_by_iteration_and_continues_after_a_resume(robot, tmp_path):

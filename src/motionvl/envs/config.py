@@ -128,10 +128,25 @@ class RandomizationConfig:
     """Delay before a new joint target reaches the PD loop, in physics steps of the robot config's
     own PD rate (500 Hz: 2-20 ms), inclusive; converted to the training physics step and capped
     at one policy period."""
+    latency_max_start: int | None = None
+    """Training schedule of the latency range's top: with a value, training draws latencies from
+    [latency_range[0], top] with the top rising linearly from this to latency_range[1] over
+    latency_widen_iterations (PPO iterations of the run, so a resumed run continues the schedule),
+    rounded to whole steps: the policy first meets the short delays and then the paper's whole
+    range. None: latency_range throughout. Evaluation builds its own RandomizationConfig, without
+    the schedule, and draws from latency_range."""
+    latency_widen_iterations: tuple = (60, 180)
+    """(first, last) PPO iteration of the linear rise of the latency range's top."""
 
     def push_velocity_at(self, iteration: int) -> float:
         """Push velocity (m/s) of training iteration `iteration` under the push schedule."""
         return linear_schedule(self.push_velocity, self.push_velocity_final, self.push_decay_iterations, iteration)
+
+    def latency_max_at(self, iteration: int) -> int:
+        """Top of the training latency range (robot PD steps, inclusive) at iteration `iteration`."""
+        top = self.latency_range[1]
+        start = top if self.latency_max_start is None else self.latency_max_start
+        return int(round(linear_schedule(start, top, self.latency_widen_iterations, iteration)))
 
     @classmethod
     def disabled(cls) -> "RandomizationConfig":

@@ -81,8 +81,8 @@ def randomization_layout(num_joints: int) -> list:
 class LocomotionEnv:
     def __init__(self, robot: RobotConfig, cfg: EnvConfig | None = None, reward_fn: RewardFn | None = None,
                  iteration: int = 0):
-        """iteration: the training run's PPO iteration the env starts at (the rough-ground and
-        gait-period schedules)."""
+        """iteration: the training run's PPO iteration the env starts at (the rough-ground,
+        gait-period and latency schedules)."""
         self.robot = robot
         self.cfg = cfg = cfg or EnvConfig()
         self.sim_dt = cfg.sim_dt or robot.sim_dt
@@ -182,6 +182,8 @@ class LocomotionEnv:
         self.last_push = np.zeros((N, 2))  # world-frame velocity change (m/s) of the episode's latest push
         # max velocity change of a push (m/s); trainers lower it with RandomizationConfig.push_velocity_at
         self.push_velocity = float(cfg.randomization.push_velocity)
+        # top of the latency draw (robot PD steps); trainers move it with RandomizationConfig.latency_max_at
+        self.latency_max = cfg.randomization.latency_max_at(iteration)
         self._resample_steps = max(1, int(round(cfg.commands.resample_s / self.dt)))
         # command curriculum level in [0, 1] (CommandConfig.curriculum); trainers checkpoint it
         self.command_level = 0.0 if cfg.commands.curriculum else 1.0
@@ -241,8 +243,7 @@ class LocomotionEnv:
             self._mass[ids, self._base_body] = self.model.body_mass[self._base_body] + self.added_mass[ids]
             self.sim.set_const()
         if r.latency:
-            lo, hi = r.latency_range
-            robot_steps = rng.integers(lo, hi + 1, size=n)
+            robot_steps = rng.integers(r.latency_range[0], self.latency_max + 1, size=n)
             self.latency[ids] = np.minimum(np.rint(robot_steps * self.robot.sim_dt / self.sim_dt), self.decimation)
             self.sim.set_ctrl_delay(ids, self.latency[ids])
         if r.push and r.push_first_random:

@@ -242,6 +242,14 @@ class TrainConfig:
              "env.randomization.push_velocity and push_velocity_final must be numbers >= 0 (final may be null)"),
             (_is_iteration_span(rnd.push_decay_iterations),
              "env.randomization.push_decay_iterations must be [first, last] with 0 <= first <= last"),
+            (len(rnd.latency_range) == 2 and all(_is_count(v) for v in rnd.latency_range)
+             and 1 <= rnd.latency_range[0] <= rnd.latency_range[1],
+             "env.randomization.latency_range must be [low, high], integers with 1 <= low <= high"),
+            (rnd.latency_max_start is None or (_is_count(rnd.latency_max_start) and len(rnd.latency_range) == 2
+                                               and rnd.latency_range[0] <= rnd.latency_max_start <= rnd.latency_range[1]),
+             "env.randomization.latency_max_start must be null or an integer within latency_range"),
+            (_is_iteration_span(rnd.latency_widen_iterations),
+             "env.randomization.latency_widen_iterations must be [first, last] with 0 <= first <= last"),
             (self.policy_average_iterations == 0 or self.policy_average_iterations >= 1,
              "policy_average_iterations must be 0 (off) or >= 1"),
             (self.policy_average_growth >= 0, "policy_average_growth must be >= 0"),

@@ -30,7 +30,9 @@ entropy, symmetry with the mirror options, estimator with the velocity estimator
 action_std, command_level (curriculum)
 command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
 window; without the steps just after a push with EnvConfig.commands.curriculum_push_settle_s),
-push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at),
+push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at), with latency
+randomisation latency_max (the top of the iteration's latency draw in robot PD steps,
+RandomizationConfig.latency_max_at),
 desired_kl (the adaptive schedule's target of the iteration, PPOConfig.desired_kl_at), gait_period_s
 (the phase clock's period, EnvConfig.gait_period_at) and, with terrain 'mixed', rough_fraction (the
 share of resets on rough ground, EnvConfig.rough_fraction_at).
@@ -347,6 +349,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if elapsed + last_iter_s + reserve_s > budget_s:
                 break
             vec.env.push_velocity = cfg.env.randomization.push_velocity_at(it)
+            vec.env.latency_max = cfg.env.randomization.latency_max_at(it)
             runner.alg.desired_kl = cfg.ppo.desired_kl_at(it)
             vec.env.rough_fraction = cfg.env.rough_fraction_at(it)
             vec.env.gait_period = cfg.env.gait_period_at(it)
@@ -371,6 +374,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
                 record["command_cell_error"] = [None if not np.isfinite(e) else round(float(e), 4)
                                                 for e in vec.env.command_cell_error]
             record["push_velocity"] = vec.env.push_velocity
+            if cfg.env.randomization.latency:
+                record["latency_max"] = vec.env.latency_max
             record["desired_kl"] = runner.alg.desired_kl
             if cfg.env.terrain == "mixed":
                 record["rough_fraction"] = vec.env.rough_fraction
@@ -483,6 +488,7 @@ def _log_tensorboard(writer, r: dict, info: dict) -> None:
                "Perf/learning_time": r["learn_s"], "Loss/learning_rate": r["learning_rate"],
                "Policy/mean_std": r["action_std"], "Train/command_level": r.get("command_level"),
                "Train/command_tracking_error": r.get("command_tracking_error"), "Train/push_velocity": r.get("push_velocity"),
+               "Train/latency_max": r.get("latency_max"),
                "Train/desired_kl": r.get("desired_kl"),
                "Train/rough_fraction": r.get("rough_fraction"), "Train/gait_period_s": r.get("gait_period_s")}
     scalars.update({f"Loss/{k}": v for k, v in r["losses"].items()})
