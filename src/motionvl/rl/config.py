@@ -78,6 +78,11 @@ class PPOConfig:
     actions); 0 = off. With either option on, the loss is logged as 'symmetry'. Without augmentation
     the trainer computes it with motionvl.rl.mirror_loss.LeanMirrorLoss (rsl_rl's loss and gradient,
     without differentiating the original rows)."""
+    mirror_loss_fraction: float = 1.0
+    """Share of each mini-batch the mirror loss is computed on (the first rows of rsl_rl's randomly
+    drawn mini-batch, so an unbiased estimate of the whole mini-batch's loss); 1 = all of it. The
+    mirror loss costs the update in proportion to it. Only with mirror_loss_coeff > 0 and without
+    symmetry_augmentation (whose loss rsl_rl computes over the whole augmented batch)."""
     velocity_estimator: bool = False
     """Concurrent state estimation (Ji et al. 2022, motionvl.rl.estimator): a small network inside the
     actor estimates the base velocity from the actor's observations, fitted to the critic's privileged
@@ -223,6 +228,11 @@ class TrainConfig:
             (1 <= p.num_mini_batches <= batch, f"ppo.num_mini_batches must be in [1, num_envs*num_steps_per_env={batch}]"),
             (p.schedule in ("adaptive", "fixed"), "ppo.schedule must be 'adaptive' or 'fixed'"),
             (p.mirror_loss_coeff >= 0, "ppo.mirror_loss_coeff must be >= 0"),
+            (_is_number(p.mirror_loss_fraction, above=0) and p.mirror_loss_fraction <= 1,
+             f"ppo.mirror_loss_fraction must be a number in (0, 1], got {p.mirror_loss_fraction!r}"),
+            (p.mirror_loss_fraction == 1 or (p.mirror_loss_coeff > 0 and not p.symmetry_augmentation),
+             "ppo.mirror_loss_fraction < 1 has no effect without mirror_loss_coeff > 0 or with "
+             "symmetry_augmentation (rsl_rl then computes the loss over the whole augmented batch)"),
             (p.desired_kl > 0 and (p.desired_kl_final is None or _is_number(p.desired_kl_final, above=0)),
              "ppo.desired_kl and desired_kl_final must be numbers > 0 (final may be null)"),
             (_is_iteration_span(p.desired_kl_decay_iterations),

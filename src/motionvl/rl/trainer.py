@@ -127,7 +127,8 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     with _quiet():
         runner = OnPolicyRunner(vec, train_cfg.to_rsl_rl(), log_dir=None, device=device)
     if runner.alg.symmetry is not None and runner.alg.symmetry.use_mirror_loss:
-        runner.alg.symmetry = LeanMirrorLoss.replacing(runner.alg.symmetry)  # same loss and gradient, less work
+        # same loss and gradient, less work (on a share of each mini-batch with ppo.mirror_loss_fraction < 1)
+        runner.alg.symmetry = LeanMirrorLoss.replacing(runner.alg.symmetry, fraction=train_cfg.ppo.mirror_loss_fraction)
     return vec, runner
 
 
