@@ -789,7 +789,7 @@ def test_selection_exports_the_best_validated_candidate_within_the_budget(robot,
     assert (run_dir / "policy_final.onnx").is_file()
     # the recorded scores are the evaluation's: the same episodes give the same numbers again
     again = evaluate(run_dir / best["onnx"], seconds=0.5, episodes=2, randomize=True, command=cfg.selection.command, seed=11,
-                     robot=robot)
+                     robot=robot, robot_dt=False)  # validated at the training physics (selection.training_physics)
     assert again["task_score"] == best["task_score"] and again["success_rate"] == best["success_rate"]
 
 
@@ -861,6 +861,37 @@ def test_an_iteration_budget_validates_its_last_iterations_and_repeats_exactly(r
     record = json.loads((runs[0].run_dir / "selection.json").read_text())
     assert [c["iteration"] for c in record["candidates"]] == [10, 12, 14, 16]
     assert more.selected_iteration in (14, 16) and record["chosen_iteration"] == more.selected_iteration
+
+
+def test_selection_at_the_training_physics_validates_there_and_keeps_its_episodes_apart(robot, tmp_path):
+    from motionvl.rl.config import SelectionConfig
+    from motionvl.rl.selection import PolicySelection
+
+    cfg = tiny_config()
+    cfg.save_interval = 50
+    cfg.selection = SelectionConfig(minutes=0.0, iterations=2, every=2, episodes=2, seconds=0.5, seed=11,
+                                    final_candidates=False, training_physics=True)
+    result = train_policy(tmp_path / "run", PlaceholderReward(), cfg, max_iterations=8, progress=False, robot=robot)
+    record = json.loads((result.run_dir / "selection.json").read_text())
+    (candidate,) = record["candidates"]
+    train_dt = cfg.env.sim_dt or robot.sim_dt
+    assert train_dt != robot.sim_dt and candidate["sim_dt"] == train_dt
+    again = evaluate(result.run_dir / candidate["onnx"], seconds=0.5, episodes=2, randomize=True,
+                     command=cfg.selection.command, seed=11, robot=robot, robot_dt=False)
+    assert (again["task_score"], again["success_rate"]) == (candidate["task_score"], candidate["success_rate"])
+    # scores at one rate do not compete with scores at the other on resume
+    robot_rate = SelectionConfig(iterations=2, every=2, episodes=2, seconds=0.5, seed=11, training_physics=False)
+    with pytest.warns(UserWarning, match="other episodes"):
+        assert PolicySelection(robot_rate, result.run_dir).candidates == []
+    assert len(PolicySelection(cfg.selection, result.run_dir).candidates) == 1
+    # a record written before the option existed was validated at the robot's rate and stays comparable there
+    path = result.run_dir / "selection.json"
+    old = json.loads(path.read_text())
+    del old["config"]["training_physics"]
+    path.write_text(json.dumps(old))
+    assert len(PolicySelection(robot_rate, result.run_dir).candidates) == 1
+    with pytest.warns(UserWarning, match="other episodes"):
+        assert PolicySelection(cfg.selection, result.run_dir).candidates == []
 
 
 def test_final_candidates_keep_their_validation_time_free_and_compete_in_their_own_budget(tmp_path):

@@ -4,7 +4,8 @@ The walking quality of consecutive PPO iterates swings by tens of points within 
 training (bench/RESULTS.md, "Held-out selection"), so the policy a run happens to end on can
 be a poor one. The trainer exports the policy it would export at that point (the moving average,
 or the iterate) every `selection.every` iterations of the budget's final stretch, runs it through
-the ONNX evaluation users run (`motionvl eval`, randomised episodes at `selection.command`), and
+the ONNX evaluation users run (`motionvl eval`, randomised episodes at `selection.command`, at the
+robot's PD rate, or the training physics with `selection.training_physics`), and
 policy.onnx becomes the candidate with the best score. The stretch is the last `selection.minutes`
 of a time budget (validation time is part of the budget) or the last `selection.iterations` PPO
 iterations of an iteration budget (`max_iterations`; the choice is then the same on any machine).
@@ -52,7 +53,8 @@ class PolicySelection:
         if self.record_path.exists():
             record = json.loads(self.record_path.read_text())
             written = record.get("config", {})
-            if {k: written.get(k) for k in self._episodes_config()} == self._episodes_config():
+            if {k: written.get(k, False if k == "training_physics" else None)
+                    for k in self._episodes_config()} == self._episodes_config():
                 self.candidates = record.get("candidates", [])
             else:  # scores on other episodes are not comparable with the ones to come
                 warnings.warn(f"{self.record_path}: the earlier candidates were validated on other episodes "
@@ -60,8 +62,9 @@ class PolicySelection:
 
     def _episodes_config(self) -> dict:
         """What decides the validation episodes (JSON-shaped, as selection.json records it)."""
+        # a record written before training_physics existed reads as False (the rate it was validated at)
         return {"episodes": self.cfg.episodes, "seconds": self.cfg.seconds, "command": list(self.cfg.command),
-                "seed": self.cfg.seed}
+                "seed": self.cfg.seed, "training_physics": bool(self.cfg.training_physics)}
 
     def stretch_s(self, budget_s: float) -> float:
         """Seconds at the end of the budget in which candidates are validated: selection.minutes,
@@ -131,10 +134,10 @@ class PolicySelection:
         suffix = "" if kind == EXPORTED else "_iterate"
         path = export_policy(actor, self.dir / f"policy_{iteration}{suffix}.onnx", meta)
         r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=c.command,
-                     seed=c.seed, robot=self.robot)
+                     seed=c.seed, robot=self.robot, robot_dt=not c.training_physics)
         # the path relative to the run directory: a moved run directory still finds its candidates
         candidate = {"iteration": int(iteration), "actor": kind, "elapsed_s": round(float(elapsed_s), 2),
-                     "onnx": str(path.relative_to(self.run_dir)),
+                     "onnx": str(path.relative_to(self.run_dir)), "sim_dt": r["sim_dt"],
                      **{k: r[k] for k in SCORE_KEYS}, **(extra or {})}
         self.candidates = [x for x in self.candidates
                            if (x["iteration"], x.get("actor", EXPORTED)) != (iteration, kind)] + [candidate]

@@ -367,7 +367,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             last_iter_s = info["collect_s"] + info["learn_s"]
             if selection is not None:  # timed once validated; until then, from this rollout's cost per physics step
                 validation_guess_s = last_validation_s or selection.expected_validation_s(
-                    info["collect_s"] / (info["steps"] * vec.env.decimation), robot.sim_dt)
+                    info["collect_s"] / (info["steps"] * vec.env.decimation),
+                    vec.env.sim_dt if cfg.selection.training_physics else robot.sim_dt)
             record = _record(it, total_steps, elapsed0 + time.perf_counter() - session_t0, info, vec.env.dt)
             record["command_level"] = vec.env.command_level
             record["command_tracking_error"] = vec.env.window_tracking_error
