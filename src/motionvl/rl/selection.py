@@ -53,6 +53,7 @@ class PolicySelection:
         if self.record_path.exists():
             record = json.loads(self.record_path.read_text())
             written = record.get("config", {})
+            # a record written before training_physics existed was validated at the robot's rate: False
             if {k: written.get(k, False if k == "training_physics" else None)
                     for k in self._episodes_config()} == self._episodes_config():
                 self.candidates = record.get("candidates", [])
@@ -62,7 +63,6 @@ class PolicySelection:
 
     def _episodes_config(self) -> dict:
         """What decides the validation episodes (JSON-shaped, as selection.json records it)."""
-        # a record written before training_physics existed reads as False (the rate it was validated at)
         return {"episodes": self.cfg.episodes, "seconds": self.cfg.seconds, "command": list(self.cfg.command),
                 "seed": self.cfg.seed, "training_physics": bool(self.cfg.training_physics)}
 
