@@ -56,7 +56,7 @@ def measure(onnx_path: Path, wrapper: PolicyExportWrapper, terrain: str, command
     counted = np.zeros(env.num_envs)
     for step in range(int(round(seconds / env.dt))):
         with torch.no_grad():
-            est = wrapper.estimator(wrapper.obs_normalizer(torch.as_tensor(obs, dtype=torch.float32))).numpy() / scale
+            est = wrapper.estimator(wrapper.normalize(torch.as_tensor(obs, dtype=torch.float32))).numpy() / scale
         if step >= settle:
             truth.append(env.state.base_lin_vel.copy())
             estimate.append(est)

@@ -245,6 +245,57 @@ def test_onnx_matches_torch_with_normalisation(robot, tmp_path):
     assert np.allclose(policy(obs[0].numpy()), got[0], atol=1e-6)
 
 
+def test_a_reused_graph_carries_the_new_weights_and_a_stale_one_falls_back_to_a_full_export(robot, tmp_path,
+                                                                                            monkeypatch):
+    import onnx
+
+    from motionvl.rl import export
+
+    cfg = tiny_config()
+    vec, runner = build_runner(cfg, PlaceholderReward(), robot)
+    actor = runner.alg.get_policy()
+    meta = policy_metadata(robot, cfg.env, vec.num_obs)
+    export_policy(actor, tmp_path / "first.onnx", meta)  # this architecture's graph, if no test exported it yet
+    torch_exports = []
+    full_export = export._torch_export
+    monkeypatch.setattr(export, "_torch_export", lambda *a: torch_exports.append(1) or full_export(*a))
+    gen = torch.Generator().manual_seed(1)
+
+    def train_a_little():
+        with torch.no_grad():
+            for p in actor.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+        actor.train()
+        actor.obs_normalizer.update(torch.randn(256, vec.num_obs, generator=gen) * 2.0 - 0.5)
+        actor.eval()
+
+    def onnx_vs_torch(path) -> float:
+        obs = torch.randn(64, vec.num_obs, generator=gen) * 3.0
+        with torch.no_grad():
+            expected = actor(TensorDict({"policy": obs}, batch_size=[64])).clamp(-1, 1).numpy()
+        return float(np.max(np.abs(load_policy(path)(obs.numpy()) - expected)))
+
+    train_a_little()
+    path = export_policy(actor, tmp_path / "reused.onnx", meta)
+    assert torch_exports == [], "the same architecture reuses the graph"
+    assert onnx_vs_torch(path) < 1e-5
+    assert load_policy(path).metadata["joint_names"] == list(robot.joint_names)
+    # a graph holding a tensor under a name the actor does not have (as a constant the exporter folded):
+    # writing the weights misses it, ONNX Runtime disagrees with torch, and the policy is exported afresh
+    key = export.PolicyExportWrapper(actor).architecture()
+    stale = export._GRAPHS[key]
+    first = next(i for i in stale.graph.initializer if i.name == "mlp.0.weight")
+    first.name = "folded_weight"
+    for node in stale.graph.node:
+        node.input[:] = ["folded_weight" if x == "mlp.0.weight" else x for x in node.input]
+    onnx.checker.check_model(stale)
+    train_a_little()
+    path = export_policy(actor, tmp_path / "fresh.onnx", meta)
+    assert torch_exports == [1]
+    assert onnx_vs_torch(path) < 1e-5
+    assert "mlp.0.weight" in {i.name for i in export._GRAPHS[key].graph.initializer}, "the fresh graph replaced it"
+
+
 def test_contract_round_trip_and_mismatch(trained_run, robot):
     policy = load_policy(trained_run[0] / "policy.onnx")
     check_contract(policy.contract, robot.contract())

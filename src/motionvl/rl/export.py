@@ -40,11 +40,21 @@ class ContractError(ValueError):
 class PolicyExportWrapper(torch.nn.Module if torch is not None else object):
     """Deterministic actor for export: normaliser -> [velocity estimator] -> MLP -> mean action -> clip
     (copies, not views). An actor with an `estimator` (motionvl.rl.estimator) feeds the MLP the
-    normalised observations followed by the estimator's output on them, as in training."""
+    normalised observations followed by the estimator's output on them, as in training.
+
+    rsl_rl's empirical normaliser, (obs - mean) / (std + eps), is held as two buffers, `obs_mean` and
+    `obs_scale` = std + eps: the exporter would otherwise fold std + eps into an unnamed constant, and
+    every graph tensor has to carry a state-dict name for `export_policy` to reuse the graph."""
 
     def __init__(self, actor, action_clip: float = 1.0):
         super().__init__()
-        self.obs_normalizer = copy.deepcopy(actor.obs_normalizer).cpu()
+        norm = actor.obs_normalizer
+        if hasattr(norm, "eps") and hasattr(norm, "std"):
+            self.obs_normalizer = None
+            self.register_buffer("obs_mean", norm.mean.detach().cpu().clone())
+            self.register_buffer("obs_scale", (norm.std + norm.eps).detach().cpu().clone())
+        else:  # no normalisation (torch.nn.Identity)
+            self.obs_normalizer = copy.deepcopy(norm).cpu()
         estimator = getattr(actor, "estimator", None)
         self.estimator = copy.deepcopy(estimator).cpu() if estimator is not None else None
         self.mlp = copy.deepcopy(actor.mlp).cpu()
@@ -53,12 +63,21 @@ class PolicyExportWrapper(torch.nn.Module if torch is not None else object):
         self.action_clip = float(action_clip)
         self.num_obs = int(actor.obs_dim)
 
+    def normalize(self, obs):
+        """The observations as the actor's normaliser scales them."""
+        return self.obs_normalizer(obs) if self.obs_normalizer is not None else (obs - self.obs_mean) / self.obs_scale
+
     def forward(self, obs):
-        latent = self.obs_normalizer(obs)
+        latent = self.normalize(obs)
         if self.estimator is not None:
             latent = torch.cat([latent, self.estimator(latent)], dim=-1)
         out = self.deterministic_output(self.mlp(latent))
         return torch.clamp(out, -self.action_clip, self.action_clip)
+
+    def architecture(self) -> str:
+        """What fixes the exported graph apart from the weights: modules, tensor shapes, clip, input width."""
+        shapes = ",".join(f"{k}:{tuple(v.shape)}" for k, v in self.state_dict().items())
+        return f"{self!r}|obs={self.num_obs}|clip={self.action_clip}|{shapes}"
 
 
 def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0, gait_period: float | None = None) -> dict:
@@ -109,8 +128,21 @@ def estimator_metadata(actor) -> dict:
             "frame": "body", "inside_graph": True}
 
 
+_GRAPHS: dict = {}
+"""The graph exported for each actor architecture (PolicyExportWrapper.architecture) in this process,
+without metadata: torch.onnx.export costs 1.0-1.4 s per policy on 2 cores (5-7 s for the first in a
+process, the exporter's set-up), and the held-out selection exports every candidate of a run."""
+
+REUSE_TOLERANCE = 1e-5
+"""Max abs difference between ONNX Runtime on a reused graph and the torch actor, else a full export."""
+
+
 def export_policy(actor, path: str | Path, metadata: dict, action_clip: float = 1.0) -> Path:
-    """Write `actor` (an rsl_rl MLPModel) to ONNX at `path` with `metadata` as JSON metadata props."""
+    """Write `actor` (an rsl_rl MLPModel) to ONNX at `path` with `metadata` as JSON metadata props.
+
+    The first actor of an architecture goes through torch.onnx.export; a later one of the same
+    architecture gets its weights written into a copy of that graph, kept only if ONNX Runtime then
+    reproduces the torch actor (within REUSE_TOLERANCE on a batch around the normaliser's mean)."""
     import onnx
 
     path = Path(path)
@@ -118,8 +150,25 @@ def export_policy(actor, path: str | Path, metadata: dict, action_clip: float = 
     wrapper = PolicyExportWrapper(actor, action_clip).eval()
     if wrapper.estimator is not None:
         metadata = {**metadata, "velocity_estimator": estimator_metadata(actor)}
-    dummy = torch.zeros(2, wrapper.num_obs)
+    key = wrapper.architecture()
+    model = _with_weights(_GRAPHS[key], wrapper) if key in _GRAPHS else None
+    if model is None:
+        model = _torch_export(wrapper, path.with_suffix(".tmp.onnx"))
+        _GRAPHS[key] = onnx.ModelProto()
+        _GRAPHS[key].CopyFrom(model)
+    onnx.helper.set_model_props(model, {k: json.dumps(v) for k, v in metadata.items()})
+    model.producer_name = "motionvl"
+    onnx.checker.check_model(model)
     tmp = path.with_suffix(".tmp.onnx")
+    onnx.save(model, str(tmp))
+    tmp.replace(path)
+    return path
+
+
+def _torch_export(wrapper: PolicyExportWrapper, tmp: Path):
+    import onnx
+
+    dummy = torch.zeros(2, wrapper.num_obs)
     quiet = logging.getLogger("torch.onnx")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # "torchvision is not installed" notices of the exporter
@@ -130,12 +179,34 @@ def export_policy(actor, path: str | Path, metadata: dict, action_clip: float = 
                           dynamic_shapes=({0: torch.export.Dim("batch")},))
     quiet.setLevel(level)
     model = onnx.load(str(tmp))
-    onnx.helper.set_model_props(model, {k: json.dumps(v) for k, v in metadata.items()})
-    model.producer_name = "motionvl"
-    onnx.checker.check_model(model)
-    onnx.save(model, str(tmp))
-    tmp.replace(path)
-    return path
+    tmp.unlink()
+    return model
+
+
+def _with_weights(graph, wrapper: PolicyExportWrapper):
+    """A copy of `graph` with `wrapper`'s tensors in the initializers of the same names, or None when
+    ONNX Runtime on it does not reproduce `wrapper` (a tensor the exporter folded or renamed)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    state = wrapper.state_dict()
+    model = onnx.ModelProto()
+    model.CopyFrom(graph)
+    for init in model.graph.initializer:
+        if init.name in state:
+            init.CopyFrom(numpy_helper.from_array(state[init.name].numpy(), init.name))
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    gen = torch.Generator().manual_seed(0)
+    obs = torch.randn(64, wrapper.num_obs, generator=gen)
+    if wrapper.obs_normalizer is None:  # inputs the policy meets, not far outside the training statistics
+        obs = wrapper.obs_mean + obs * (wrapper.obs_scale * 2.0)
+    with torch.no_grad():
+        want = wrapper(obs).numpy()
+    got = session.run(None, {session.get_inputs()[0].name: obs.numpy()})[0]
+    return model if got.shape == want.shape and float(np.max(np.abs(got - want))) < REUSE_TOLERANCE else None
 
 
 class OnnxPolicy:
