@@ -4,11 +4,11 @@ Every `--eval-every` minutes of training time the current policy (ONNX, ONNX Run
 `--episodes` randomised 10 s episodes at a 0.6 m/s forward command, at the robot config's own
 500 Hz PD rate. Evaluation time is not training time: training resumes from its checkpoint
 after each evaluation. A resume starts every environment anew (episodes, commands and pushes drawn
-again), so from the first mark on the curve's policies are not those of runs trained that long in one
-go: a goal at M minutes reads `--minutes M --eval-every M` (bench/RESULTS.md, seventy-sixth run). At the end, a velocity-command sweep, pushes and rough terrain are
-evaluated too (tracking with and without a push in the episodes). Prints a Markdown table and
-writes curve.json in the run directory, drawn with each goal's bar in curve.png (and the final
-evaluation in final_eval.json / final_eval.png).
+again), so the curve's policies after the first mark are not those of runs trained that long in one
+go: a goal at M minutes reads `--minutes M --eval-every M` (bench/RESULTS.md, seventy-sixth run). At
+the end, a velocity-command sweep, pushes and rough terrain are evaluated too (tracking with and
+without a push in the episodes). Prints a Markdown table and writes curve.json in the run directory,
+drawn with each goal's bar in curve.png (and the final evaluation in final_eval.json / final_eval.png).
 
     .venv/bin/python bench/time_to_walk.py --minutes 60 --eval-every 5 --out runs/time_to_walk
 
