@@ -3,9 +3,11 @@
 Every `--eval-every` minutes of training time the current policy (ONNX, ONNX Runtime) runs
 `--episodes` randomised 10 s episodes at a 0.6 m/s forward command, at the robot config's own
 500 Hz PD rate. Evaluation time is not training time: training resumes from its checkpoint
-after each evaluation. A resume starts every environment anew (episodes, commands and pushes drawn
-again), so the curve's policies after the first mark are not those of runs trained that long in one
-go: a goal at M minutes reads `--minutes M --eval-every M` (bench/RESULTS.md, seventy-sixth run). At
+after each evaluation, with the episodes in flight, so with an iteration budget a mark's policy is the
+one a run trained that long in one go ends on. By the clock each mark's run validates held-out
+candidates in its last `selection.minutes`, and those minutes count in the later marks' budgets: a
+later mark trains fewer iterations than one run of its length, and a goal at M minutes reads
+`--minutes M --eval-every M` (bench/RESULTS.md, seventy-sixth and seventy-seventh runs). At
 the end, a velocity-command sweep, pushes and rough terrain are evaluated too (tracking with and
 without a push in the episodes). Prints a Markdown table and writes curve.json in the run directory,
 drawn with each goal's bar in curve.png (and the final evaluation in final_eval.json / final_eval.png).

@@ -111,6 +111,91 @@ def test_resume_continues_iteration_count(trained_run, robot, tmp_path):
     assert resumed_cells == pytest.approx([0.1] * 45), "the adaptive sampler's cell errors survive a resume"
 
 
+def _history_without_timings(run_dir: Path) -> list[dict]:
+    timings = {"elapsed_s", "steps_per_s", "collect_s", "learn_s"}
+    return [{k: v for k, v in json.loads(line).items() if k not in timings}
+            for line in (run_dir / "history.jsonl").read_text().splitlines()]
+
+
+def test_a_run_stopped_and_resumed_trains_as_the_run_trained_in_one_go(robot, tmp_path):
+    # every source of per-env state on: randomised gains, friction, latency, mass (set_const), pushes,
+    # both floors (per-env geom_pos), observation history; episodes end mid-iteration
+    cfg = tiny_config(terrain="mixed", rough_fraction=0.5, obs_history=2,
+                      randomization=RandomizationConfig(added_mass=True, push_interval_s=0.1))
+    cfg.save_interval = 3
+    train_policy(tmp_path / "one_go", PlaceholderReward(), cfg, max_iterations=6, progress=False, robot=robot)
+    stopped = tmp_path / "stopped"
+    train_policy(stopped, PlaceholderReward(), cfg, max_iterations=6, progress=False, robot=robot,
+                 on_iteration=lambda record: record["iteration"] < 3)  # saves at 3, where a kill at 4 or 5 leaves it
+    train_policy(stopped, PlaceholderReward(), None, resume=True, max_iterations=6, progress=False, robot=robot)
+    one_go = _history_without_timings(tmp_path / "one_go")
+    assert [r["iteration"] for r in one_go] == [1, 2, 3, 4, 5, 6]
+    assert _history_without_timings(stopped) == one_go
+    weights = [torch.load(d / "checkpoints/latest.pt", weights_only=False)["actor_state_dict"]
+               for d in (tmp_path / "one_go", stopped)]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+    # without the episodes file (a run from before it existed) the run resumes, with new episodes and a warning
+    older = tmp_path / "older"
+    train_policy(older, PlaceholderReward(), cfg, max_iterations=3, progress=False, robot=robot)
+    (older / "checkpoints/latest_episodes.pt").unlink()
+    with pytest.warns(UserWarning, match="every environment in a new episode: latest_episodes.pt is missing"):
+        train_policy(older, PlaceholderReward(), None, resume=True, max_iterations=6, progress=False, robot=robot)
+    assert _history_without_timings(older)[:3] == one_go[:3]
+    assert _history_without_timings(older)[3:] != one_go[3:]
+
+
+def test_episodes_saved_from_another_env_size_are_refused_before_anything_changes(robot):
+    small, large = (LocomotionVecEnv(LocomotionEnv(robot, EnvConfig(num_envs=n, num_threads=1), PlaceholderReward()))
+                    for n in (4, 8))
+    before = large.episode_state()
+    with pytest.raises(ValueError, match="shape"):
+        large.load_episode_state(small.episode_state())
+    after = large.episode_state()
+    assert all(np.array_equal(after["env"]["buffers"][k], v) for k, v in before["env"]["buffers"].items())
+    assert all(np.array_equal(after["env"]["sim"]["state"][k], v) for k, v in before["env"]["sim"]["state"].items())
+
+
+NAN_TERM_CODE = "def _reward_lean(state):\n    return np.log(state.base_height - 2.0)\n"
+"""Passes the static checks and the restricted compile; its test run returns NaN for every env."""
+
+
+def test_generated_code_that_fails_its_test_run_is_refused_before_training_writes_anything(robot, tmp_path):
+    from motionvl.rewards.spec import RewardSpec, RewardSpecError
+    from motionvl.rl.jobs import JobError, TrainingJob
+
+    raw = {"name": "lean", "terms": {"tracking_lin_vel": 1.0, "lean": {"weight": 0.5, "source": "generated"}},
+           "code": NAN_TERM_CODE}
+    spec = RewardSpec.from_dict(raw)  # construction alone does not run the code
+    with pytest.raises(RewardSpecError, match=r"line 1: non-finite: `_reward_lean` returned NaN"):
+        train_policy(tmp_path / "run", spec, tiny_config(), max_iterations=1, progress=False, robot=robot)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(JobError, match=r"line 1: non-finite"):
+        TrainingJob.from_json(json.dumps({"candidate_id": "c1", "spec": raw}))
+    healthy = {**raw, "code": "def _reward_lean(state):\n    return np.exp(-np.abs(state.projected_gravity[:, 0]))\n"}
+    job = TrainingJob.from_json(json.dumps({"candidate_id": "c2", "spec": healthy}))
+    assert job.spec._code_tested, "the intake's test run is remembered, not repeated by train_policy"
+
+
+def test_a_run_resumes_only_on_the_reward_it_was_trained_on_and_budgets_must_be_positive(robot, tmp_path):
+    from motionvl.rewards.spec import RewardSpec
+
+    spec = RewardSpec.from_dict({"name": "walk", "terms": {"tracking_lin_vel": 1.0, "orientation": 0.3}})
+    run = tmp_path / "run"
+    train_policy(run, spec, tiny_config(), max_iterations=1, progress=False, robot=robot)
+    with pytest.raises(ConfigError, match="cannot resume .* with another reward spec"):
+        train_policy(run, spec.with_weights({"orientation": 0.6}), None, resume=True, max_iterations=2,
+                     progress=False, robot=robot)
+    assert [json.loads(l)["iteration"] for l in (run / "history.jsonl").read_text().splitlines()] == [1]
+    train_policy(run, RewardSpec.from_dict(spec.to_dict()), None, resume=True, max_iterations=2, progress=False,
+                 robot=robot)  # the same spec, sent again (a node's retry): resumes
+    assert [json.loads(l)["iteration"] for l in (run / "history.jsonl").read_text().splitlines()] == [1, 2]
+    for bad in ({"minutes": 0}, {"minutes": -1.0}, {"max_iterations": 0}):
+        with pytest.raises(ConfigError, match="must be a positive"):
+            train_policy(tmp_path / "other", spec, tiny_config(), progress=False, robot=robot, **bad)
+    assert not (tmp_path / "other").exists()
+
+
 def test_resume_of_a_checkpoint_with_other_network_shapes_says_so(trained_run, robot, tmp_path):
     import shutil
 
@@ -374,6 +459,21 @@ def test_eval_cli_prints_json_last_line(trained_run):
     assert result["sim_dt"] == pytest.approx(0.002) and result["decimation"] == 10  # the robot's own dt
 
 
+def test_eval_cli_refuses_a_file_that_is_no_onnx_model_and_empty_budgets(trained_run, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    broken = tmp_path / "policy.onnx"
+    broken.write_bytes(b"not a protobuf at all")
+    policy = str(trained_run[0] / "policy.onnx")
+    for args, message in ((["--policy", str(broken)], "not a loadable ONNX model"),
+                          (["--policy", policy, "--episodes", "0"], "episodes must be a positive integer"),
+                          (["--policy", policy, "--seconds", "-1"], "seconds must be a positive number"),
+                          (["--policy", policy, "--seconds", "0.001"], "shorter than one policy period")):
+        proc = subprocess.run([sys.executable, "-m", "motionvl.cli", "eval", *args], capture_output=True, text=True,
+                              env=env, timeout=60, cwd=ROOT)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
 def test_eval_reports_the_share_of_steps_each_joint_sits_at_the_clip(trained_run, robot):
     class Pinned(OnnxPolicy):
         """Left hip yaw always at +clip, left hip roll at -clip in the first episode only."""
@@ -462,6 +562,20 @@ def test_heading_error_is_the_turn_the_command_did_not_ask_for():
     assert episode_metrics(traj, (0.5, 0.0, 0.3), 10.0)["heading_error_deg"] == pytest.approx(np.degrees(1.0))
     with pytest.raises(ConfigError, match="heading_gain"):
         evaluate("never_loaded.onnx", heading_gain=-0.5)
+
+
+def test_the_shipped_training_config_randomises_with_the_papers_ranges_and_each_switch_turns_off():
+    r = TrainConfig.from_yaml(None).env.randomization
+    assert (r.friction, tuple(r.friction_range)) == (True, (0.2, 1.3))
+    assert (r.gain_scale, tuple(r.gain_scale_range)) == (True, (0.8, 1.2))
+    assert (r.joint_friction, tuple(r.joint_friction_range)) == (True, (0.1, 3.0))
+    assert (r.push, r.push_interval_s) == (True, 8.0)
+    assert (r.latency, tuple(r.latency_range)) == (True, (1, 10))
+    for switch in ("friction", "gain_scale", "joint_friction", "push", "latency"):
+        off = TrainConfig.from_yaml(None, overrides=[f"env.randomization.{switch}=false"]).env.randomization
+        assert getattr(off, switch) is False
+        assert all(getattr(off, other) for other in ("friction", "gain_scale", "joint_friction", "push", "latency")
+                   if other != switch)
 
 
 def test_training_config_loads_and_rejects_bad_values(tmp_path):

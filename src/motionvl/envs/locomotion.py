@@ -549,6 +549,40 @@ class LocomotionEnv:
                        self.latency[:, None] / self.decimation, self.added_mass[:, None], push_phase[:, None]]
         return np.concatenate(blocks, axis=1) * self._privileged_scale
 
+    # ------------------------------------------------------------------ checkpoints
+    EPISODE_BUFFERS = ("episode_length", "action", "last_action", "command", "_yaw_rate_input", "_heading_target",
+                       "feet_air_time", "last_contact", "last_joint_vel", "vel_avg", "latency", "ground_friction",
+                       "gain_scale", "joint_friction_scale", "added_mass", "history", "push_offset", "last_push",
+                       "on_rough", "_command_cell", "_cell_window", "_obs")
+    """Per-env arrays of the episodes in flight, restored in place (the reward terms' sums go separately)."""
+
+    def episode_state(self) -> dict:
+        """The episodes in flight: physics, per-env buffers, reward sums, the tracking window and the random
+        generator, so that `load_episode_state` continues them where they stood. Not in it: what trainers
+        set every iteration (push_velocity, latency_max, rough_fraction, gait_period) or checkpoint
+        themselves (command_level, command_cell_error)."""
+        return {"sim": self.sim.state_dict(), "buffers": {k: getattr(self, k).copy() for k in self.EPISODE_BUFFERS},
+                "term_names": list(self.episode_sums), "term_sums": self._term_sums.copy(), "state": self.state,
+                "tracking": list(self._tracking), "window_tracking_error": self.window_tracking_error,
+                "rng": self.rng.bit_generator.state}
+
+    def load_episode_state(self, saved: dict) -> None:
+        """Continue the episodes `episode_state` saved. ValueError, before anything changes, when they were
+        saved from an env of another size or model."""
+        for name, values in saved["buffers"].items():
+            if getattr(self, name).shape != values.shape:
+                raise ValueError(f"saved episode buffer {name} has shape {values.shape}, this env's "
+                                 f"{getattr(self, name).shape}")
+        self.sim.load_state_dict(saved["sim"])
+        for name, values in saved["buffers"].items():
+            getattr(self, name)[...] = values
+        self._term_sums = saved["term_sums"].copy()
+        self.episode_sums = {n: row for n, row in zip(saved["term_names"], self._term_sums)}
+        self.state = saved["state"]
+        self._tracking = list(saved["tracking"])
+        self.window_tracking_error = saved["window_tracking_error"]
+        self.rng.bit_generator.state = saved["rng"]
+
     # ------------------------------------------------------------------ recording
     @property
     def push_interval_steps(self) -> int:

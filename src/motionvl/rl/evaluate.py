@@ -124,6 +124,10 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     """
     if not heading_gain >= 0:
         raise ConfigError(f"heading_gain must be >= 0, got {heading_gain}")
+    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
+        raise ConfigError(f"episodes must be a positive integer, got {episodes!r}")
+    if not (np.isfinite(seconds) and seconds > 0):
+        raise ConfigError(f"seconds must be a positive number, got {seconds!r}")
     policy = policy if isinstance(policy, OnnxPolicy) else load_policy(policy)
     randomization = RandomizationConfig(push=bool(pushes)) if randomize else None
     env = batch_evaluation_env(policy, seconds=seconds, terrain=terrain, episodes=episodes, randomize=randomize,
@@ -133,6 +137,8 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     recorders = [env.record(i) for i in range(env.num_envs)]
     clip = float(policy.metadata.get("action_clip", 1.0))
     steps = int(round(seconds / env.dt))
+    if steps < 1:
+        raise ConfigError(f"seconds {seconds:g} is shorter than one policy period ({env.dt:g} s)")
     at_clip = np.zeros(env.num_joints)
     for _ in range(steps):
         actions = policy(obs)

@@ -221,7 +221,11 @@ class OnnxPolicy:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # ORT's own exception types (InvalidProtobuf, Fail, ...) are not importable stably
+            raise ContractError(f"{self.path}: not a loadable ONNX model ({type(exc).__name__}: "
+                                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else 'no message'})") from exc
         raw = self.session.get_modelmeta().custom_metadata_map
         self.metadata = {k: _json_or_str(v) for k, v in raw.items()}
         missing = [k for k in CONTRACT_KEYS if k not in self.metadata]

@@ -62,6 +62,7 @@ class TrainingJob:
             raise JobError("request has no 'spec' (a reward spec object)")
         try:
             spec = RewardSpec.from_dict(raw["spec"], where=f"candidate {cid}")
+            spec.test_generated_code()  # at intake, so that a failing term is rejected before the queue
         except ValueError as exc:  # RewardSpecError / RewardCodeError: precise messages for the LLM
             raise JobError(str(exc)) from exc
         minutes = raw.get("minutes")

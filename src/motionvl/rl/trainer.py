@@ -6,6 +6,7 @@ Run directory layout (everything a later step needs, nothing else):
     RUN_DIR/reward_spec.yaml       the reward spec trained on (its to_dict())
     RUN_DIR/tb/                    TensorBoard event files
     RUN_DIR/checkpoints/model_<it>.pt, latest.pt   rsl_rl checkpoints (+ our counters and the policy average in "infos")
+    RUN_DIR/checkpoints/latest_episodes.pt   the episodes in flight at latest.pt (resumed runs continue them)
     RUN_DIR/history.jsonl          one JSON record per PPO iteration
     RUN_DIR/term_stats.json        per-term episode reward mean/min/max/last over training
                                    (the "reward reflection" fed back to the LLM)
@@ -20,7 +21,9 @@ Run directory layout (everything a later step needs, nothing else):
 `train_policy(...)` runs until the time budget (summed over resumed sessions) or the iteration
 limit is reached, the `on_iteration` callback returns False or SIGINT arrives; it then saves,
 exports and returns a `TrainResult`. A killed run resumes from checkpoints/latest.pt
-(`resume=True`) and loses at most `save_interval` iterations.
+(`resume=True`) and loses at most `save_interval` iterations; with latest_episodes.pt it continues the
+environments' episodes and random streams, so a run stopped and resumed at a checkpoint trains as the
+same run trained in one go would (the same history, on the same thread count).
 
 A history record (one line of history.jsonl, and the argument of `on_iteration`) holds:
 iteration, total_steps, elapsed_s, steps_per_s, collect_s, learn_s, episodes (finished in the
@@ -254,11 +257,20 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         raise FileExistsError(f"{run_dir} already holds a run; pass resume=True (--resume) or use a new directory")
     cfg = _resolve_config(train_cfg, run_dir, resume)
     if minutes is not None:
+        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
+            raise ConfigError(f"minutes must be a positive number, got {minutes!r}")
         cfg.minutes = float(minutes)
     if max_iterations is not None:
+        if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
+            raise ConfigError(f"max_iterations must be a positive integer, got {max_iterations!r}")
         cfg.max_iterations = int(max_iterations)
+    resolved = _resolve_reward(reward_spec, run_dir, resume)
+    if hasattr(resolved, "test_generated_code"):  # generated terms run in the isolated test before training runs them
+        resolved.test_generated_code()
     # the run's reward_spec.yaml records the thresholds the gait terms train with
-    spec = agree_on_standing(_resolve_reward(reward_spec, run_dir, resume), cfg.env)
+    spec = agree_on_standing(resolved, cfg.env)
+    if resume and reward_spec is not None:
+        _refuse_another_reward(spec, run_dir)
     robot = robot or load_robot_config()
 
     ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -301,6 +313,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         cell_error = np.asarray(infos.get("command_cell_error", []), dtype=float)
         if cell_error.shape == vec.env.command_cell_error.shape:  # another grid starts over
             vec.env.command_cell_error[:] = cell_error
+        _resume_episodes(ckpt_dir / EPISODES_FILE, start_it, vec)
     history = _load_history(run_dir / "history.jsonl", start_it)
     total_steps = int(infos.get("total_steps", 0))
     elapsed0 = float(infos.get("elapsed_s", 0.0))
@@ -319,6 +332,9 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
                  "train_config": cfg.to_dict(),
                  **({"policy_average": average.state_dict()} if average is not None else {}),
                  **({"estimator_training": estimator.state_dict()} if estimator is not None else {})}
+        # the episodes first: a crash between the two files leaves episodes newer than latest.pt, which a resume
+        # recognises by their iteration and does not use
+        _save_episodes(ckpt_dir / EPISODES_FILE, it, vec)
         tmp = ckpt_dir / "latest.pt.tmp"
         runner.save(str(tmp), infos=state)
         os.replace(tmp, latest)
@@ -428,6 +444,47 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
 
 
 # ---------------------------------------------------------------------- helpers
+EPISODES_FILE = "latest_episodes.pt"
+"""In checkpoints/: the episodes in flight at latest.pt (physics, per-env buffers, random generators),
+so that a resumed run continues them rather than restarting every environment at once."""
+
+
+def _save_episodes(path: Path, iteration: int, vec: LocomotionVecEnv) -> None:
+    saved = {"iteration": iteration, "episodes": vec.episode_state(), "torch_rng": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        saved["cuda_rng"] = torch.cuda.get_rng_state_all()
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(saved, tmp)
+    os.replace(tmp, path)
+
+
+def _resume_episodes(path: Path, iteration: int, vec: LocomotionVecEnv) -> bool:
+    """Continue the episodes saved with latest.pt (and the random streams): the resumed run then repeats the
+    one it resumes, iteration for iteration. Without a usable file (a run written before they were saved, or
+    one resumed with another env size) every environment starts a new episode, with a warning."""
+    import warnings
+
+    reason = None
+    if not path.exists():
+        reason = f"{path.name} is missing (a run written by an earlier MotionVL version)"
+    else:
+        saved = torch.load(path, weights_only=False, map_location="cpu")
+        if saved.get("iteration") != iteration:
+            reason = f"{path.name} is from iteration {saved.get('iteration')}, the checkpoint from {iteration}"
+        else:
+            try:
+                vec.load_episode_state(saved["episodes"])
+            except ValueError as exc:
+                reason = f"its episodes do not fit this env ({exc})"
+            else:
+                torch.set_rng_state(saved["torch_rng"])
+                if "cuda_rng" in saved and torch.cuda.is_available():
+                    torch.cuda.set_rng_state_all(saved["cuda_rng"])
+                return True
+    warnings.warn(f"resuming at iteration {iteration} with every environment in a new episode: {reason}", stacklevel=3)
+    return False
+
+
 ENV_KEYS_ADDED_LATER = {"critic_sees_randomization": False, "heading_observation": False}
 """EnvConfig keys whose default changed after runs were written: a resumed run whose config copy
 lacks one gets the value it was trained with (its checkpoints have those network shapes)."""
@@ -457,6 +514,24 @@ def _resolve_reward(reward_spec, run_dir: Path, resume: bool):
     if reward_spec is None and resume and (run_dir / "reward_spec.yaml").exists():
         reward_spec = run_dir / "reward_spec.yaml"
     return load_reward_spec(reward_spec)
+
+
+def _refuse_another_reward(spec, run_dir: Path) -> None:
+    """A resumed run keeps the reward it was trained on: its history, term statistics and checkpoints belong to
+    that reward, so another spec is a new run (a synthesizer reusing a candidate id, a wrong --reward)."""
+    from motionvl.rewards.spec import RewardSpec, load_reward_spec
+
+    saved_path = run_dir / "reward_spec.yaml"
+    if not isinstance(spec, RewardSpec) or not saved_path.exists():
+        return
+    try:
+        saved = load_reward_spec(saved_path)
+    except ConfigError:  # not a RewardSpec file (a run on a custom reward callable): nothing to compare
+        return
+    if saved != spec:
+        raise ConfigError(f"cannot resume {run_dir} with another reward spec: it was trained on {saved_path} "
+                          f"('{saved.name}'), the one given differs ('{spec.name}'). Resume without a reward spec, "
+                          f"or train the new spec in a new run directory")
 
 
 def _load_history(path: Path, upto: int) -> list[dict]:

@@ -78,6 +78,16 @@ class LocomotionVecEnv(VecEnv):
         self._obs = self._pack(self.env.observations())
         return self._obs
 
+    def episode_state(self) -> dict:
+        """The wrapped env's episodes in flight and their returns and lengths so far (`load_episode_state`)."""
+        return {"env": self.env.episode_state(), "return": self._return.copy(), "length": self._length.copy()}
+
+    def load_episode_state(self, saved: dict) -> None:
+        self.env.load_episode_state(saved["env"])
+        self._return[:] = saved["return"]
+        self._length[:] = saved["length"]
+        self.sync_observations()
+
     # ------------------------------------------------------------------ statistics
     def pop_stats(self) -> dict:
         """Statistics since the last call: finished episodes, their mean return and length, per-term means."""

@@ -3,8 +3,9 @@
 `MujocoBatchBackend` uses mujoco.batch.Batch (MuJoCo >= 4.0): one persistent MjData per
 simulation, stepped on a thread pool in C. A GPU backend (MuJoCo Warp) can be added behind the
 same small interface: `num_envs`, state views `qpos`/`qvel`/`ctrl`, outputs `sensordata`,
-`actuator_force`, `xpos`, and `step`, `reset`, `forward`, `per_env_model_field`, and for
-command latency `set_ctrl_delay` and `reset_ctrl_history`.
+`actuator_force`, `xpos`, and `step`, `reset`, `forward`, `per_env_model_field`, for
+command latency `set_ctrl_delay` and `reset_ctrl_history`, and for checkpoints `state_dict` and
+`load_state_dict`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ import os
 import mujoco
 import mujoco.batch
 import numpy as np
+
+
+STATE_FIELDS = ("time", "qpos", "qvel", "act", "history", "qacc_warmstart", "ctrl", "qfrc_applied", "xfrc_applied",
+                "eq_active", "mocap_pos", "mocap_quat", "userdata", "plugin_state", "plastic")
+"""MjData fields of mjSTATE_INTEGRATION: what mj_step reads besides the model (warm start and ctrl
+history included, so that a restored simulation continues bit for bit)."""
 
 
 def default_num_threads() -> int:
@@ -104,6 +111,32 @@ class MujocoBatchBackend:
     def per_env_model_field(self, name: str) -> np.ndarray:
         """A live (N, ...) per-simulation copy of a model field, for domain randomisation."""
         return self.batch.expand(name)
+
+    def state_dict(self) -> dict:
+        """Copies of every simulation's integration state and of the model fields made per-simulation."""
+        state = {name: self.batch.bind(name).copy() for name in STATE_FIELDS if self.batch.bind(name).size}
+        model = {name: values.copy() for name in sorted(mujoco.batch.MODEL_FIELDS)
+                 if (values := self.batch.expanded(name)) is not None}
+        return {"num_envs": self.num_envs, "state": state, "model": model}
+
+    def load_state_dict(self, saved: dict) -> None:
+        """Put back what `state_dict` copied; the next step continues as the saved batch's would have.
+        ValueError when it was saved from another number of simulations or another model."""
+        if saved.get("num_envs") != self.num_envs:
+            raise ValueError(f"saved from {saved.get('num_envs')} simulations, this batch runs {self.num_envs}")
+        for kind, fields, live in (("state", saved["state"], self.batch.bind), ("model", saved["model"], self.batch.expand)):
+            for name, values in fields.items():
+                target = live(name)
+                if target.shape != values.shape:
+                    raise ValueError(f"saved {kind} field {name} has shape {values.shape}, this model's {target.shape}")
+        for name, values in saved["state"].items():
+            self.batch.bind(name)[...] = values
+        for name, values in saved["model"].items():
+            self.batch.expand(name)[...] = values
+        if set(saved["model"]) & set(mujoco.MjModel._setconst_inputs):
+            self.batch.set_const()
+        # the stages a step leaves behind (step's mjSTAGE_VEL), from which the next step continues
+        self.batch.forward(stage=mujoco.mjtStage.mjSTAGE_VEL)
 
     def set_const(self) -> None:
         self.batch.set_const()
