@@ -145,6 +145,75 @@ def test_a_run_stopped_and_resumed_trains_as_the_run_trained_in_one_go(robot, tm
     assert _history_without_timings(older)[3:] != one_go[3:]
 
 
+TINY_TRAINING_YAML = {
+    "seed": 0, "save_interval": 2, "selection": {"minutes": 0, "iterations": 0},
+    "env": {"num_envs": 16, "episode_length_s": 0.2, "num_threads": 1},
+    "ppo": {"num_steps_per_env": 8, "num_learning_epochs": 1, "num_mini_batches": 2,
+            "actor_hidden_dims": [32, 32], "critic_hidden_dims": [32, 32]},
+}
+
+
+def _checkpoint_at_rest(ckpt_dir: Path) -> int | None:
+    """The iteration of latest.pt when it and latest_episodes.pt agree and no file is half written, else None."""
+    if any(p.suffix == ".tmp" for p in ckpt_dir.iterdir()) or not (ckpt_dir / "latest.pt").exists():
+        return None
+    try:
+        latest = torch.load(ckpt_dir / "latest.pt", weights_only=False)["infos"]["iteration"]
+        episodes = torch.load(ckpt_dir / "latest_episodes.pt", weights_only=False)["iteration"]
+    except Exception:  # noqa: BLE001 - a file being replaced right now: look again
+        return None
+    return latest if latest == episodes else None
+
+
+def test_a_killed_training_process_resumes_from_its_last_checkpoint_and_trains_as_if_never_killed(tmp_path):
+    import signal
+    import time
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY_TRAINING_YAML))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+    def train_policy_cli(out, *extra):
+        return [sys.executable, "-m", "motionvl.cli", "train-policy", "--out", str(out), "--eval-episodes", "0",
+                "--no-progress", *extra]
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(train_policy_cli(killed, "--config", str(config), "--max-iterations", "500"), env=env,
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    history = killed / "history.jsonl"
+    deadline = time.monotonic() + 120
+    try:
+        while not (history.exists() and len(history.read_text().splitlines()) >= 5):
+            assert proc.poll() is None and time.monotonic() < deadline, "training did not reach 5 iterations"
+            time.sleep(0.01)
+        # freeze it where both checkpoint files are whole and agree, then kill it as a crash would
+        while True:
+            proc.send_signal(signal.SIGSTOP)
+            checkpoint = _checkpoint_at_rest(killed / "checkpoints")
+            if checkpoint is not None:
+                break
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    trained = len(history.read_text().splitlines())
+    assert checkpoint >= 4 and checkpoint <= trained < 12
+
+    resumed = subprocess.run(train_policy_cli(killed, "--resume", "--max-iterations", "12"), env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "new episode" not in resumed.stderr, "the episodes in flight were continued"
+    one_go = subprocess.run(train_policy_cli(tmp_path / "one_go", "--config", str(config), "--max-iterations", "12"),
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert one_go.returncode == 0, one_go.stderr
+    after_kill = _history_without_timings(killed)
+    assert [r["iteration"] for r in after_kill] == list(range(1, 13)), "no iteration lost or counted twice"
+    assert after_kill == _history_without_timings(tmp_path / "one_go")
+    assert (killed / "policy.onnx").is_file()
+
+
 def test_episodes_saved_from_another_env_size_are_refused_before_anything_changes(robot):
     small, large = (LocomotionVecEnv(LocomotionEnv(robot, EnvConfig(num_envs=n, num_threads=1), PlaceholderReward()))
                     for n in (4, 8))
