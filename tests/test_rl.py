@@ -144,6 +144,14 @@ def test_a_run_stopped_and_resumed_trains_as_the_run_trained_in_one_go(robot, tm
     assert _history_without_timings(older)[:3] == one_go[:3]
     assert _history_without_timings(older)[3:] != one_go[3:]
 
+    # a damaged episodes file does not block the resume either
+    damaged = tmp_path / "damaged"
+    train_policy(damaged, PlaceholderReward(), cfg, max_iterations=3, progress=False, robot=robot)
+    (damaged / "checkpoints/latest_episodes.pt").write_bytes(b"truncated")
+    with pytest.warns(UserWarning, match="every environment in a new episode: latest_episodes.pt cannot be read"):
+        train_policy(damaged, PlaceholderReward(), None, resume=True, max_iterations=4, progress=False, robot=robot)
+    assert [r["iteration"] for r in _history_without_timings(damaged)] == [1, 2, 3, 4]
+
 
 TINY_TRAINING_YAML = {
     "seed": 0, "save_interval": 2, "selection": {"minutes": 0, "iterations": 0},
@@ -259,8 +267,9 @@ def test_a_run_resumes_only_on_the_reward_it_was_trained_on_and_budgets_must_be_
     train_policy(run, RewardSpec.from_dict(spec.to_dict()), None, resume=True, max_iterations=2, progress=False,
                  robot=robot)  # the same spec, sent again (a node's retry): resumes
     assert [json.loads(l)["iteration"] for l in (run / "history.jsonl").read_text().splitlines()] == [1, 2]
-    for bad in ({"minutes": 0}, {"minutes": -1.0}, {"max_iterations": 0}):
-        with pytest.raises(ConfigError, match="must be a positive"):
+    for bad in ({"minutes": 0}, {"minutes": -1.0}, {"minutes": float("nan")}, {"max_iterations": 0},
+                {"max_iterations": 2.5}):
+        with pytest.raises(ConfigError, match=f"train_policy budget: {next(iter(bad))} must be"):
             train_policy(tmp_path / "other", spec, tiny_config(), progress=False, robot=robot, **bad)
     assert not (tmp_path / "other").exists()
 

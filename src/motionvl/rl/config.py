@@ -271,6 +271,8 @@ class TrainConfig:
              "policy_average_iterations must be 0 (off) or >= 1"),
             (self.policy_average_growth >= 0, "policy_average_growth must be >= 0"),
             (self.minutes > 0, "minutes must be > 0"),
+            (self.max_iterations is None or (_is_count(self.max_iterations) and self.max_iterations >= 1),
+             f"max_iterations must be null or an integer >= 1, got {self.max_iterations!r}"),
             (self.selection.minutes >= 0, "selection.minutes must be >= 0"),
             (_is_count(self.selection.iterations), "selection.iterations must be an integer >= 0"),
             (self.selection.every >= 1 and self.selection.episodes >= 1 and self.selection.seconds > 0,

@@ -257,13 +257,10 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         raise FileExistsError(f"{run_dir} already holds a run; pass resume=True (--resume) or use a new directory")
     cfg = _resolve_config(train_cfg, run_dir, resume)
     if minutes is not None:
-        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
-            raise ConfigError(f"minutes must be a positive number, got {minutes!r}")
         cfg.minutes = float(minutes)
     if max_iterations is not None:
-        if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
-            raise ConfigError(f"max_iterations must be a positive integer, got {max_iterations!r}")
-        cfg.max_iterations = int(max_iterations)
+        cfg.max_iterations = int(max_iterations) if isinstance(max_iterations, np.integer) else max_iterations
+    cfg.validate("train_policy budget")  # the arguments are checked like the config's own keys
     resolved = _resolve_reward(reward_spec, run_dir, resume)
     if hasattr(resolved, "test_generated_code"):  # generated terms run in the isolated test before training runs them
         resolved.test_generated_code()
@@ -460,29 +457,35 @@ def _save_episodes(path: Path, iteration: int, vec: LocomotionVecEnv) -> None:
 
 def _resume_episodes(path: Path, iteration: int, vec: LocomotionVecEnv) -> bool:
     """Continue the episodes saved with latest.pt (and the random streams): the resumed run then repeats the
-    one it resumes, iteration for iteration. Without a usable file (a run written before they were saved, or
-    one resumed with another env size) every environment starts a new episode, with a warning."""
+    one it resumes, iteration for iteration. Without a usable file (a run written before they were saved, one
+    resumed with another env size, a damaged file) every environment starts a new episode, with a warning."""
+    reason = _load_episodes(path, iteration, vec)
+    if reason is None:
+        return True
     import warnings
 
-    reason = None
-    if not path.exists():
-        reason = f"{path.name} is missing (a run written by an earlier MotionVL version)"
-    else:
-        saved = torch.load(path, weights_only=False, map_location="cpu")
-        if saved.get("iteration") != iteration:
-            reason = f"{path.name} is from iteration {saved.get('iteration')}, the checkpoint from {iteration}"
-        else:
-            try:
-                vec.load_episode_state(saved["episodes"])
-            except ValueError as exc:
-                reason = f"its episodes do not fit this env ({exc})"
-            else:
-                torch.set_rng_state(saved["torch_rng"])
-                if "cuda_rng" in saved and torch.cuda.is_available():
-                    torch.cuda.set_rng_state_all(saved["cuda_rng"])
-                return True
     warnings.warn(f"resuming at iteration {iteration} with every environment in a new episode: {reason}", stacklevel=3)
     return False
+
+
+def _load_episodes(path: Path, iteration: int, vec: LocomotionVecEnv) -> str | None:
+    """None once the saved episodes and random streams are back in place; else why they are not used."""
+    if not path.exists():
+        return f"{path.name} is missing (a run written by an earlier MotionVL version)"
+    try:
+        saved = torch.load(path, weights_only=False, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - a damaged file must not block resuming the model itself
+        return f"{path.name} cannot be read ({type(exc).__name__}: {exc})"
+    if saved.get("iteration") != iteration:
+        return f"{path.name} is from iteration {saved.get('iteration')}, the checkpoint from {iteration}"
+    try:
+        vec.load_episode_state(saved["episodes"])
+    except ValueError as exc:
+        return f"its episodes do not fit this env ({exc})"
+    torch.set_rng_state(saved["torch_rng"])
+    if "cuda_rng" in saved and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(saved["cuda_rng"])
+    return None
 
 
 ENV_KEYS_ADDED_LATER = {"critic_sees_randomization": False, "heading_observation": False}
