@@ -238,20 +238,20 @@ NAN_TERM_CODE = "def _reward_lean(state):\n    return np.log(state.base_height -
 
 
 def test_generated_code_that_fails_its_test_run_is_refused_before_training_writes_anything(robot, tmp_path):
-    from motionvl.rewards.spec import RewardSpec, RewardSpecError
+    from motionvl.rewards import RewardValidationError
+    from motionvl.rewards.spec import RewardSpec
     from motionvl.rl.jobs import JobError, TrainingJob
 
     raw = {"name": "lean", "terms": {"tracking_lin_vel": 1.0, "lean": {"weight": 0.5, "source": "generated"}},
            "code": NAN_TERM_CODE}
     spec = RewardSpec.from_dict(raw)  # construction alone does not run the code
-    with pytest.raises(RewardSpecError, match=r"line 1: non-finite: `_reward_lean` returned NaN"):
+    with pytest.raises(RewardValidationError, match=r"line 1: non-finite: `_reward_lean` returned NaN"):
         train_policy(tmp_path / "run", spec, tiny_config(), max_iterations=1, progress=False, robot=robot)
     assert not (tmp_path / "run").exists()
     with pytest.raises(JobError, match=r"line 1: non-finite"):
         TrainingJob.from_json(json.dumps({"candidate_id": "c1", "spec": raw}))
     healthy = {**raw, "code": "def _reward_lean(state):\n    return np.exp(-np.abs(state.projected_gravity[:, 0]))\n"}
-    job = TrainingJob.from_json(json.dumps({"candidate_id": "c2", "spec": healthy}))
-    assert job.spec._code_tested, "the intake's test run is remembered, not repeated by train_policy"
+    assert TrainingJob.from_json(json.dumps({"candidate_id": "c2", "spec": healthy})).spec.code
 
 
 def test_a_run_resumes_only_on_the_reward_it_was_trained_on_and_budgets_must_be_positive(robot, tmp_path):

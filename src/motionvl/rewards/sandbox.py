@@ -856,14 +856,18 @@ def evaluate_term(term: RewardTerm, state: RewardState) -> np.ndarray:
 @functools.lru_cache(maxsize=1)
 def _robot_joints() -> tuple:
     """(names, default, lower, upper, effort) of the robot config: plausible joint values."""
-    robot = load_robot_config()
+    return _joints_of(load_robot_config())
+
+
+def _joints_of(robot) -> tuple:
     return robot.joint_names, robot.default_pose, robot.lower, robot.upper, robot.effort_limit
 
 
-def random_reward_state(num_envs: int, rng: np.random.Generator) -> RewardState:
-    """A batch of plausible mid-walk states (upright-ish, moving, mixed foot contacts)."""
+def random_reward_state(num_envs: int, rng: np.random.Generator, robot=None) -> RewardState:
+    """A batch of plausible mid-walk states (upright-ish, moving, mixed foot contacts) of `robot`'s
+    joints (None: the package's robot config)."""
     n = int(num_envs)
-    names, default, lower, upper, effort = _robot_joints()
+    names, default, lower, upper, effort = _robot_joints() if robot is None else _joints_of(robot)
     nj = len(names)
     roll, pitch = rng.normal(0.0, 0.08, (2, n))
     yaw = rng.uniform(-np.pi, np.pi, n)

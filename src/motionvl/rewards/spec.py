@@ -75,7 +75,6 @@ class RewardSpec:
         self.description = description
         self.only_positive = only_positive
         self._where = where
-        self._code_tested = False  # set by test_generated_code: the isolated run passed for this spec's code
         # only_positive clips the total at 0 (legged_gym's option against learning to fall early);
         # the per-term contributions are then no longer summing to the total.
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
@@ -163,25 +162,13 @@ class RewardSpec:
             total = np.maximum(total, 0.0)
         return total, contributions
 
-    def test_generated_code(self, *, num_envs: int = 64, timeout_s: float = 5.0) -> None:
-        """Run the generated terms once in the sandbox's separate, resource- and time-limited process on random
-        batches, requiring finite (N,) outputs: what `motionvl reward check` does. Construction only made the
-        static checks and the restricted compile; this runs the code, before any training does. RewardSpecError
-        with the sandbox's `line L: rule: ...` messages; a spec without code, or one already tested, returns."""
-        if not self.code or self._code_tested:
-            return
-        from motionvl.rewards import sandbox
-
-        try:
-            sandbox.check_reward_code(self.code, num_envs=num_envs, timeout_s=timeout_s)
-        except sandbox.RewardCodeError as exc:
-            raise RewardSpecError(f"{self._where}: generated code rejected in its test run: {exc}") from None
-        self._code_tested = True
-
-    def check(self, state: RewardState) -> None:
-        """Evaluate every term once on `state`; raise RewardSpecError naming any term that fails."""
+    def check(self, state: RewardState, only=None) -> None:
+        """Evaluate every term (or the terms named in `only`) once on `state`; raise RewardSpecError naming
+        any term that fails."""
         errors = []
         for t, (_, evaluate) in zip(self.terms, self._evaluators):
+            if only is not None and t.name not in only:
+                continue
             try:
                 value = np.asarray(evaluate(state), dtype=np.float64)
             except Exception as exc:

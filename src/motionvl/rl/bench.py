@@ -115,6 +115,7 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
 def run_train_benchmark(args: argparse.Namespace) -> dict | int:
     """Entry point of `motionvl bench train`: returns the figures (the bench CLI prints them as JSON),
     or exit status 2 after a message on a bad config, override or reward spec."""
+    from motionvl.rewards import validate_spec
     from motionvl.rewards.spec import load_reward_spec
     from motionvl.robot import ConfigError
 
@@ -131,6 +132,7 @@ def run_train_benchmark(args: argparse.Namespace) -> dict | int:
             cfg.update_torch_threads = a.update_torch_threads
         cfg.validate()
         reward = load_reward_spec(a.reward)
+        validate_spec(reward)  # a spec file may carry generated code: the same validation as training
     except (ConfigError, FileNotFoundError) as exc:
         print(f"motionvl bench train: {exc}", file=sys.stderr, flush=True)
         return 2

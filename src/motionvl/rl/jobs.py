@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from motionvl.rewards import validate_spec
 from motionvl.rewards.spec import RewardSpec
 
 StatusFn = Callable[[dict], None]
@@ -62,8 +63,8 @@ class TrainingJob:
             raise JobError("request has no 'spec' (a reward spec object)")
         try:
             spec = RewardSpec.from_dict(raw["spec"], where=f"candidate {cid}")
-            spec.test_generated_code()  # at intake, so that a failing term is rejected before the queue
-        except ValueError as exc:  # RewardSpecError / RewardCodeError: precise messages for the LLM
+            validate_spec(spec)  # at intake, so that a failing term is rejected before the queue
+        except ValueError as exc:  # RewardSpecError / RewardValidationError: bounded messages for the LLM
             raise JobError(str(exc)) from exc
         minutes = raw.get("minutes")
         if minutes is not None and (not isinstance(minutes, (int, float)) or minutes <= 0):

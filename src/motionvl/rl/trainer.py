@@ -114,6 +114,7 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     from rsl_rl.runners import OnPolicyRunner
 
     robot = robot or load_robot_config()
+    _validate_reward(reward_fn, robot)
     reward_fn = agree_on_standing(reward_fn, train_cfg.env)
     device = device or train_cfg.resolved_device()
     if train_cfg.torch_threads:
@@ -133,6 +134,16 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
         # same loss and gradient, less work (on a share of each mini-batch with ppo.mirror_loss_fraction < 1)
         runner.alg.symmetry = LeanMirrorLoss.replacing(runner.alg.symmetry, fraction=train_cfg.ppo.mirror_loss_fraction)
     return vec, runner
+
+
+def _validate_reward(reward_fn, robot: RobotConfig) -> None:
+    """A reward spec passes the one validation (motionvl.rewards.validate_spec) before anything trains on it; a
+    plain callable is the caller's own code. The isolated test of generated code runs once per process."""
+    from motionvl.rewards import validate_spec
+    from motionvl.rewards.spec import RewardSpec
+
+    if isinstance(reward_fn, RewardSpec):
+        validate_spec(reward_fn, robot)
 
 
 def agree_on_standing(reward_fn, env_cfg):
@@ -262,13 +273,12 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         cfg.max_iterations = int(max_iterations) if isinstance(max_iterations, np.integer) else max_iterations
     cfg.validate("train_policy budget")  # the arguments are checked like the config's own keys
     resolved = _resolve_reward(reward_spec, run_dir, resume)
-    if hasattr(resolved, "test_generated_code"):  # generated terms run in the isolated test before training runs them
-        resolved.test_generated_code()
+    robot = robot or load_robot_config()
+    _validate_reward(resolved, robot)  # before the run directory is written
     # the run's reward_spec.yaml records the thresholds the gait terms train with
     spec = agree_on_standing(resolved, cfg.env)
     if resume and reward_spec is not None:
         _refuse_another_reward(spec, run_dir)
-    robot = robot or load_robot_config()
 
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
