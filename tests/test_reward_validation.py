@@ -61,8 +61,8 @@ def test_library_terms_are_checked_against_the_robot(robot):
 
 
 def test_messages_are_bounded_and_never_echo_the_candidate_at_length():
-    names = "\n".join(f"def _reward_{'x' * 60}{i}(state):\n    return open('{INJECTION}')\n" for i in range(600))
-    code = f'"""{INJECTION * 20}"""\n' + names  # ~63 KB of source, 600 problems
+    names = "\n".join(f"def _reward_{'x' * 60}{i}(state):\n    return open('{INJECTION}')\n" for i in range(380))
+    code = f'"""{INJECTION * 20}"""\n' + names  # ~63 KB of source, 380 problems
     assert 50_000 < len(code) <= 64_000
     with pytest.raises(RewardValidationError) as info:
         validate_spec(generated_spec(code, "a"))
