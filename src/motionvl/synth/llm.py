@@ -1,0 +1,263 @@
+"""Model-backed synthesizers: `openai` (an OpenAI-compatible endpoint) and `transformers` (a local causal LM).
+
+Both share one loop (`ModelSynthesizer`): the context prompt (`context.build_prompt`), K candidates
+sampled one after another (each told which edits the earlier ones made, so they differ), and per
+candidate up to `max_repairs` repairs: an answer that cannot be parsed, is cut off, fails
+RewardSpec or the sandbox, or repeats r* or another candidate goes back to the model with the
+exact, bounded reason. Every call's tokens, latency and cost are recorded and charged to the
+run's cap. A model that cannot be called (endpoint unreachable after the client's retries with
+backoff, a local model that fails to generate) rejects that candidate and the rest of the round
+with the reason; it never raises out of `propose`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+import time
+
+from motionvl.rewards.spec import RewardSpec, load_reward_spec
+from motionvl.synth.api import (Candidate, RewardSynthesizer, SynthesisError, SynthesisRequest, add_usage, bounded,
+                                empty_usage, rejected, term_diff)
+from motionvl.synth.context import DEFAULT_MAX_PROMPT_CHARS, Prompt, answer_format, build_prompt
+from motionvl.synth.parsing import AnswerError, extract_spec
+from motionvl.synth.validation import check_spec
+
+RESPONSE_FORMATS = ("auto", "json_schema", "json_object", "none")
+
+
+class ModelCallError(RuntimeError):
+    """The model could not be asked (transport or server failure), as opposed to a bad answer."""
+
+
+@dataclasses.dataclass
+class Completion:
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    cost: float = 0.0
+    tokens_estimated: bool = False
+    """The server reported no usage: counts are estimated at 4 characters per token."""
+
+    def usage(self) -> dict:
+        return {"prompt_tokens": int(self.prompt_tokens), "completion_tokens": int(self.completion_tokens),
+                "latency_s": round(float(self.latency_s), 6), "cost": float(self.cost), "calls": 1}
+
+
+def repair_text(rejection: str) -> str:
+    return (f"Your answer was rejected:\n{rejection}\n"
+            "Fix exactly these problems and answer again with the complete, corrected JSON object only.")
+
+
+def _edit_line(edits: list[dict]) -> str:
+    parts = []
+    for e in edits:
+        if e["change"] == "weight":
+            parts.append(f"{e['term']} weight {e['old']}->{e['new']}")
+        elif e["change"] == "added":
+            parts.append(f"added {e['term']}")
+        elif e["change"] == "removed":
+            parts.append(f"removed {e['term']}")
+        elif e["change"] == "params":
+            parts.append(f"{e['term']} params {json.dumps(e['new'])}")
+        else:
+            parts.append(f"{e['change']} of {e['term']}")
+    return ", ".join(parts) or "no change"
+
+
+class ModelSynthesizer(RewardSynthesizer):
+    """The propose/repair loop over a model; subclasses implement `_complete`."""
+
+    offline = False
+
+    def __init__(self, *, max_repairs: int = 2, max_new_tokens: int = 2048,
+                 max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS, start: RewardSpec | str | None = None, robot=None,
+                 max_calls: int | None = None, max_tokens: int | None = None):
+        super().__init__(max_calls=max_calls, max_tokens=max_tokens)
+        if isinstance(max_repairs, bool) or not isinstance(max_repairs, int) or not 0 <= max_repairs <= 10:
+            raise SynthesisError(f"max_repairs must be an integer within 0..10, got {max_repairs!r}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 16:
+            raise SynthesisError(f"max_new_tokens must be an integer >= 16, got {max_new_tokens!r}")
+        self.max_repairs = max_repairs
+        self.max_new_tokens = max_new_tokens
+        self.max_prompt_chars = int(max_prompt_chars)
+        self.start = start if isinstance(start, RewardSpec) else load_reward_spec(start)
+        self.robot = robot
+
+    @abc.abstractmethod
+    def _complete(self, messages: list[dict], *, temperature: float, seed: int) -> Completion:
+        """One chat completion; ModelCallError when the model cannot be asked."""
+
+    def _propose(self, request: SynthesisRequest) -> list[Candidate]:
+        prompt = build_prompt(request, robot=self.robot, max_prompt_chars=self.max_prompt_chars, start=self.start)
+        parent = request.parent or self.start
+        out: list[Candidate] = []
+        failure: str | None = None
+        for k in range(request.num_candidates):
+            if failure is not None:
+                out.append(rejected(f"not attempted: {failure}", prompt=prompt.text))
+                continue
+            candidate, failure = self._candidate(request, prompt, parent, k, out)
+            out.append(candidate)
+        return out
+
+    def _candidate(self, request: SynthesisRequest, prompt: Prompt, parent: RewardSpec, k: int,
+                   earlier: list[Candidate]) -> tuple[Candidate, str | None]:
+        messages = prompt.messages()
+        made = [(j, c) for j, c in enumerate(earlier) if c.ok]
+        if made:
+            messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\nCandidates already proposed in "
+                            "this round changed: " + "; ".join(f"#{j}: {_edit_line(c.edits)}" for j, c in made)
+                            + ". Propose a different edit."}
+        first_prompt = prompt.text if not made else f"[system]\n{messages[0]['content']}\n\n[user]\n{messages[1]['content']}"
+        usage, exchanges = empty_usage(), []
+        response, rejection = "", "no attempt"
+        seed = (request.seed * 1_000_003 + request.iteration * 1_009 + k) % (2**31)
+        for attempt in range(1 + self.max_repairs):
+            cap = self.budget.exhausted()
+            if cap:
+                return rejected(cap + (f" (last rejection: {rejection})" if exchanges else ""), prompt=first_prompt,
+                                response=response, attempts=attempt, usage=usage, exchanges=exchanges), None
+            try:
+                completion = self._complete(messages, temperature=request.temperature, seed=seed + attempt)
+            except ModelCallError as exc:
+                reason = f"model call failed: {bounded(exc, 600)}"
+                return rejected(reason, prompt=first_prompt, response=response, attempts=attempt, usage=usage,
+                                exchanges=exchanges), reason
+            call = completion.usage()
+            self.budget.charge(call)
+            add_usage(usage, call)
+            response = completion.text
+            spec, rationale, rejection = self._read(completion, parent, earlier, request, k)
+            exchanges.append({"response": response, "finish_reason": completion.finish_reason, "rejection": rejection,
+                              "usage": call, "tokens_estimated": completion.tokens_estimated})
+            if spec is not None:
+                return Candidate(spec=spec, ok=True, rejection=None, prompt=first_prompt, response=response,
+                                 attempts=attempt + 1, usage=usage, edits=term_diff(parent, spec), rationale=rationale,
+                                 exchanges=exchanges), None
+            messages = messages + [{"role": "assistant", "content": response}, {"role": "user", "content": repair_text(rejection)}]
+        return rejected(f"{rejection} (still refused after {1 + self.max_repairs} attempts)", prompt=first_prompt,
+                        response=response, attempts=1 + self.max_repairs, usage=usage, exchanges=exchanges), None
+
+    def _read(self, completion: Completion, parent: RewardSpec, earlier: list[Candidate], request: SynthesisRequest,
+              k: int) -> tuple[RewardSpec | None, str, str | None]:
+        """(spec, rationale, None) for a usable answer, else (None, rationale, rejection)."""
+        try:
+            raw, rationale = extract_spec(completion.text, truncated=completion.finish_reason == "length")
+        except AnswerError as exc:
+            return None, "", str(exc)
+        raw.setdefault("name", f"{parent.name or 'reward'}_i{request.iteration}_k{k}"[:80])
+        raw.setdefault("description", parent.description)
+        spec, rejection = check_spec(raw, where=f"candidate {k}", robot=self.robot)
+        if spec is None:
+            return None, rationale, rejection
+        same = lambda a, b: a.to_dict()["terms"] == b.to_dict()["terms"] and (a.code or None) == (b.code or None)  # noqa: E731
+        if same(spec, parent):
+            return None, rationale, "the spec is identical to r*'s terms: change at least one weight, parameter or term"
+        for j, c in enumerate(earlier):
+            if c.ok and same(spec, c.spec):
+                return None, rationale, f"the spec repeats candidate #{j} of this round: propose a different edit"
+        return spec, rationale, None
+
+
+class OpenAISynthesizer(ModelSynthesizer):
+    """Proposals from a model behind an OpenAI-compatible /v1/chat/completions endpoint.
+
+    response_format: "auto" asks for JSON-schema output and drops the request for the rest of the run
+    when the server refuses it (HTTP 400/422); "json_schema", "json_object" or "none" fix the choice.
+    Prices (per million tokens) turn the reported usage into a cost.
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120.0,
+                 max_retries: int = 3, backoff_s: float = 1.0, backoff_max_s: float = 30.0,
+                 response_format: str = "auto", send_seed: bool = True, price_prompt_per_mtok: float = 0.0,
+                 price_completion_per_mtok: float = 0.0, extra_body: dict | None = None, **common):
+        super().__init__(**common)
+        from motionvl.llm.openai_client import ChatClient
+
+        if response_format not in RESPONSE_FORMATS:
+            raise SynthesisError(f"response_format must be one of {list(RESPONSE_FORMATS)}, got {response_format!r}")
+        try:
+            self.client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries,
+                                     backoff_s=backoff_s, backoff_max_s=backoff_max_s)
+        except ValueError as exc:
+            raise SynthesisError(f"openai synthesizer: {exc}") from None
+        self.model = model
+        self.name = f"openai:{model}"
+        self.response_format = response_format
+        self._format_refused = False
+        self.send_seed = bool(send_seed)
+        self.prices = (float(price_prompt_per_mtok), float(price_completion_per_mtok))
+        self.extra_body = dict(extra_body or {})
+
+    def _format(self) -> dict | None:
+        if self.response_format == "none" or self._format_refused:
+            return None
+        if self.response_format == "json_object":
+            return {"type": "json_object"}
+        return answer_format()
+
+    def _complete(self, messages: list[dict], *, temperature: float, seed: int) -> Completion:
+        from motionvl.llm.openai_client import ChatClientError
+
+        extra = dict(self.extra_body)
+        if self.send_seed:
+            extra.setdefault("seed", seed)
+        while True:
+            fmt = self._format()
+            try:
+                result = self.client.chat(messages, max_tokens=self.max_new_tokens, temperature=temperature,
+                                          response_format=fmt, **extra)
+                break
+            except ChatClientError as exc:
+                if fmt is not None and self.response_format == "auto" and exc.status in (400, 422):
+                    self._format_refused = True  # the server does not take response_format: parse the text instead
+                    continue
+                raise ModelCallError(str(exc)) from None
+        usage = result.usage or {}
+        estimated = not isinstance(usage.get("prompt_tokens"), int) or not isinstance(usage.get("completion_tokens"), int)
+        prompt_tokens = usage.get("prompt_tokens") if not estimated else sum(len(str(m.get("content", ""))) for m in messages) // 4
+        completion_tokens = usage.get("completion_tokens") if not estimated else len(result.text) // 4
+        cost = (prompt_tokens * self.prices[0] + completion_tokens * self.prices[1]) / 1e6
+        return Completion(result.text, result.finish_reason, int(prompt_tokens), int(completion_tokens), result.latency_s,
+                          cost, estimated)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "endpoint": self.client.url, "model": self.model,
+                "response_format": "none (refused by the server)" if self._format_refused else self.response_format}
+
+
+class TransformersSynthesizer(ModelSynthesizer):
+    """Proposals from a local causal LM directory (never downloaded), generated with transformers."""
+
+    def __init__(self, model_dir: str, *, device: str = "auto", dtype: str | None = None,
+                 trust_remote_code: bool = False, **common):
+        super().__init__(**common)
+        from motionvl.llm.hf_generate import HFGenerator
+
+        try:
+            self.generator = HFGenerator(model_dir, device=device, dtype=dtype, kind="text",
+                                         trust_remote_code=trust_remote_code)
+        except FileNotFoundError as exc:
+            raise SynthesisError(f"transformers synthesizer: {exc}") from None
+        except (OSError, ValueError, ImportError, KeyError) as exc:
+            raise SynthesisError(f"transformers synthesizer: cannot load a causal LM from {model_dir!r}: "
+                                 f"{type(exc).__name__}: {bounded(exc, 400)}") from None
+        self.name = f"transformers:{self.generator.name}"
+
+    def _complete(self, messages: list[dict], *, temperature: float, seed: int) -> Completion:
+        import torch
+
+        torch.manual_seed(seed)
+        t0 = time.monotonic()
+        try:
+            out = self.generator.generate(messages, max_new_tokens=self.max_new_tokens, temperature=temperature)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails this round, not the caller
+            raise ModelCallError(f"local generation failed: {type(exc).__name__}: {bounded(exc, 400)}") from None
+        return Completion(out.text, out.finish_reason, out.prompt_tokens, out.n_tokens, time.monotonic() - t0)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "model_dir": str(self.generator.model_dir), "device": self.generator.device}

@@ -1,0 +1,456 @@
+"""The `rules` backend: rule-based re-weighting of the reward-term library. Model-free; not an LLM.
+
+The offline default of the synthesizer. It reads what a language model would read, with fixed
+rules instead of a model, and answers with conservative, focused term-level edits of the parent
+spec (r*, or the reference spec at the start):
+
+* the task sentence, parsed by the kinematic critic's rules (`motionvl.critic.kinematic.parse_task`):
+  "straight knees" raises knee_extension (with its straight-leg companions), "upright torso" the
+  orientation cost, "high steps" the clearance target, "without slipping" foot_slip, ...; a lean
+  the library has no term for becomes a generated term;
+* the measured gait numbers (the parent's eval.json, else the critic's measured descriptors): how
+  far the motion is from what the task asks sets how urgent an edit is, and a measurement that
+  already meets the ask drops a critic suggestion that contradicts it;
+* the critic's suggestions (MotionFeedback.suggestions: term, direction, reason);
+* the per-term statistics (the reward reflection): a reward term that training never pays gets a
+  wider kernel, a cost that is almost always saturated gets a lower weight;
+* the gates: a parent that falls or fails its walks gets a stabilising edit first.
+
+Each finding is a "move" with a priority and a few variants of increasing strength; the K
+candidates are the highest-scoring distinct variants and pairs of the two strongest moves. The
+seed perturbs near-ties only, so one seed always gives the same candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+
+from motionvl.rewards.spec import RewardSpec, TermSpec, load_reward_spec
+from motionvl.rewards.terms import ALIASES, REGISTRY
+from motionvl.synth.api import Candidate, RewardSynthesizer, SynthesisRequest, empty_usage, rejected, term_diff
+from motionvl.synth.context import term_levels
+from motionvl.synth.parsing import spec_answer
+from motionvl.synth.validation import check_spec
+
+BACKEND_NAME = "rules"
+
+STRAIGHT_KNEE = {"min_angle": 0.0, "max_angle": 0.2, "sigma": 0.2}
+"""config/rewards/straight_knees.yaml's stance-knee band: inside the action range around the 0.4 rad default knee."""
+BENT_KNEE = {"min_angle": 0.6, "max_angle": 1.0, "sigma": 0.2}
+
+TORSO_LEAN_CODE = """\
+TORSO_LEAN_TARGET = {target}
+TORSO_LEAN_SIGMA = 0.15
+
+
+def torso_lean_pitch(state):
+    return np.arcsin(np.clip(state.projected_gravity[:, 0], -1.0, 1.0))
+
+
+def _reward_torso_lean(state):
+    return np.exp(-np.square((torso_lean_pitch(state) - TORSO_LEAN_TARGET) / TORSO_LEAN_SIGMA))
+"""
+
+TASK_TERMS = frozenset({"tracking_lin_vel", "lin_vel_error", "lin_vel_drift", "tracking_ang_vel", "yaw_rate_error",
+                        "yaw_drift", "tracking_heading"})
+"""What makes the robot go where the command says: reflection never lowers or reshapes these."""
+
+# eval.json keys -> the critic's quantity names (one vocabulary for the rules below)
+_EVAL_QUANTITIES = {"knee_angle_stance_deg": "knee_flexion", "torso_pitch_deg": "torso_pitch",
+                    "swing_clearance_m": "foot_clearance", "stance_slip_mps": "foot_slip",
+                    "mean_speed_mps": "forward_speed"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Edit:
+    """One term-level change: a new weight and/or parameters (merged into the term's), or new code."""
+
+    term: str
+    weight: float | None = None
+    params: dict | None = None
+    source: str = "library"
+    code: str | None = None
+    """Generated-term source appended to the spec's code (source 'generated')."""
+
+
+@dataclasses.dataclass
+class Move:
+    """A finding and its variants (edit lists, mildest first)."""
+
+    key: str
+    priority: float
+    reason: str
+    variants: list
+
+    def __post_init__(self):  # edits a parent cannot take (a weight already at 1) drop out, then empty variants
+        variants = [[e for e in v if e is not None] for v in self.variants]
+        self.variants = [v for i, v in enumerate(variants) if v and v not in variants[:i]]
+
+
+# ----------------------------------------------------------------------------- edit helpers
+def _w(x: float) -> float:
+    return round(min(1.0, max(0.0, x)), 3)
+
+
+STRICTER_PARAMS = ("speed_scale", "scale", "tilt_scale", "sigma")
+"""A term already at weight 1 is emphasised by shrinking the first of these it has (a cost then charges more for the
+same fault, a kernel pays only closer to its target)."""
+
+
+def _raise(parent: RewardSpec, term: str, step: float, add_weight: float, params: dict | None = None) -> Edit | None:
+    """Raise `term` by `step` (added with `add_weight` and `params` when absent); at weight 1 make it stricter
+    instead (`STRICTER_PARAMS`); None when it has no such parameter."""
+    if term not in parent.weights:
+        return Edit(term, _w(add_weight), params)
+    w = parent.weights[term]
+    if w < 1.0:
+        return Edit(term, _w(max(w + step, w * 1.5) if w > 0 else add_weight))
+    for key in STRICTER_PARAMS:
+        value = _param(parent, term, key)
+        if value is not None and parent.term(term).source == "library":
+            return Edit(term, None, {key: round(value * 0.7, 4)})
+    return None
+
+
+def _lower(parent: RewardSpec, term: str, factor: float) -> Edit | None:
+    w = parent.weights.get(term)
+    return None if not w else Edit(term, _w(w * factor))
+
+
+def _param(parent: RewardSpec, term: str, key: str) -> float | None:
+    if term in parent.weights:
+        value = parent.term(term).params.get(key, REGISTRY[term].params.get(key))
+    else:
+        value = REGISTRY[term].params.get(key) if term in REGISTRY else None
+    return value if isinstance(value, (int, float)) else None
+
+
+def _weight_move(parent, key, term, direction, priority, reason, add_weight=0.3) -> Move:
+    if direction in ("increase", "add"):
+        variants = [[_raise(parent, term, 0.2, add_weight)], [_raise(parent, term, 0.4, add_weight + 0.2)]]
+    else:  # decrease / remove
+        variants = [[_lower(parent, term, 0.6)], [_lower(parent, term, 0.0)]] if direction == "remove" else \
+            [[_lower(parent, term, 0.7)], [_lower(parent, term, 0.4)]]
+    return Move(key, priority, reason, variants)
+
+
+def apply_edits(parent: RewardSpec, edits: list[Edit], name: str, description: str) -> dict:
+    """The parent's spec dict with `edits` applied (not yet validated)."""
+    terms = {t.name: t for t in parent.terms}
+    code = parent.code or ""
+    for e in edits:
+        old = terms.get(e.term)
+        if e.code and f"_reward_{e.term}(" not in code and f"_cost_{e.term}(" not in code:
+            code = (code.rstrip() + "\n\n\n" if code.strip() else "") + e.code
+        if old is None:
+            terms[e.term] = TermSpec(e.term, e.weight if e.weight is not None else 0.3,
+                                     dict(e.params or {}) if e.source == "library" else {}, e.source)
+        else:
+            terms[e.term] = dataclasses.replace(
+                old, weight=old.weight if e.weight is None else e.weight,
+                params={**old.params, **(e.params or {})} if e.source == "library" else old.params)
+    out = {"name": name, "description": description, "scale": parent.scale,
+           "terms": {n: t.to_dict() for n, t in terms.items()}}
+    if parent.only_positive:
+        out["only_positive"] = True
+    if code.strip():
+        out["code"] = code
+    return out
+
+
+# ----------------------------------------------------------------------------- reading the inputs
+def measured_quantities(scores: dict | None, feedback: dict | None) -> dict[str, float]:
+    """Gait numbers by the critic's quantity names: the reward-free evaluation first, then the critic's measurements.
+
+    A VLM's own statements are not measurements: only `measured_value`s (merged kinematics) and the
+    descriptors of a critic that is itself a measurement (meta.not_a_vlm) count.
+    """
+    out: dict[str, float] = {}
+    for d in (feedback or {}).get("descriptors") or []:
+        label = d.get("label")
+        value = d.get("measured_value")
+        if value is None and ((feedback or {}).get("meta") or {}).get("not_a_vlm"):
+            value = d.get("value")
+        if isinstance(label, str) and isinstance(value, (int, float)) and math.isfinite(value):
+            out.setdefault(label, float(value))
+    for key, quantity in _EVAL_QUANTITIES.items():
+        value = (scores or {}).get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[quantity] = float(value)  # held-out episodes beat one critiqued rollout
+    return out
+
+
+def _gap(value: float | None, met: float, far: float) -> float | None:
+    """0 when `value` is at `met` or better, 1 at `far` (either direction), linear between; None without a value."""
+    if value is None:
+        return None
+    return float(min(1.0, max(0.0, (value - met) / (far - met))))
+
+
+def _urgency(gap: float | None) -> float:
+    return 2.0 if gap is None else 0.6 + 2.0 * gap
+
+
+# ----------------------------------------------------------------------------- the moves
+def task_moves(parent: RewardSpec, task, measured: dict) -> list[Move]:
+    """Edits the task sentence asks for (task = motionvl.critic.kinematic.TaskSpec)."""
+    moves: list[Move] = []
+    knee = measured.get("knee_flexion")
+    if task.knees == "straight":
+        gap = _gap(knee, 10.0, 30.0)
+        focus = _raise(parent, "knee_extension", 0.2, 0.6, STRAIGHT_KNEE)
+        if focus is None:  # already at full weight: ask for a straighter band instead
+            band = _param(parent, "knee_extension", "max_angle") or 0.2
+            focus = Edit("knee_extension", None, {"max_angle": round(max(0.05, band * 0.75), 3)})
+        companions = [_raise(parent, "ankle_stance", 0.1, 0.3)] if "ankle_stance" not in parent.weights else []
+        height = _param(parent, "base_height", "target")
+        if "base_height" in parent.weights and height is not None and height < 0.85:
+            companions.append(Edit("base_height", None, {"target": 0.85}))
+        clearance = _param(parent, "feet_clearance", "height")
+        if "feet_clearance" in parent.weights and clearance is not None and clearance > 0.05:
+            companions.append(Edit("feet_clearance", None, {"height": 0.05}))  # a stiff leg lifts less
+        base_w = parent.weights.get("knee_extension") or 0.6
+        band = {} if "knee_extension" in parent.weights else STRAIGHT_KNEE
+        strong = [Edit("knee_extension", _w(base_w + 0.3), {**band, "max_angle": 0.15}), *companions[:1]]
+        firmer = Edit("knee_extension", _w(base_w + 0.2), band or None)
+        guarded = [focus, _raise(parent, "orientation", 0.2, 0.3)]  # straighter legs fell more often (probe note)
+        mild = Edit("knee_extension", _w(base_w - 0.2) if "knee_extension" not in parent.weights else None, band or None)
+        moves.append(Move("task:straight_knees", _urgency(gap),
+                          "the task asks for straight knees" + (f"; stance knees bend {knee:.1f} deg" if knee is not None else ""),
+                          [[focus], [focus, *companions], strong, guarded, [firmer, *companions],
+                           [mild] if mild.weight is not None else []]))
+    elif task.knees == "bent":
+        gap = _gap(-knee if knee is not None else None, -35.0, -15.0)
+        moves.append(Move("task:bent_knees", _urgency(gap),
+                          "the task asks for bent knees" + (f"; stance knees bend {knee:.1f} deg" if knee is not None else ""),
+                          [[Edit("knee_extension", _w(max(0.5, parent.weights.get("knee_extension", 0) + 0.2)), BENT_KNEE)],
+                           [Edit("knee_extension", 0.8, BENT_KNEE), _lower(parent, "base_height", 0.5)]]))
+    pitch = measured.get("torso_pitch")
+    if task.torso == "upright":
+        gap = _gap(abs(pitch) if pitch is not None else None, 5.0, 20.0)
+        tilt = _param(parent, "orientation", "tilt_scale") or 0.4
+        moves.append(Move("task:upright_torso", _urgency(gap), "the task asks for an upright torso"
+                          + (f"; torso pitch {pitch:+.1f} deg" if pitch is not None else ""),
+                          [[_raise(parent, "orientation", 0.2, 0.3)],
+                           [_raise(parent, "orientation", 0.3, 0.5), Edit("orientation", None, {"tilt_scale": round(tilt * 0.75, 3)})]
+                           if "orientation" in parent.weights else [], [_raise(parent, "ang_vel_xy", 0.2, 0.2)]]))
+    elif task.torso in ("forward", "backward"):
+        target = 0.25 if task.torso == "forward" else -0.2
+        lean = Edit("torso_lean", 0.4, source="generated", code=TORSO_LEAN_CODE.format(target=target))
+        lean_deg = None if pitch is None else (pitch if task.torso == "forward" else -pitch)
+        gap = _gap(None if lean_deg is None else -lean_deg, -15.0, 0.0)
+        moves.append(Move(f"task:lean_{task.torso}", _urgency(gap), f"the task asks for a {task.torso} lean; the library "
+                          "has no torso-pitch target, so a generated term pays it",
+                          [[lean, _lower(parent, "orientation", 0.3)], [dataclasses.replace(lean, weight=0.7),
+                                                                        _lower(parent, "orientation", 0.0)]]))
+    clearance = measured.get("foot_clearance")
+    for want in task.steps:
+        if want == "high":
+            gap = _gap(-clearance if clearance is not None else None, -0.12, -0.03)
+            moves.append(Move("task:high_steps", _urgency(gap), "the task asks for high steps",
+                              [[Edit("feet_clearance", _w(parent.weights.get("feet_clearance", 0.4) + 0.2), {"height": 0.12})],
+                               [Edit("feet_clearance", _w(parent.weights.get("feet_clearance", 0.4) + 0.4), {"height": 0.15}),
+                                _raise(parent, "feet_air_time", 0.2, 0.3)]]))
+        elif want == "low":
+            moves.append(Move("task:low_steps", 1.5, "the task asks for low, shuffling steps",
+                              [[Edit("feet_clearance", None, {"height": 0.03})], [_lower(parent, "feet_clearance", 0.4)]]))
+        elif want == "clear":
+            gap = _gap(-clearance if clearance is not None else None, -0.05, 0.0)
+            moves.append(Move("task:no_dragging", _urgency(gap), "the task asks not to drag the feet",
+                              [[_raise(parent, "feet_clearance", 0.2, 0.5)], [_raise(parent, "feet_air_time", 0.2, 0.3)]]))
+        elif want == "long":
+            moves.append(_weight_move(parent, "task:long_steps", "feet_air_time", "increase", 1.5, "the task asks for long steps"))
+        elif want == "short":
+            moves.append(_weight_move(parent, "task:short_steps", "feet_air_time", "decrease", 1.5, "the task asks for short steps"))
+    slip = measured.get("foot_slip")
+    if task.no_slip:
+        moves.append(_weight_move(parent, "task:no_slip", "foot_slip", "increase", _urgency(_gap(slip, 0.03, 0.15)),
+                                  "the task asks for no slipping"))
+    if task.low_sway:
+        moves.append(_weight_move(parent, "task:low_sway", "ang_vel_xy", "increase", 1.5, "the task asks for little sway"))
+    if task.symmetric:
+        moves.append(_weight_move(parent, "task:symmetric", "contact_phase", "increase", 1.5, "the task asks for a symmetric gait"))
+    if task.stable:
+        moves.append(Move("task:stable", 1.2, "the task asks for a steady gait",
+                          [[_raise(parent, "orientation", 0.2, 0.3)], [_raise(parent, "termination", 0.0, 1.0),
+                                                                        _raise(parent, "ang_vel_xy", 0.2, 0.2)]]))
+    if task.stance in ("wide", "narrow"):
+        band = {"min_dist": 0.30, "max_dist": 0.45} if task.stance == "wide" else {"min_dist": 0.06, "max_dist": 0.14}
+        w = parent.weights.get("feet_distance", 0.2)
+        moves.append(Move(f"task:{task.stance}_stance", 1.5, f"the task asks for a {task.stance} stance",
+                          [[Edit("feet_distance", _w(w + 0.2), band)], [Edit("feet_distance", _w(w + 0.4), band)]]))
+    if task.gait == "run":
+        moves.append(_weight_move(parent, "task:run", "feet_air_time", "increase", 1.5, "the task asks to run (flight phases)"))
+    if task.turn is not None or task.gait == "turn":
+        moves.append(_weight_move(parent, "task:turn", "tracking_ang_vel", "increase", 1.2, "the task asks to turn"))
+    return moves
+
+
+# suggestion (term, direction) -> (quantity, predicate on its measurement: the ask is already met)
+_MET_ALREADY: dict[tuple[str, str], tuple[str, Callable[[float], bool]]] = {
+    ("knee_extension", "increase"): ("knee_flexion", lambda v: v <= 10.0),
+    ("orientation", "increase"): ("torso_pitch", lambda v: abs(v) <= 5.0),
+    ("feet_clearance", "increase"): ("foot_clearance", lambda v: v >= 0.06),
+    ("foot_slip", "increase"): ("foot_slip", lambda v: v <= 0.05),
+}
+
+
+def critic_moves(parent: RewardSpec, feedback: dict | None, measured: dict, taken: set) -> tuple[list[Move], list[str]]:
+    """Moves from the critic's suggestions; also the notes on suggestions left out (and why)."""
+    if not feedback or not feedback.get("valid", True):
+        return [], []
+    alignment = float(feedback.get("alignment_score") or 0.0)
+    moves, notes = [], []
+    for i, s in enumerate(feedback.get("suggestions") or []):
+        term, direction = ALIASES.get(str(s.get("term")), str(s.get("term"))), str(s.get("direction"))
+        if term not in REGISTRY:
+            notes.append(f"critic suggestion '{direction} {s.get('term')}' left out: not a library term")
+            continue
+        met = _MET_ALREADY.get((term, direction))
+        if met and met[0] in measured and met[1](measured[met[0]]):
+            notes.append(f"critic suggestion '{direction} {term}' left out: measured {met[0]} "
+                         f"{measured[met[0]]:.3g} already meets it")
+            continue
+        if (term, direction) in taken:
+            continue  # the task's own move for this term already carries it
+        priority = (0.8 + 1.2 * (1.0 - alignment)) * 0.85 ** i
+        reason = f"the critic suggests to {direction} {term}" + (f": {s['reason']}" if s.get("reason") else "")
+        moves.append(_weight_move(parent, f"critic:{direction}:{term}", term, direction, priority, reason))
+    return moves, notes
+
+
+def reflection_moves(parent: RewardSpec, stats: dict | None) -> list[Move]:
+    """Eureka's reward reflection as rules: unpaid rewards get a wider kernel, saturated costs a lower weight."""
+    levels, _ = term_levels(stats, parent)
+    moves = []
+    for name, level in levels.items():
+        t = parent.term(name)
+        if t.source != "library" or name in ("alive", "termination") or name in TASK_TERMS:
+            continue
+        sigma = _param(parent, name, "sigma")
+        if REGISTRY[name].sign > 0 and level < 0.05 and sigma is not None:
+            moves.append(Move(f"reflection:widen:{name}", 0.9, f"{name} is hardly ever paid in training (level "
+                              f"{level:.3f} of 1 while up): its kernel is too narrow to guide learning",
+                              [[Edit(name, None, {"sigma": round(sigma * 1.5, 4)})],
+                               [Edit(name, None, {"sigma": round(sigma * 2.0, 4)})]]))
+        elif REGISTRY[name].sign < 0 and level > 0.5:
+            moves.append(Move(f"reflection:lower:{name}", 0.9, f"{name} charges {level:.2f} of its maximum on average "
+                              "while up: the policy cannot avoid it and it drowns the task reward",
+                              [[_lower(parent, name, 0.7)], [_lower(parent, name, 0.4)]]))
+    return moves
+
+
+def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, measured: dict) -> list[Move]:
+    """Edits for a parent that fails the gates the search applies (falls, walking success) or the speed."""
+    scores = scores or {}
+    moves = []
+    fell = scores.get("fell_fraction")
+    if fell is None:
+        fell = ((stats or {}).get("fall_fraction") or {}).get("last")
+    success = scores.get("success_rate")
+    if (isinstance(fell, (int, float)) and fell > 0.2) or (isinstance(success, (int, float)) and success < 0.6):
+        style = sorted((t for t in parent.terms if t.name in ("knee_extension", "ankle_stance", "torso_lean")
+                        and t.weight), key=lambda t: -t.weight)
+        moves.append(Move("gate:stability", 2.5 + (fell or 0.0),
+                          "the parent falls too often" + (f" ({fell:.0%} of episodes)" if isinstance(fell, (int, float)) else "")
+                          + (f", success {success:.0%}" if isinstance(success, (int, float)) else ""),
+                          [[_raise(parent, "termination", 0.0, 1.0), _raise(parent, "orientation", 0.2, 0.3)],
+                           [_raise(parent, "alive", 0.2, 0.2), *(_lower(parent, t.name, 0.7) for t in style[:1])]]))
+    command = scores.get("command")
+    speed = measured.get("forward_speed")
+    if isinstance(command, list) and command and isinstance(speed, (int, float)):
+        shortfall = float(command[0]) - speed
+        if abs(shortfall) > 0.1 * max(abs(float(command[0])), 0.3):
+            moves.append(Move("gate:speed", 1.0 + min(1.0, abs(shortfall) / 0.3),
+                              f"walks at {speed:.2f} m/s against the command's {float(command[0]):.2f}",
+                              [[_raise(parent, "lin_vel_error", 0.2, 0.5)], [_raise(parent, "tracking_lin_vel", 0.0, 1.0),
+                                                                             _raise(parent, "lin_vel_error", 0.4, 0.7)]]))
+    return moves
+
+
+# ----------------------------------------------------------------------------- the backend
+class RulesSynthesizer(RewardSynthesizer):
+    """Model-free proposals by rules (see the module docstring); deterministic for a seed."""
+
+    name = BACKEND_NAME
+    offline = True
+
+    def __init__(self, *, start: RewardSpec | str | None = None, robot=None, **budget):
+        super().__init__(**budget)
+        self.start = start if isinstance(start, RewardSpec) else load_reward_spec(start)
+        self.robot = robot
+
+    def _propose(self, request: SynthesisRequest) -> list[Candidate]:
+        from motionvl.critic.kinematic import parse_task
+
+        parent = request.parent or self.start
+        task = parse_task(request.task)
+        measured = measured_quantities(request.parent_scores, request.feedback)
+        moves = gate_moves(parent, request.parent_scores, request.parent_statistics, measured)
+        moves += task_moves(parent, task, measured)
+        taken = {(e.term, "increase") for m in moves for v in m.variants for e in v if e.weight is not None}
+        found, notes = critic_moves(parent, request.feedback, measured, taken)
+        moves += found + reflection_moves(parent, request.parent_statistics)
+        moves = [m for m in moves if m.variants]
+        summary = self._summary(request, task, measured, moves, notes)
+        if not moves:
+            reason = ("the rules found nothing to change: the task " + (f"asks for nothing beyond walking ('{request.task}')"
+                      if not task.unjudged else f"has parts no rule understands ({'; '.join(task.unjudged)})")
+                      + " and there is no critic suggestion, failed gate or training statistic to act on")
+            return [rejected(reason, prompt=summary) for _ in range(request.num_candidates)]
+        rng = np.random.default_rng([request.seed, request.iteration])
+        options = self._options(moves, rng)
+        out: list[Candidate] = []
+        seen = [parent.to_dict()["terms"]]
+        for label, chosen, edits in options:
+            if len(out) == request.num_candidates:
+                break
+            name = f"{parent.name or 'reward'}_i{request.iteration}_k{len(out)}"[:80]
+            raw = apply_edits(parent, edits, name, f"{parent.description} (rules: {label})".strip())
+            if raw["terms"] in seen and raw.get("code") == (parent.code or None):
+                continue
+            seen.append(raw["terms"])
+            rationale = "rules (model-free): " + "; ".join(m.reason for m in chosen)
+            spec, rejection = check_spec(raw, where=f"rules candidate {len(out)}", robot=self.robot)
+            response = spec_answer(raw, rationale)
+            if spec is None:
+                out.append(rejected(rejection, prompt=summary, response=response))
+                continue
+            out.append(Candidate(spec=spec, ok=True, rejection=None, prompt=summary, response=response, attempts=0,
+                                 usage=empty_usage(), edits=term_diff(parent, spec), rationale=rationale))
+        found_count = len(out)
+        while len(out) < request.num_candidates:
+            out.append(rejected(f"no further distinct edit: the rules found {found_count} for this input", prompt=summary))
+        return out
+
+    @staticmethod
+    def _options(moves: list[Move], rng) -> list[tuple[str, list[Move], list[Edit]]]:
+        """(label, moves, edits) in the order candidates are made: strongest findings first, mild variants first."""
+        scored = []
+        for m in moves:
+            for v, edits in enumerate(m.variants):
+                scored.append((m.priority * 0.7 ** v * (1.0 + 0.1 * rng.random()), f"{m.key}#{v}", [m], edits))
+        top = sorted(moves, key=lambda m: -m.priority)[:3]
+        for a, b in ((0, 1), (0, 2), (1, 2)):
+            if b < len(top):
+                ma, mb = top[a], top[b]
+                edits = ma.variants[0] + [e for e in mb.variants[0] if e.term not in {x.term for x in ma.variants[0]}]
+                scored.append(((ma.priority + mb.priority) * 0.5 * 0.75 * (1.0 + 0.1 * rng.random()),
+                               f"{ma.key}#0+{mb.key}#0", [ma, mb], edits))
+        scored.sort(key=lambda s: -s[0])
+        return [(label, chosen, edits) for _, label, chosen, edits in scored]
+
+    @staticmethod
+    def _summary(request, task, measured, moves, notes) -> str:
+        """The rules' "prompt": what they read and found, for the ledger and the report."""
+        asks = {k: v for k, v in task.to_dict().items() if v not in (None, [], False) and k not in ("text", "understood")}
+        lines = [f"rules (model-free) on task: {request.task}", f"understood: {asks}"]
+        if measured:
+            lines.append("measured: " + ", ".join(f"{k}={v:.3g}" for k, v in sorted(measured.items())))
+        lines += [f"finding {m.key} (priority {m.priority:.2f}): {m.reason}" for m in sorted(moves, key=lambda m: -m.priority)]
+        lines += notes
+        return "\n".join(lines)

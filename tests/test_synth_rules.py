@@ -1,0 +1,216 @@
+"""The synthesizer's API and its offline `rules` backend (model-free rule-based re-weighting, not an LLM)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from motionvl.critic.schema import Descriptor, MotionFeedback, Suggestion
+from motionvl.rewards.spec import RewardSpec, load_reward_spec
+from motionvl.robot import package_root
+from motionvl.synth import (BACKENDS, Candidate, SynthesisError, SynthesisRequest, make_synthesizer,
+                            term_diff)
+from motionvl.synth.context import build_prompt, robot_summary, term_levels
+
+TASK = "walk forward with straight knees"
+
+
+def knee_feedback(flexion_deg: float, *, contradiction: bool = False, suggestions=None) -> dict:
+    """A kinematic critic's feedback on a rollout whose stance knees bend `flexion_deg`."""
+    return MotionFeedback(
+        critic="kinematic", task=TASK, alignment_score=0.4,
+        descriptors=[Descriptor("knee_flexion", "knees", flexion_deg, "deg", 1.0, "mid-stance"),
+                     Descriptor("torso_pitch", "torso", 3.0, "deg", 1.0, "")],
+        suggestions=suggestions if suggestions is not None else [Suggestion("knee_extension", "increase", "knees bent")],
+        meta={"not_a_vlm": True}).to_dict()
+
+
+def stats_for(spec: RewardSpec, level: dict[str, float], up_share: float = 1.0) -> dict:
+    """A term_stats.json whose terms sit at the given levels (default 0.5) while the robot was up `up_share`."""
+    terms = {}
+    for t in spec.terms:
+        sign = -1.0 if spec.sign(t.name) < 0 else 1.0
+        value = 1.0 if t.name == "alive" else level.get(t.name, 0.5)
+        mean = sign * t.weight * value * up_share
+        terms[t.name] = {"mean": mean, "min": mean, "max": mean, "last": mean, "series": [[1, mean]]}
+    return {"iterations": 30, "total_steps": 1000, "terms": terms,
+            "episode_length_s": {"mean": 20 * up_share, "min": 1, "max": 20, "last": 20 * up_share}}
+
+
+def propose(task=TASK, k=4, **kw):
+    return make_synthesizer("rules").propose(SynthesisRequest(task, kw.pop("iteration", 0), k, **kw))
+
+
+def ok_specs(candidates):
+    return [c.spec for c in candidates if c.ok]
+
+
+# ----------------------------------------------------------------------------- determinism
+def test_rules_are_deterministic_for_a_seed():
+    request = SynthesisRequest(TASK, 2, 6, parent=load_reward_spec(), feedback=knee_feedback(22.0), seed=7,
+                               parent_scores={"knee_angle_stance_deg": 22.0, "fell_fraction": 0.1, "success_rate": 0.9})
+    first = make_synthesizer("rules").propose(request)
+    second = make_synthesizer("rules").propose(copy.deepcopy(request))
+    assert [c.to_dict() for c in first] == [c.to_dict() for c in second]
+    assert all(c.attempts == 0 and c.usage["calls"] == 0 for c in first)  # no model was asked
+
+
+# ----------------------------------------------------------------------------- straight knees
+def test_straight_knees_from_the_reference_adds_a_stance_knee_term_in_every_candidate():
+    reference = load_reward_spec()
+    candidates = propose(k=6)
+    specs = ok_specs(candidates)
+    assert len(specs) == 6
+    for spec in specs:
+        knee = spec.term("knee_extension")
+        assert knee.weight >= 0.4 and knee.params["max_angle"] <= 0.2 and knee.params["min_angle"] == 0.0
+        # the walk stays: velocity tracking and gait terms untouched
+        for name in ("tracking_lin_vel", "lin_vel_error", "contact_phase", "termination"):
+            assert spec.term(name) == reference.term(name)
+    # distinct edits, none equal to the parent
+    dicts = [s.to_dict()["terms"] for s in specs]
+    assert all(dicts.count(d) == 1 for d in dicts) and reference.to_dict()["terms"] not in dicts
+    # the most focused edit first: only knee_extension added
+    assert [(e["term"], e["change"]) for e in candidates[0].edits] == [("knee_extension", "added")]
+    assert candidates[0].rationale.startswith("rules (model-free)")
+
+
+def test_straight_knee_bundle_matches_the_hand_written_straight_knee_spec():
+    """One candidate makes the straight-leg edits of config/rewards/straight_knees.yaml (the probe note measured
+    it warm-started from the reference policy: -29% stance knee flexion) to the reference spec."""
+    hand = load_reward_spec(package_root() / "config/rewards/straight_knees.yaml")
+    for spec in ok_specs(propose(k=6)):
+        if "ankle_stance" in spec.weights and spec.term("feet_clearance").params.get("height") == 0.05:
+            for name in ("knee_extension", "ankle_stance"):
+                assert spec.term(name) == hand.term(name) or spec.term(name).weight == hand.term(name).weight
+            assert spec.term("base_height").params["target"] == hand.term("base_height").params["target"]
+            return
+    pytest.fail("no candidate carries the straight-knee bundle")
+
+
+def test_revision_follows_measured_knee_flexion_and_raises_the_existing_term():
+    parent = ok_specs(propose(k=1))[0]
+    candidates = propose(k=3, iteration=1, parent=parent, feedback=knee_feedback(24.0),
+                         parent_scores={"knee_angle_stance_deg": 24.0, "fell_fraction": 0.05, "success_rate": 0.95})
+    first = candidates[0]
+    assert first.ok and "24.0 deg" in first.rationale
+    change = {(e["term"], e["change"]): e for e in first.edits}
+    assert change[("knee_extension", "weight")]["new"] > parent.term("knee_extension").weight
+    assert len(first.edits) <= 3  # conservative, focused
+
+
+def test_a_suggestion_the_measurement_contradicts_is_left_out():
+    parent = ok_specs(propose(k=1))[0]
+    feedback = knee_feedback(6.0, suggestions=[Suggestion("knee_extension", "increase", "the VLM says bent"),
+                                               Suggestion("feet_air_time", "increase", "short steps")])
+    candidates = propose(task="walk forward", k=2, iteration=1, parent=parent, feedback=feedback)
+    assert "left out: measured knee_flexion 6 already meets it" in candidates[0].prompt
+    assert candidates[0].ok and candidates[0].edits[0]["term"] == "feet_air_time"
+    assert all("knee_extension" not in {e["term"] for e in c.edits} for c in candidates if c.ok)
+
+
+def test_upright_torso_raises_orientation_and_a_fall_prone_parent_gets_stabilised_first():
+    reference = load_reward_spec()
+    upright = propose(task="walk with an upright torso", k=2, parent_scores={"torso_pitch_deg": 16.0})
+    assert upright[0].ok and upright[0].spec.weights["orientation"] > reference.weights["orientation"]
+    falling = propose(k=3, parent_scores={"fell_fraction": 0.6, "success_rate": 0.3, "knee_angle_stance_deg": 20.0})
+    assert falling[0].ok and "falls too often (60% of episodes)" in falling[0].rationale
+    first = {e["term"] for e in falling[0].edits}
+    assert first & {"termination", "orientation"} and "knee_extension" not in first
+
+
+def test_reward_reflection_widens_an_unpaid_kernel_and_lowers_a_saturated_cost():
+    parent = ok_specs(propose(k=1))[0]
+    stats = stats_for(parent, {"knee_extension": 0.01, "action_rate": 0.9}, up_share=0.25)
+    levels, share = term_levels(stats, parent)
+    assert share == pytest.approx(0.25) and levels["knee_extension"] == pytest.approx(0.01)
+    candidates = propose(task="walk forward", k=4, iteration=1, parent=parent, parent_statistics=stats)
+    changes = [(e["term"], e["change"]) for c in candidates if c.ok for e in c.edits]
+    assert ("knee_extension", "params") in changes and ("action_rate", "weight") in changes
+    widened = next(c.spec for c in candidates if c.ok and c.edits[0]["term"] == "knee_extension")
+    assert widened.term("knee_extension").params["sigma"] > parent.term("knee_extension").params["sigma"]
+
+
+def test_a_lean_the_library_lacks_becomes_a_generated_term_that_passes_the_sandbox():
+    candidates = propose(task="walk forward leaning forward", k=2)
+    spec = candidates[0].spec
+    assert candidates[0].ok and spec.term("torso_lean").source == "generated"
+    assert "def _reward_torso_lean(state)" in spec.code and spec.sign("torso_lean") == 1
+
+
+def test_nothing_to_act_on_rejects_every_candidate_with_the_reason():
+    candidates = propose(task="dance the tango", k=2)
+    assert [c.ok for c in candidates] == [False, False]
+    assert "found nothing to change" in candidates[0].rejection and "dance the tango" in candidates[0].rejection
+
+
+def test_fewer_distinct_edits_than_asked_are_padded_with_rejections():
+    candidates = propose(task="walk forward without slipping", k=8)
+    assert candidates[-1].ok is False and candidates[-1].rejection.startswith("no further distinct edit")
+    assert len(candidates) == 8 and any(c.ok for c in candidates)
+
+
+# ----------------------------------------------------------------------------- API and bad input
+@pytest.mark.parametrize("task, k, message", [
+    ("", 2, "task is empty"), ("   ", 2, "task is empty"), ("?!? 123", 2, "has no words"), (42, 2, "must be a sentence"),
+    (TASK, 0, "num_candidates"), (TASK, 2.5, "num_candidates"), ("x" * 1200, 2, "at most 1000"),
+])
+def test_bad_requests_are_clear_errors(task, k, message):
+    with pytest.raises(SynthesisError, match=message):
+        make_synthesizer("rules").propose(SynthesisRequest(task, 0, k))
+
+
+def test_bad_parent_feedback_and_backends_are_clear_errors():
+    synth = make_synthesizer("rules")
+    with pytest.raises(SynthesisError, match="parent is not a valid reward spec"):
+        synth.propose(SynthesisRequest(TASK, 0, 1, parent={"terms": {"no_such_term": 0.5}}))
+    with pytest.raises(SynthesisError, match="feedback must be"):
+        synth.propose(SynthesisRequest(TASK, 0, 1, feedback="knees bent"))
+    with pytest.raises(SynthesisError, match="unknown synthesizer backend 'gpt'"):
+        make_synthesizer("gpt")
+    with pytest.raises(SynthesisError, match="takes no option"):
+        make_synthesizer("rules", temperature=0.3)
+    with pytest.raises(SynthesisError, match=r"needs \['base_url', 'model'\]"):
+        make_synthesizer("openai")
+    with pytest.raises(SynthesisError, match="does not exist"):
+        make_synthesizer("transformers", model_dir="/nonexistent/model")
+    with pytest.raises(SynthesisError, match="needs"):
+        make_synthesizer("replay")
+    assert set(BACKENDS) == {"rules", "openai", "transformers", "replay"}
+
+
+def test_request_and_candidate_round_trip_through_json():
+    import json
+
+    request = SynthesisRequest(TASK, 1, 2, parent=load_reward_spec(), feedback=knee_feedback(20.0),
+                               parent_scores={"success_rate": 1.0})
+    again = SynthesisRequest.from_dict(json.loads(json.dumps(request.to_dict())))
+    assert again.parent == request.parent and again.feedback == request.feedback
+    with pytest.raises(SynthesisError, match="unknown request keys"):
+        SynthesisRequest.from_dict({**request.to_dict(), "temperture": 0.2})
+    candidate = propose(k=1)[0]
+    restored = Candidate.from_dict(json.loads(json.dumps(candidate.to_dict())))
+    assert restored.spec == candidate.spec and restored.edits == candidate.edits
+
+
+def test_term_diff_names_every_change():
+    reference = load_reward_spec()
+    changed = RewardSpec.from_dict({**reference.to_dict(), "terms": {
+        **{k: v for k, v in reference.to_dict()["terms"].items() if k != "alive"},
+        "orientation": {"weight": 0.5, "params": {"tilt_scale": 0.3}}, "knee_extension": {"weight": 0.6}}})
+    diff = {(d["term"], d["change"]) for d in term_diff(reference, changed)}
+    assert diff == {("orientation", "weight"), ("orientation", "params"), ("knee_extension", "added"), ("alive", "removed")}
+
+
+def test_prompt_carries_the_papers_context_within_budget():
+    parent = ok_specs(propose(k=1))[0]
+    request = SynthesisRequest(TASK, 1, 1, parent=parent, feedback=knee_feedback(20.0, contradiction=True),
+                               parent_statistics=stats_for(parent, {}), parent_scores={"knee_angle_stance_deg": 20.0}).checked()
+    prompt = build_prompt(request)
+    for section in ("task", "robot", "library", "code", "parent", "statistics", "scores", "feedback"):
+        assert section in prompt.sections, section
+    assert TASK in prompt.user and "knee_extension" in prompt.user and "state.joint_pos" in prompt.user
+    assert "mvl_biped" in prompt.user and "thigh 0.34 m" in robot_summary()
+    small = build_prompt(request, max_prompt_chars=16_000)
+    assert len(small.system) + len(small.user) <= 16_000 and TASK in small.user and "knee_extension" in small.user
