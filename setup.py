@@ -15,6 +15,7 @@ NODES = (
     "camera_renderer_node",
     "vlm_critic_node",
     "policy_trainer_node",
+    "reward_synthesizer_node",
     "recorder_node",
 )
 

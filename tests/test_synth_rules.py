@@ -214,3 +214,18 @@ def test_prompt_carries_the_papers_context_within_budget():
     assert "mvl_biped" in prompt.user and "thigh 0.34 m" in robot_summary()
     small = build_prompt(request, max_prompt_chars=16_000)
     assert len(small.system) + len(small.user) <= 16_000 and TASK in small.user and "knee_extension" in small.user
+
+
+def test_the_synth_command_writes_candidates_and_replays_its_ledger(tmp_path, capsys):
+    from motionvl.cli import main
+
+    out, ledger = tmp_path / "cands", tmp_path / "run" / "ledger.jsonl"
+    assert main(["synth", "--task", TASK, "-k", "2", "--out", str(out), "--ledger", str(ledger)]) == 0
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["candidate_0.yaml", "candidate_1.yaml"]
+    assert load_reward_spec(out / "candidate_0.yaml").term("knee_extension").weight == 0.6
+    assert "rules (model-free rules, not an LLM): 2 of 2 candidates accepted" in capsys.readouterr().out
+    assert main(["synth", "--task", TASK, "-k", "2", "--backend", "replay", "--ledger", str(ledger)]) == 0
+    assert "replay (offline): 2 of 2" in capsys.readouterr().out
+    assert main(["synth", "--task", "  "]) == 2 and "task is empty" in capsys.readouterr().err
+    assert main(["synth", "--task", TASK, "--backend", "nope"]) == 2

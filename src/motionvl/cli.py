@@ -19,6 +19,7 @@ COMMANDS = {
     "eval": ("motionvl.rl.eval_cli", "evaluate an ONNX policy in the simulator, print a task score"),
     "render": ("motionvl.render.cli", "render an ONNX policy's rollout to a video and a contact sheet"),
     "critique": ("motionvl.critic.cli", "render a rollout and run a motion critic on it"),
+    "synth": ("motionvl.synth.cli", "propose reward candidates for a task (rules, openai, transformers or replay)"),
 }
 
 

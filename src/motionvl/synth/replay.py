@@ -58,6 +58,7 @@ def synthesis_record(request: SynthesisRequest, candidates: list[Candidate] | No
 def append_record(path: str | Path, record: dict) -> None:
     """Append one record as a JSON line and make it durable (flush + fsync) before returning."""
     line = json.dumps(record, default=str, separators=(",", ":"))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write(line + "\n")
         f.flush()

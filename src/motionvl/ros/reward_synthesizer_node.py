@@ -1,0 +1,174 @@
+"""reward_synthesizer: proposes reward candidates on request (a thin adapter over `motionvl.synth`).
+
+Subscribes:
+  synthesizer/request     std_msgs/String  JSON: {"request_id": "iter2", "task": "...", "iteration": 2,
+                                           "num_candidates": 4, optional "parent" (a reward spec dict),
+                                           "parent_statistics" (term_stats.json), "parent_scores"
+                                           (eval.json), "feedback" (MotionFeedback dict), "seed",
+                                           "temperature"}. Reliable, depth 50: requests are not dropped.
+Publishes:
+  synthesizer/candidates  std_msgs/String  JSON, one answer per request: {"request_id", "cap_reached",
+                                           **the ledger record of the call} (`motionvl.synth.replay`:
+                                           kind, synthesizer, request_key, request, candidates [{spec,
+                                           ok, rejection, prompt, response, attempts, usage, edits,
+                                           rationale, exchanges}], usage, budget, error). A malformed
+                                           request is answered too, with "error" and no candidates.
+                                           Reliable, transient-local depth 50: a late subscriber sees
+                                           recent answers.
+
+Parameter `backend` picks the synthesizer: "rules" (offline default: model-free rules, not an LLM),
+"openai" (`base_url`, `model`; the API key only from the environment, MOTIONVL_OPENAI_API_KEY or
+OPENAI_API_KEY), "transformers" (`model_dir`) or "replay" (`ledger` of an earlier run). Proposals run
+one at a time on a worker thread, so a slow model never blocks the executor.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import threading
+
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+
+from motionvl.robot import ConfigError
+from motionvl.ros.params import declare_parameters
+from motionvl.ros.runtime import run_node
+from motionvl.synth import (SynthesisCapReached, SynthesisError, SynthesisRequest, make_synthesizer,
+                            synthesis_record)
+
+NODE_NAME = "reward_synthesizer"
+
+PARAMETERS = {
+    "backend": ("rules", "Synthesizer: 'rules' (offline, model-free rules; not an LLM), 'openai' (OpenAI-compatible "
+                         "endpoint), 'transformers' (local causal LM directory) or 'replay' (an earlier run's ledger)."),
+    "base_url": ("", "openai: the endpoint, e.g. http://127.0.0.1:8000/v1 (the API key comes from the environment)."),
+    "model": ("", "openai: the model name the server expects."),
+    "model_dir": ("", "transformers: the local model directory (never downloaded)."),
+    "device": ("auto", "transformers: 'auto', 'cpu', 'cuda:0', ..."),
+    "ledger": ("", "replay: the ledger.jsonl of the run to replay."),
+    "start_spec": ("", "Reward spec a first proposal starts from; empty = config/rewards/reference.yaml (RL-Base)."),
+    "robot_config": ("", "Robot YAML for the prompt's robot summary and the sandbox; empty = config/robot.yaml."),
+    "max_calls": (0, "The run's cap on model calls (repairs count); 0 = no cap."),
+    "max_tokens": (0, "The run's cap on prompt + completion tokens; 0 = no cap."),
+    "max_repairs": (2, "Model backends: repairs per candidate after a rejected answer."),
+    "max_new_tokens": (2048, "Model backends: the answer's token limit."),
+    "timeout_s": (120.0, "openai: per-request timeout, s."),
+    "max_retries": (3, "openai: retries with exponential backoff on transport errors, 5xx and 429."),
+    "response_format": ("auto", "openai: 'auto' (JSON schema where the server takes it), 'json_schema', "
+                                "'json_object' or 'none'."),
+}
+
+REQUEST_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+ANSWER_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def synthesizer_options(p: dict) -> dict:
+    """make_synthesizer options from the node's parameters (empty strings and zero caps mean unset)."""
+    backend = p["backend"]
+    options: dict = {}
+    robot = None
+    if p["robot_config"]:
+        from motionvl.robot import load_robot_config
+
+        robot = load_robot_config(p["robot_config"])
+    if backend != "replay":
+        options.update(robot=robot, start=p["start_spec"] or None)
+    else:
+        options.update(robot=robot, ledger=p["ledger"])
+    if p["max_calls"]:
+        options["max_calls"] = p["max_calls"]
+    if p["max_tokens"]:
+        options["max_tokens"] = p["max_tokens"]
+    if backend in ("openai", "transformers"):
+        options.update(max_repairs=p["max_repairs"], max_new_tokens=p["max_new_tokens"])
+    if backend == "openai":
+        options.update(base_url=p["base_url"], model=p["model"], timeout_s=p["timeout_s"],
+                       max_retries=p["max_retries"], response_format=p["response_format"])
+    elif backend == "transformers":
+        options.update(model_dir=p["model_dir"], device=p["device"])
+    return options
+
+
+class RewardSynthesizerNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__(NODE_NAME, **kwargs)
+        p = declare_parameters(self, PARAMETERS)
+        if p["max_calls"] < 0 or p["max_tokens"] < 0:
+            raise ConfigError("max_calls and max_tokens must be >= 0 (0 = no cap)")
+        try:
+            self.synthesizer = make_synthesizer(p["backend"], **synthesizer_options(p))
+        except SynthesisError as exc:
+            raise ConfigError(str(exc)) from None
+        self.answers = self.create_publisher(String, "synthesizer/candidates", ANSWER_QOS)
+        self.create_subscription(String, "synthesizer/request", self._on_request, REQUEST_QOS)
+        self._jobs: queue.Queue = queue.Queue()
+        self._worker = threading.Thread(target=self._work, name="synthesis", daemon=True)
+        self._worker.start()
+        kind = "offline, no model" if self.synthesizer.offline else "model-backed"
+        self.get_logger().info(f"ready: backend {self.synthesizer.name} ({kind}); requests on "
+                               f"{self.resolve_topic_name('synthesizer/request')}")
+
+    def _on_request(self, msg: String) -> None:
+        self._jobs.put(msg.data)
+
+    def _work(self) -> None:
+        while True:
+            text = self._jobs.get()
+            if text is None:
+                return
+            try:
+                answer = self.answer(text)
+            except Exception as exc:  # noqa: BLE001 - the node answers every request and keeps running
+                answer = {"request_id": _peek_id(text), "kind": "synthesis", "candidates": [], "cap_reached": False,
+                          "error": f"synthesis failed: {type(exc).__name__}: {exc}"}
+            self.answers.publish(String(data=json.dumps(answer, default=str)))
+            ok = sum(1 for c in answer.get("candidates") or [] if c.get("ok"))
+            self.get_logger().info(f"answered {answer.get('request_id')!r}: {ok} of "
+                                   f"{len(answer.get('candidates') or [])} candidates ok"
+                                   + (f"; error: {answer['error'][:200]}" if answer.get("error") else ""))
+
+    def answer(self, text: str) -> dict:
+        """The answer to one request's JSON text (what is published on synthesizer/candidates)."""
+        request_id = _peek_id(text)
+        try:
+            raw = json.loads(text)
+            if not isinstance(raw, dict):
+                raise SynthesisError("the request must be a JSON object")
+            raw = {k: v for k, v in raw.items() if k != "request_id"}
+            request = SynthesisRequest.from_dict(raw)
+        except (json.JSONDecodeError, SynthesisError, TypeError) as exc:
+            return {"request_id": request_id, "kind": "synthesis", "candidates": [], "cap_reached": False,
+                    "error": f"bad request: {exc}"}
+        try:
+            candidates = self.synthesizer.propose(request)
+        except SynthesisError as exc:
+            record = synthesis_record(request, [], self.synthesizer, error=str(exc))
+            return {"request_id": request_id, **record, "cap_reached": isinstance(exc, SynthesisCapReached)}
+        record = synthesis_record(request, candidates, self.synthesizer)
+        return {"request_id": request_id, **record, "cap_reached": any(c.cap_reached for c in candidates)}
+
+    def destroy_node(self):
+        self._jobs.put(None)
+        if self._worker.is_alive():
+            self._worker.join(timeout=5.0)  # a model call in flight is abandoned (daemon thread)
+        return super().destroy_node()
+
+
+def _peek_id(text: str):
+    try:
+        raw = json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return None
+    return raw.get("request_id") if isinstance(raw, dict) else None
+
+
+def main(args=None) -> int:
+    return run_node(RewardSynthesizerNode, NODE_NAME, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
