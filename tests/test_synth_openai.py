@@ -117,6 +117,13 @@ def test_a_server_that_refuses_json_schema_is_asked_without_it():
     assert [c.ok for c in candidates] == [True, True]
     assert "response_format" in server.requests[0] and all("response_format" not in r for r in server.requests[1:])
     assert s.describe()["response_format"] == "none (refused by the server)"
+    with RecordedAnswerServer([status(422, "unknown field: seed"), answer(spec_text())]) as server:
+        fixed = synth(server, response_format="json_object").propose(request())[0]
+    assert fixed.rejection.startswith("model call failed: HTTP 422")  # a fixed choice: the refusal fails the call
+    with RecordedAnswerServer([status(422, "unknown field: seed"), answer(spec_text())]) as server:
+        s = synth(server)
+        assert s.propose(request())[0].ok and "seed" in server.requests[0] and "seed" not in server.requests[1]
+        assert server.requests[1]["response_format"]["type"] == "json_schema" and s.describe()["seed"] is False
 
 
 def test_an_endpoint_that_keeps_failing_rejects_the_round_without_raising():

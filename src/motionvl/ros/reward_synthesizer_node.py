@@ -154,7 +154,7 @@ class RewardSynthesizerNode(Node):
     def destroy_node(self):
         self._jobs.put(None)
         if self._worker.is_alive():
-            self._worker.join(timeout=5.0)  # a model call in flight is abandoned (daemon thread)
+            self._worker.join(timeout=3.0)  # within the stop budget; a model call in flight is abandoned (daemon)
         return super().destroy_node()
 
 

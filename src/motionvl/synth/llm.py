@@ -166,8 +166,10 @@ class ModelSynthesizer(RewardSynthesizer):
 class OpenAISynthesizer(ModelSynthesizer):
     """Proposals from a model behind an OpenAI-compatible /v1/chat/completions endpoint.
 
-    response_format: "auto" asks for JSON-schema output and drops the request for the rest of the run
-    when the server refuses it (HTTP 400/422); "json_schema", "json_object" or "none" fix the choice.
+    response_format: "auto" asks for JSON-schema output and, when the server refuses the request (HTTP
+    400/422), asks again without it and parses the text for the rest of the run; a refusal naming "seed"
+    drops the sampling seed (send_seed) the same way. "json_schema", "json_object" or "none" fix the
+    format (a refusal is then the call's failure).
     Prices (per million tokens) turn the reported usage into a cost.
     """
 
@@ -203,31 +205,41 @@ class OpenAISynthesizer(ModelSynthesizer):
     def _complete(self, messages: list[dict], *, temperature: float, seed: int) -> Completion:
         from motionvl.llm.openai_client import ChatClientError
 
-        extra = dict(self.extra_body)
-        if self.send_seed:
-            extra.setdefault("seed", seed)
         while True:
             fmt = self._format()
+            extra = dict(self.extra_body)
+            if self.send_seed:
+                extra.setdefault("seed", seed)
             try:
                 result = self.client.chat(messages, max_tokens=self.max_new_tokens, temperature=temperature,
                                           response_format=fmt, **extra)
                 break
             except ChatClientError as exc:
-                if fmt is not None and self.response_format == "auto" and exc.status in (400, 422):
-                    self._format_refused = True  # the server does not take response_format: parse the text instead
-                    continue
+                text = str(exc).lower()
+                if exc.status in (400, 422) and self.response_format == "auto":
+                    # an optional request field the server does not take: drop it for the rest of the run
+                    if fmt is not None and ("seed" not in text or "response_format" in text):
+                        self._format_refused = True
+                        continue
+                    if self.send_seed and "seed" in text and "seed" not in self.extra_body:
+                        self.send_seed = False
+                        continue
                 raise ModelCallError(str(exc)) from None
         usage = result.usage or {}
         estimated = not isinstance(usage.get("prompt_tokens"), int) or not isinstance(usage.get("completion_tokens"), int)
-        prompt_tokens = usage.get("prompt_tokens") if not estimated else sum(len(str(m.get("content", ""))) for m in messages) // 4
-        completion_tokens = usage.get("completion_tokens") if not estimated else len(result.text) // 4
+        if estimated:  # ~4 characters per token
+            prompt_tokens = sum(len(str(m.get("content", ""))) for m in messages) // 4
+            completion_tokens = len(result.text) // 4
+        else:
+            prompt_tokens, completion_tokens = usage["prompt_tokens"], usage["completion_tokens"]
         cost = (prompt_tokens * self.prices[0] + completion_tokens * self.prices[1]) / 1e6
         return Completion(result.text, result.finish_reason, int(prompt_tokens), int(completion_tokens), result.latency_s,
                           cost, estimated)
 
     def describe(self) -> dict:
         return {**super().describe(), "endpoint": self.client.url, "model": self.model,
-                "response_format": "none (refused by the server)" if self._format_refused else self.response_format}
+                "response_format": "none (refused by the server)" if self._format_refused else self.response_format,
+                "seed": self.send_seed}
 
 
 class TransformersSynthesizer(ModelSynthesizer):
