@@ -15,6 +15,7 @@ COMMANDS = {
     "sim": ("motionvl.sim.cli", "run the simulator: stand the robot under PD, write a video"),
     "bench": ("motionvl.bench_cli", "benchmarks: 'bench sim', 'bench train', 'bench render'"),
     "reward": ("motionvl.rewards.cli", "reward tools: 'reward check FILE' validates generated reward code"),
+    "train": ("motionvl.search.cli", "the language loop: task sentence -> reward search -> ONNX policy and report"),
     "train-policy": ("motionvl.rl.cli", "train a PPO policy on a reward spec (no ROS)"),
     "eval": ("motionvl.rl.eval_cli", "evaluate an ONNX policy in the simulator, print a task score"),
     "render": ("motionvl.render.cli", "render an ONNX policy's rollout to a video and a contact sheet"),

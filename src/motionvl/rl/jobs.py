@@ -11,7 +11,15 @@ Request payload (JSON object):
      "minutes": 2.0,                      # optional training budget (default: the queue's)
      "max_iterations": 50,                # optional iteration cap (held-out selection then runs over
                                           # its last quarter, at most selection.iterations)
-     "evaluate": true}                    # optional: run the reward-free task evaluation after
+     "iterations": 60,                    # optional: PPO iterations to train in this job, counted from
+                                          # the warm start (or 0); replaces max_iterations
+     "warm_start": "runs/parent",         # optional: start from another run's latest checkpoint (its
+                                          # weights, normaliser, schedules' iteration) with this spec
+     "overrides": ["env.num_envs=512"],   # optional training config overrides (dotted KEY=VALUE)
+     "run_dir": "/abs/path",              # optional: train here instead of <runs_dir>/<candidate_id>
+     "evaluate": true,                    # optional: run the reward-free task evaluation after
+     "evaluation": {"episodes": 64, ...}} # optional keyword arguments of motionvl.rl.evaluate.evaluate
+                                          # (episodes, seconds, command, randomize, seed, robot_dt, pushes)
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ import dataclasses
 import json
 import queue
 import re
+import shutil
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Callable
@@ -31,6 +41,14 @@ from motionvl.rewards.spec import RewardSpec
 StatusFn = Callable[[dict], None]
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
+
+
+REQUEST_KEYS = ("candidate_id", "spec", "minutes", "max_iterations", "iterations", "warm_start", "overrides",
+                "run_dir", "evaluate", "evaluation")
+EVALUATION_KEYS = ("episodes", "seconds", "command", "randomize", "seed", "robot_dt", "pushes")
+"""What a request's "evaluation" may set of motionvl.rl.evaluate.evaluate's arguments."""
+WARM_START_FILE = "warm_start.json"
+"""In a warm-started run directory: the checkpoint it started from and that checkpoint's iteration."""
 
 
 class JobError(ValueError):
@@ -44,6 +62,16 @@ class TrainingJob:
     minutes: float | None = None
     max_iterations: int | None = None
     evaluate: bool = True
+    iterations: int | None = None
+    """PPO iterations to train, counted from the warm start's iteration (or 0); overrides max_iterations."""
+    warm_start: str | None = None
+    """A run directory (or checkpoint file) to start from: weights, normaliser and schedules' iteration."""
+    overrides: tuple = ()
+    """Training config overrides, "dotted.key=value"."""
+    run_dir: str | None = None
+    """Train here instead of <runs_dir>/<candidate_id>."""
+    evaluation: dict | None = None
+    """Keyword arguments of the reward-free evaluation (EVALUATION_KEYS); None: the queue's defaults."""
 
     @classmethod
     def from_json(cls, text: str) -> "TrainingJob":
@@ -53,9 +81,9 @@ class TrainingJob:
             raise JobError(f"request is not JSON: {exc}") from exc
         if not isinstance(raw, dict):
             raise JobError("request must be a JSON object")
-        unknown = set(raw) - {"candidate_id", "spec", "minutes", "max_iterations", "evaluate"}
+        unknown = set(raw) - set(REQUEST_KEYS)
         if unknown:
-            raise JobError(f"unknown request keys {sorted(unknown)}")
+            raise JobError(f"unknown request keys {sorted(unknown)} (known: {list(REQUEST_KEYS)})")
         cid = raw.get("candidate_id")
         if not isinstance(cid, str) or not _ID_PATTERN.match(cid):
             raise JobError("candidate_id must be 1-80 characters of letters, digits, '_', '-', '.'")
@@ -69,10 +97,123 @@ class TrainingJob:
         minutes = raw.get("minutes")
         if minutes is not None and (not isinstance(minutes, (int, float)) or minutes <= 0):
             raise JobError("minutes must be a positive number")
-        iters = raw.get("max_iterations")
-        if iters is not None and (not isinstance(iters, int) or iters < 1):
-            raise JobError("max_iterations must be a positive integer")
-        return cls(cid, spec, None if minutes is None else float(minutes), iters, bool(raw.get("evaluate", True)))
+        for key in ("max_iterations", "iterations"):
+            value = raw.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise JobError(f"{key} must be a positive integer")
+        for key in ("warm_start", "run_dir"):
+            if raw.get(key) is not None and (not isinstance(raw[key], str) or not raw[key]):
+                raise JobError(f"{key} must be a path")
+        overrides = raw.get("overrides") or []
+        if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
+            raise JobError("overrides must be a list of 'dotted.key=value' strings")
+        evaluation = raw.get("evaluation")
+        if evaluation is not None:
+            if not isinstance(evaluation, dict) or set(evaluation) - set(EVALUATION_KEYS):
+                raise JobError(f"evaluation must be an object with keys among {list(EVALUATION_KEYS)}")
+        return cls(cid, spec, None if minutes is None else float(minutes), raw.get("max_iterations"),
+                   bool(raw.get("evaluate", True)), iterations=raw.get("iterations"), warm_start=raw.get("warm_start"),
+                   overrides=tuple(overrides), run_dir=raw.get("run_dir"), evaluation=evaluation)
+
+    def to_json(self) -> str:
+        out = {"candidate_id": self.candidate_id, "spec": self.spec.to_dict(), "evaluate": self.evaluate}
+        for key in ("minutes", "max_iterations", "iterations", "warm_start", "run_dir", "evaluation"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.overrides:
+            out["overrides"] = list(self.overrides)
+        return json.dumps(out)
+
+
+def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, default_minutes: float = 2.0,
+            evaluation: dict | None = None, progress_bar: bool = False,
+            on_iteration: Callable[[dict], "bool | None"] | None = None,
+            on_phase: Callable[[str], None] | None = None) -> dict:
+    """Train one job (resuming its run directory if it holds a checkpoint), evaluate it, return the outcome:
+    candidate_id, policy_path, run_dir, iterations, start_iteration, total_steps, steps_per_s, elapsed_s (the
+    run's training time over its sessions, a warm start's included), stop_reason, selected_iteration, selected_actor,
+    term_stats, evaluation (None without one), train_wall_s and eval_wall_s (this call's seconds in each).
+    on_iteration gets each PPO iteration's history record (False stops training); on_phase the phases
+    'training' and 'evaluating'. Exceptions propagate (the caller reports the candidate as failed)."""
+    from motionvl.rl.trainer import train_policy  # torch is heavy: import on first use
+
+    run_dir = Path(job.run_dir) if job.run_dir else Path(runs_dir) / job.candidate_id
+    resume = (run_dir / "checkpoints" / "latest.pt").exists()
+    start_iteration = _warm_start_iteration(run_dir, job.warm_start) if job.warm_start else 0
+    if job.warm_start and not resume:
+        resume = _seed_from_checkpoint(run_dir, job.warm_start)
+    cfg = _training_config(train_config, job.overrides)
+    max_iterations = start_iteration + job.iterations if job.iterations else job.max_iterations
+    minutes = job.minutes or (1e6 if job.iterations else default_minutes)  # an iteration budget alone
+    if on_phase:
+        on_phase("training")
+    t0 = time.monotonic()
+    result = train_policy(run_dir, job.spec, cfg, minutes=minutes, resume=resume, progress=progress_bar,
+                          on_iteration=on_iteration, max_iterations=max_iterations)
+    outcome = {"candidate_id": job.candidate_id, "policy_path": str(result.policy_path), "run_dir": str(run_dir),
+               "iterations": result.iterations, "start_iteration": start_iteration,
+               "total_steps": result.total_steps, "steps_per_s": result.steps_per_s, "elapsed_s": result.elapsed_s,
+               "stop_reason": result.stop_reason, "selected_iteration": result.selected_iteration,
+               "selected_actor": result.selected_actor, "term_stats": result.term_stats, "evaluation": None,
+               "train_wall_s": time.monotonic() - t0, "eval_wall_s": 0.0}
+    if job.evaluate and result.stop_reason != "callback":
+        from motionvl.rl.evaluate import evaluate
+
+        if on_phase:
+            on_phase("evaluating")
+        kwargs = {**(evaluation or {}), **(job.evaluation or {})}
+        if "command" in kwargs:
+            kwargs["command"] = tuple(float(c) for c in kwargs["command"])
+        t0 = time.monotonic()
+        outcome["evaluation"] = evaluate(result.policy_path, **kwargs)
+        outcome["eval_wall_s"] = time.monotonic() - t0
+    return outcome
+
+
+def _training_config(train_config, overrides) -> "TrainConfig | str | Path | None":
+    if not overrides:
+        return train_config
+    from motionvl.rl.config import TrainConfig
+
+    if isinstance(train_config, TrainConfig):
+        from motionvl.rl.config import apply_overrides
+
+        return TrainConfig.from_dict(apply_overrides(train_config.to_dict(), overrides), "training config with overrides")
+    return TrainConfig.from_yaml(train_config or None, overrides=tuple(overrides))
+
+
+# Warm start until train_policy(warm_start=...) exists: the parent's latest checkpoint becomes the new run's
+# first checkpoint and the run resumes from it with its own reward spec. What carries over: the actor and
+# critic weights, the observation normaliser, the optimiser, the policy average and the run's counters
+# (iteration: the schedules continue; curriculum level); the episodes in flight do not (they restart).
+def _checkpoint_of(warm_start: str | Path) -> Path:
+    path = Path(warm_start)
+    path = path / "checkpoints" / "latest.pt" if path.is_dir() else path
+    if not path.exists():
+        raise FileNotFoundError(f"warm start: no checkpoint at {path}")
+    return path
+
+
+def _warm_start_iteration(run_dir: Path, warm_start: str) -> int:
+    record = run_dir / WARM_START_FILE
+    if record.exists():  # a resumed warm-started run counts from where it started, not from its own checkpoint
+        return int(json.loads(record.read_text())["iteration"])
+    import torch
+
+    infos = torch.load(_checkpoint_of(warm_start), weights_only=False, map_location="cpu").get("infos") or {}
+    return int(infos.get("iteration", 0))
+
+
+def _seed_from_checkpoint(run_dir: Path, warm_start: str) -> bool:
+    source = _checkpoint_of(warm_start)
+    iteration = _warm_start_iteration(run_dir, warm_start)
+    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / WARM_START_FILE).write_text(json.dumps({"from": str(source), "iteration": iteration}))
+    tmp = ckpt_dir / "latest.pt.tmp"
+    shutil.copyfile(source, tmp)
+    tmp.replace(ckpt_dir / "latest.pt")
+    return True
 
 
 class TrainingQueue:
@@ -146,37 +287,29 @@ class TrainingQueue:
                 self._jobs.task_done()
 
     def _run(self, job: TrainingJob) -> None:
-        from motionvl.rl.trainer import train_policy  # torch is heavy: import on first use
-
         self.current, cid = job.candidate_id, job.candidate_id
         self._cancel.clear()
-        run_dir = self.runs_dir / cid
+        run_dir = Path(job.run_dir) if job.run_dir else self.runs_dir / cid
         resume = (run_dir / "checkpoints" / "latest.pt").exists()
         self._emit["status"]({"candidate_id": cid, "state": "training", "message": str(run_dir), "resumed": resume})
 
         def on_iteration(record: dict):
-            self._emit["progress"]({"candidate_id": cid, **record})
+            self._emit["progress"]({"candidate_id": cid, "phase": "training", **record})
             return not self._cancel.is_set()
 
-        try:
-            result = train_policy(run_dir, job.spec, self.train_config, minutes=job.minutes or self.default_minutes,
-                                  resume=resume, progress=self.progress_bar, on_iteration=on_iteration,
-                                  max_iterations=job.max_iterations)
-            self._emit["statistics"]({"candidate_id": cid, "term_stats": result.term_stats})
-            evaluation = None
-            if job.evaluate:
-                from motionvl.rl.evaluate import evaluate
+        def on_phase(phase: str) -> None:  # the status message marks the start of training
+            if phase != "training":
+                self._emit["progress"]({"candidate_id": cid, "phase": phase})
 
-                evaluation = evaluate(result.policy_path, seconds=self.eval_seconds, episodes=self.eval_episodes,
-                                      command=self.eval_command)
-            self._emit["policy"]({"candidate_id": cid, "policy_path": str(result.policy_path), "run_dir": str(run_dir),
-                                  "iterations": result.iterations, "total_steps": result.total_steps,
-                                  "steps_per_s": result.steps_per_s, "stop_reason": result.stop_reason,
-                                  "selected_iteration": result.selected_iteration,
-                                  "selected_actor": result.selected_actor,
-                                  "evaluation": evaluation})
-            state = "cancelled" if result.stop_reason == "callback" else "done"
-            self._emit["status"]({"candidate_id": cid, "state": state, "message": result.stop_reason})
+        try:
+            outcome = run_job(job, self.runs_dir, train_config=self.train_config, default_minutes=self.default_minutes,
+                              evaluation={"seconds": self.eval_seconds, "episodes": self.eval_episodes,
+                                          "command": self.eval_command},
+                              progress_bar=self.progress_bar, on_iteration=on_iteration, on_phase=on_phase)
+            self._emit["statistics"]({"candidate_id": cid, "term_stats": outcome["term_stats"]})
+            self._emit["policy"]({k: v for k, v in outcome.items() if k != "term_stats"})
+            state = "cancelled" if outcome["stop_reason"] == "callback" else "done"
+            self._emit["status"]({"candidate_id": cid, "state": state, "message": outcome["stop_reason"]})
         except Exception as exc:  # a failed candidate must not take the node down
             self._emit["status"]({"candidate_id": cid, "state": "failed", "message": f"{type(exc).__name__}: {exc}",
                                   "traceback": traceback.format_exc(limit=5)})

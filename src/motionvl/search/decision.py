@@ -1,0 +1,136 @@
+"""Choosing between the best reward so far (r*) and an iteration's challengers.
+
+In this order, each step on recorded numbers only (so a recorded run's choices can be recomputed):
+
+1. Hard gates no synthesizer can edit (GateConfig): on the held-out randomised episodes a success rate
+   of at least `min_success_rate` and at most r*'s minus `max_success_drop` below it, a fall share of at
+   most `max_fall_fraction`; in the playback no fault and at most `max_clipped_share` of clipped commands.
+2. Ranking of the candidates that passed: score = task_weight x task score + alignment_weight x critic
+   alignment, divided by the weights' sum (the task score alone without critic feedback).
+3. Against r*, best-ranked first: a challenger ahead by more than `margin` wins unless the critic's
+   pairwise comparison, asked in both orders and counted only when both answers agree, prefers r*
+   (a veto); one within +-margin wins only when that comparison prefers it (a tiebreak); one behind
+   by more than the margin loses. The first winner becomes r*; if none wins, r* stays.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from motionvl.search.config import GateConfig, RankingConfig
+
+
+def gate_failures(candidate: dict, best: dict | None, gates: GateConfig) -> list[str]:
+    """Why `candidate` fails the hard gates (empty: it passes). `best` is r*'s record (None for the start)."""
+    ev, pb = candidate.get("evaluation") or {}, candidate.get("playback") or {}
+    out = []
+    success, falls = ev.get("success_rate"), ev.get("fell_fraction")
+    if success is None or success < gates.min_success_rate:
+        out.append(f"success rate {_pct(success)} < {_pct(gates.min_success_rate)}")
+    if best is not None and success is not None:
+        floor = (best.get("evaluation") or {}).get("success_rate", 0.0) - gates.max_success_drop
+        if success < floor:
+            out.append(f"success rate {_pct(success)} is more than {_pct(gates.max_success_drop)} below r*'s")
+    if falls is None or falls > gates.max_fall_fraction:
+        out.append(f"falls in {_pct(falls)} of episodes > {_pct(gates.max_fall_fraction)}")
+    if not pb:
+        out.append("no playback")
+    else:
+        if gates.require_no_fault and pb.get("fault"):
+            out.append(f"playback fault: {pb['fault']}")
+        if pb.get("clipped_share", 0.0) > gates.max_clipped_share:
+            out.append(f"{_pct(pb['clipped_share'])} of commands clipped > {_pct(gates.max_clipped_share)}")
+    return out
+
+
+def alignment(candidate: dict) -> float | None:
+    fb = candidate.get("feedback")
+    return float(fb["alignment_score"]) if fb and fb.get("valid") else None
+
+
+def score(candidate: dict, ranking: RankingConfig, use_critic: bool) -> float:
+    """The ranking score in [0, 1] (module docstring); an invalid critique counts as alignment 0."""
+    task = float((candidate.get("evaluation") or {}).get("task_score") or 0.0)
+    if not use_critic or ranking.alignment_weight == 0:
+        return task
+    total = ranking.task_weight + ranking.alignment_weight
+    return (ranking.task_weight * task + ranking.alignment_weight * (alignment(candidate) or 0.0)) / total
+
+
+def verdict_of(judgement: dict | None) -> str | None:
+    """'challenger', 'best' or None from a two-order judgement {challenger_first, best_first}: counted only
+    when both answers are valid and agree."""
+    if not judgement:
+        return None
+    a, b = judgement.get("challenger_first") or {}, judgement.get("best_first") or {}
+    if not (a.get("valid") and b.get("valid")):
+        return None
+    first = {"first": "challenger", "second": "best"}.get(a.get("preferred"))
+    second = {"first": "best", "second": "challenger"}.get(b.get("preferred"))
+    return first if first is not None and first == second else None
+
+
+def decide(best: dict, challengers: list[dict], *, gates: GateConfig, ranking: RankingConfig, use_critic: bool,
+           judge: Callable[[dict], dict | None] | None = None) -> dict:
+    """{"winner": id or None, "verdicts": {id: {outcome, reason, score, gates, verdict}}, "summary": str}.
+
+    challengers: records with id and, when trained, evaluation / playback / feedback; a record with
+    "failed" set (rejected by validation, crashed in training) keeps that as its reason. judge(challenger)
+    returns the two-order pairwise judgement against r* (None: not asked)."""
+    best_score = score(best, ranking, use_critic)
+    verdicts: dict[str, dict] = {}
+    ranked = []
+    for c in challengers:
+        if c.get("failed"):
+            verdicts[c["id"]] = {"outcome": "failed", "reason": c["failed"], "score": None}
+            continue
+        failures = gate_failures(c, best, gates)
+        s = score(c, ranking, use_critic)
+        if failures:
+            verdicts[c["id"]] = {"outcome": "gated", "reason": "; ".join(failures), "score": s, "gates": failures}
+        else:
+            ranked.append((s, c))
+    ranked.sort(key=lambda sc: -sc[0])
+    winner = None
+    for s, c in ranked:
+        delta = s - best_score
+        entry = {"score": s, "delta": delta}
+        if winner is not None:
+            verdicts[c["id"]] = {**entry, "outcome": "lost", "reason": f"ranked below {winner}"}
+            continue
+        if delta < -ranking.margin:
+            verdicts[c["id"]] = {**entry, "outcome": "lost",
+                                 "reason": f"score {s:.3f} is {-delta:.3f} below r*'s {best_score:.3f}"}
+            continue
+        judgement = judge(c) if (judge is not None and use_critic and ranking.pairwise) else None
+        v = verdict_of(judgement)
+        entry["verdict"] = v
+        if delta > ranking.margin and v != "best":
+            winner = c["id"]
+            how = "; the critic's comparison agrees" if v == "challenger" else (
+                "; the critic's comparison abstained or disagreed with itself" if judgement else "")
+            verdicts[c["id"]] = {**entry, "outcome": "won", "reason": f"score {s:.3f} beats r*'s {best_score:.3f}{how}"}
+        elif delta > ranking.margin:
+            verdicts[c["id"]] = {**entry, "outcome": "lost",
+                                 "reason": f"score {s:.3f} beats r*'s {best_score:.3f} but the critic prefers r* "
+                                           "in both orders (veto)"}
+        elif v == "challenger":
+            winner = c["id"]
+            verdicts[c["id"]] = {**entry, "outcome": "won",
+                                 "reason": f"score {s:.3f} ties r*'s {best_score:.3f}; the critic prefers it in both "
+                                           "orders (tiebreak)"}
+        else:
+            verdicts[c["id"]] = {**entry, "outcome": "lost",
+                                 "reason": f"score {s:.3f} ties r*'s {best_score:.3f} and the critic's comparison "
+                                           "does not prefer it"}
+    if winner:
+        summary = f"{winner} replaces {best['id']} as r*"
+    elif not ranked:
+        summary = f"every candidate was rejected, failed or gated: r* stays {best['id']}"
+    else:
+        summary = f"no candidate beat {best['id']}: r* stays"
+    return {"winner": winner, "best_score": best_score, "verdicts": verdicts, "summary": summary}
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * float(x):.1f}%"

@@ -1,0 +1,223 @@
+"""The search's core pieces on their own: ledger, decision rules, dispatcher, settings and the CLI's bad input."""
+
+from __future__ import annotations
+
+import errno
+import json
+import time
+
+import pytest
+
+from motionvl.rewards.spec import load_reward_spec
+from motionvl.rl.jobs import TrainingJob
+from motionvl.search.config import GateConfig, RankingConfig, SearchConfig, load_search_config, mode_label, presets
+from motionvl.search.decision import decide, gate_failures, verdict_of
+from motionvl.search.dispatch import Dispatcher, SlotState
+from motionvl.search.ledger import Ledger, LedgerWriteError
+from motionvl.search.lineage import describe_diff, spec_hash
+
+
+# ----------------------------------------------------------------------------- ledger
+def test_ledger_once_records_a_step_once_and_survives_a_cut_line(tmp_path):
+    ledger = Ledger(tmp_path)
+    calls = []
+    assert ledger.once("trained", "a", lambda: calls.append(1) or {"ok": True}) == {"ok": True}
+    assert ledger.once("trained", "a", lambda: calls.append(1) or {"ok": False}) == {"ok": True}
+    assert calls == [1]
+    with ledger.path.open("a") as f:  # a kill -9 in the middle of a write
+        f.write('{"seq": 1, "t": 0, "kind": "trained", "key": "b", "ok"')
+    again = Ledger(tmp_path)
+    assert again.get("trained", "a") == {"ok": True} and not again.has("trained", "b")
+    again.append("trained", "b", {"ok": False})
+    assert [json.loads(line)["key"] for line in ledger.path.read_text().splitlines()] == ["a", "b"]
+
+
+def test_ledger_full_disk_is_a_clear_error_and_keeps_what_was_written(tmp_path, monkeypatch):
+    ledger = Ledger(tmp_path)
+    ledger.append("run", "settings", {"task": "walk"})
+    import motionvl.search.ledger as module
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(module.os, "fsync", full)
+    with pytest.raises(LedgerWriteError, match="disk is full.*--resume"):
+        ledger.append("trained", "start", {"ok": True})
+    monkeypatch.undo()
+    reread = Ledger(tmp_path)
+    assert reread.get("run", "settings") == {"task": "walk"} and not reread.has("trained", "start")
+
+
+# ----------------------------------------------------------------------------- decision
+def _record(cid, success=0.95, falls=0.02, task=0.9, align=0.5, fault=None, clipped=0.0):
+    return {"id": cid, "evaluation": {"success_rate": success, "fell_fraction": falls, "task_score": task},
+            "playback": {"fault": fault, "clipped_share": clipped},
+            "feedback": {"valid": True, "alignment_score": align}}
+
+
+def _judgement(preferred_first: str | None, preferred_second: str | None, valid=True):
+    return {"challenger_first": {"preferred": preferred_first, "valid": valid},
+            "best_first": {"preferred": preferred_second, "valid": valid}}
+
+
+def test_gates_name_every_failure_and_the_llm_cannot_buy_style_with_the_walk():
+    gates = GateConfig(min_success_rate=0.85, max_fall_fraction=0.15, max_success_drop=0.05, max_clipped_share=0.05)
+    best = _record("start", success=0.97)
+    failures = gate_failures(_record("c", success=0.9, falls=0.2, fault="fell at 3.1 s", clipped=0.1), best, gates)
+    assert len(failures) == 4, failures
+    assert any("below r*'s" in f for f in failures) and any("fell at 3.1 s" in f for f in failures)
+    assert gate_failures(_record("c", success=0.95), best, gates) == []
+
+
+def test_decision_orders_gates_ranking_then_a_self_consistent_judge():
+    gates, ranking = GateConfig(), RankingConfig(task_weight=0.5, alignment_weight=0.5, margin=0.02)
+    best = _record("start", align=0.5)
+    ahead, tie, behind = _record("ahead", align=0.7), _record("tie", align=0.51), _record("behind", align=0.3)
+    gated = _record("gated", success=0.5, align=0.9)
+    failed = {"id": "failed", "failed": "the sandbox refused it: line 2: import"}
+    # a clear lead wins when the judge abstains or contradicts itself
+    d = decide(best, [behind, ahead, gated, failed], gates=gates, ranking=ranking, use_critic=True,
+               judge=lambda c: _judgement("first", "first"))  # "first" both times: inconsistent, not counted
+    assert d["winner"] == "ahead"
+    assert d["verdicts"]["gated"]["outcome"] == "gated" and d["verdicts"]["failed"]["outcome"] == "failed"
+    assert d["verdicts"]["behind"]["outcome"] == "lost"
+    # a self-consistent preference for r* vetoes the lead
+    d = decide(best, [ahead], gates=gates, ranking=ranking, use_critic=True,
+               judge=lambda c: _judgement("second", "first"))
+    assert d["winner"] is None and "veto" in d["verdicts"]["ahead"]["reason"]
+    # a tie is won only on a self-consistent preference for the challenger
+    assert decide(best, [tie], gates=gates, ranking=ranking, use_critic=True,
+                  judge=lambda c: _judgement("first", "second"))["winner"] == "tie"
+    assert decide(best, [tie], gates=gates, ranking=ranking, use_critic=True,
+                  judge=lambda c: _judgement("first", "second", valid=False))["winner"] is None
+    # without critic feedback (mode synth) the task score alone ranks and no judge is asked
+    asked = []
+    d = decide(best, [_record("faster", task=0.95, align=0.0)], gates=gates, ranking=ranking, use_critic=False,
+               judge=lambda c: asked.append(c) or None)
+    assert d["winner"] == "faster" and asked == []
+
+
+def test_every_candidate_rejected_keeps_r_star_and_says_so():
+    d = decide(_record("start"), [{"id": "a", "failed": "rejected"}, _record("b", falls=0.9)],
+               gates=GateConfig(), ranking=RankingConfig(), use_critic=True)
+    assert d["winner"] is None and "r* stays start" in d["summary"] and "rejected, failed or gated" in d["summary"]
+    assert verdict_of(None) is None
+
+
+# ----------------------------------------------------------------------------- dispatcher
+class ScriptedSlot:
+    """A trainer that follows a script: 'done' after some polls, 'stall', 'crash', or 'gone'."""
+
+    def __init__(self, name, behaviour, polls=2):
+        self.name, self.behaviour, self.polls = name, behaviour, polls
+        self.job, self.count, self.stopped, self.gone = None, 0, [], False
+
+    def start(self, job):
+        self.job, self.count, self.started = job, 0, time.time()
+
+    def poll(self):
+        if self.job is None:
+            return SlotState("idle")
+        self.count += 1
+        if self.behaviour == "stall":
+            return SlotState("running", beat=self.started, iteration=3, phase="training")
+        if self.count < self.polls:
+            return SlotState("running", beat=time.time(), iteration=self.count, phase="training")
+        job, self.job = self.job, None
+        if self.behaviour == "crash":
+            self.behaviour = "done"  # a crashed trainer process is replaced for the next job
+            return SlotState("failed", reason="trainer process ended (killed by signal 9)")
+        if self.behaviour == "gone":
+            self.gone = True  # it leaves the pool of trainers, as a node that left the graph
+            return SlotState("gone", reason="no heartbeat")
+        return SlotState("done", outcome={"candidate_id": job.candidate_id})
+
+    def stop(self):
+        self.stopped.append(self.job.candidate_id)
+        self.job = None
+
+    def close(self):
+        pass
+
+
+def _jobs(*ids):
+    spec = load_reward_spec()
+    return [TrainingJob(candidate_id=i, spec=spec, iterations=2) for i in ids]
+
+
+def test_dispatcher_fails_stalled_and_crashed_jobs_with_a_reason_and_moves_a_lost_trainers_job():
+    stalled = ScriptedSlot("stalls", "stall")
+    results = {r.job.candidate_id: r for r in Dispatcher(lambda: [stalled], limit_s=lambda j: 60, heartbeat_s=0.2,
+                                                         poll_s=0.05, log=lambda m: None).run(_jobs("a"))}
+    assert not results["a"].ok and "no progress from stalls" in results["a"].reason and stalled.stopped == ["a"]
+
+    crashing = ScriptedSlot("crashes", "crash")
+    healthy = ScriptedSlot("healthy", "done")
+    results = {r.job.candidate_id: r for r in Dispatcher(lambda: [crashing, healthy], limit_s=lambda j: 60, heartbeat_s=5,
+                                                         poll_s=0.01, log=lambda m: None).run(_jobs("a", "b", "c"))}
+    assert not results["a"].ok and "signal 9" in results["a"].reason
+    assert results["b"].ok and results["c"].ok, "the search goes on after a crash"
+
+    lost = ScriptedSlot("lost", "gone")
+    survivor = ScriptedSlot("survivor", "done", polls=5)
+    pool = [lost, survivor]
+    results = list(Dispatcher(lambda: [s for s in pool if not s.gone], limit_s=lambda j: 60, heartbeat_s=5, poll_s=0.01,
+                              log=lambda m: None).run(_jobs("x")))
+    assert len(results) == 1 and results[0].ok and results[0].trainer == "survivor"
+
+
+def test_dispatcher_enforces_the_wall_clock_limit():
+    slow = ScriptedSlot("slow", "done", polls=10 ** 6)
+    (result,) = Dispatcher(lambda: [slow], limit_s=lambda j: 0.1, heartbeat_s=5, poll_s=0.02,
+                           log=lambda m: None).run(_jobs("a"))
+    assert not result.ok and "wall-clock limit" in result.reason
+
+
+# ----------------------------------------------------------------------------- settings and labels
+def test_presets_are_iteration_budgets_with_the_papers_k_and_n_on_gpu():
+    table = presets()
+    assert {"quick", "cpu", "gpu"} <= set(table)
+    gpu = load_search_config("gpu")
+    assert (gpu.candidates, gpu.iterations) == (10, 5)
+    quick = load_search_config("quick", {"gates": {"min_success_rate": 0.9}})
+    assert quick.gates.min_success_rate == 0.9 and quick.total_iterations == 300 + 2 * 3 * 60 + 150
+    with pytest.raises(ValueError, match="unknown preset"):
+        load_search_config("huge")
+    with pytest.raises(ValueError, match="candidates"):
+        SearchConfig.from_dict({"candidates": 0})
+
+
+def test_an_offline_run_is_never_labelled_llm_or_vlm():
+    assert mode_label("synth+critic", "rules", "kinematic") == "RL-Rules+Kinematic"
+    assert mode_label("synth+critic", "openai", "transformers") == "RL-LLM+VLM"
+    assert mode_label("synth", "replay", None) == "RL-Replay"
+    assert mode_label("reference", None, None) == "RL-Base"
+
+
+def test_spec_hash_and_diff_words():
+    spec = load_reward_spec().to_dict()
+    renamed = {**spec, "name": "other"}
+    assert spec_hash(spec) == spec_hash(renamed)
+    heavier = json.loads(json.dumps(spec))
+    heavier["terms"]["orientation"]["weight"] = 0.6
+    assert spec_hash(heavier) != spec_hash(spec)
+    assert describe_diff([{"term": "orientation", "change": "weight", "old": 0.3, "new": 0.6},
+                          {"term": "knee_extension", "change": "added", "old": None, "new": {"weight": 0.2}}]) == \
+        "orientation 0.3->0.6, +knee_extension 0.2"
+
+
+# ----------------------------------------------------------------------------- CLI bad input
+@pytest.mark.parametrize("argv, message", [
+    (["--task", "   "], "empty or has no words"),
+    (["--task", "1234 !!"], "empty or has no words"),
+    (["--task", "walk", "--synthesizer", "transformers", "--synth-model", "/no/such/dir"], "local model directory"),
+    (["--task", "walk", "--critic", "openai"], "--critic-base-url"),
+    (["--task", "walk", "--preset", "huge"], "unknown preset"),
+    (["--resume"], "holds no search"),
+])
+def test_train_cli_refuses_bad_input_with_a_clear_message(tmp_path, capsys, argv, message):
+    from motionvl.cli import main
+
+    assert main(["train", *argv, "--out", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run" / "candidates").exists(), "nothing trained"
