@@ -49,6 +49,38 @@ class JointConfig:
 
 
 _JOINT_KEYS = {f.name for f in dataclasses.fields(JointConfig)}
+
+
+@dataclasses.dataclass(frozen=True)
+class MotorConfig:
+    """One motor of the real robot: the joint it drives and how its reading relates to the joint angle.
+
+    motor angle = sign x joint angle + offset; motor velocity and torque = sign x the joint's."""
+
+    name: str
+    """The motor's name in the drive's joint_states and in the command layout."""
+    joint: str
+    """The robot-config joint it drives."""
+    sign: float = 1.0
+    """+1 or -1: the motor's positive direction against the joint's."""
+    offset: float = 0.0
+    """rad: the motor's reading at joint angle 0 (its zero offset)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareConfig:
+    """How the real robot's drives and IMU differ from the model: the joint-to-motor mapping and the
+    IMU's mounting. The default is the identity (motors named and ordered as the joints, IMU aligned
+    with the base link), which is what the simulator offers unless told to emulate this section."""
+
+    motors: tuple = ()
+    """MotorConfigs in the drives' order, one per joint; () is the identity mapping."""
+    imu_rpy: tuple = (0.0, 0.0, 0.0)
+    """rad: roll, pitch, yaw (fixed axes x, y, z) of the IMU frame in the base link frame."""
+
+    @property
+    def identity(self) -> bool:
+        return not self.motors and not any(self.imu_rpy)
 _OPTIONAL_JOINT_KEYS = {"action_scale"}
 
 
@@ -71,6 +103,8 @@ class RobotConfig:
     joint_friction: float
     joints: tuple
     source: Path | None = None
+    hardware: HardwareConfig = HardwareConfig()
+    """The joint-to-motor mapping and IMU mounting of the real robot (deployment side only)."""
 
     # --- arrays in joint order -------------------------------------------------------------
     @property
@@ -144,6 +178,49 @@ def _require(mapping: dict, key: str, where: str):
     return mapping[key]
 
 
+def _hardware(raw, joint_names: list, where: str) -> HardwareConfig:
+    """The `hardware:` section: motors (name, joint, sign, offset) in drive order, and imu_rpy."""
+    where = f"{where}: hardware"
+    if raw is None:
+        return HardwareConfig()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    unknown = set(raw) - {"motors", "imu_rpy"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    rpy = raw.get("imu_rpy") or [0.0, 0.0, 0.0]
+    try:
+        rpy = tuple(float(v) for v in rpy)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}.imu_rpy: expected three numbers (rad), got {rpy!r}") from exc
+    if len(rpy) != 3 or not all(np.isfinite(rpy)):
+        raise ConfigError(f"{where}.imu_rpy: expected three finite numbers (rad), got {list(rpy)}")
+    motors = []
+    for i, m in enumerate(raw.get("motors") or []):
+        mw = f"{where}.motors[{i}]"
+        if not isinstance(m, dict) or not {"name", "joint"} <= set(m) or set(m) - {"name", "joint", "sign", "offset"}:
+            raise ConfigError(f"{mw}: expected {{name, joint, sign (+1/-1, default 1), offset (rad, default 0)}}, "
+                              f"got {m!r}")
+        try:
+            motor = MotorConfig(str(m["name"]), str(m["joint"]), float(m.get("sign", 1.0)), float(m.get("offset", 0.0)))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{mw}: sign and offset must be numbers ({exc})") from exc
+        if motor.sign not in (1.0, -1.0) or not np.isfinite(motor.offset):
+            raise ConfigError(f"{mw} ({motor.name}): sign must be +1 or -1 and offset finite")
+        if motor.joint not in joint_names:
+            raise ConfigError(f"{mw} ({motor.name}): unknown joint {motor.joint!r}")
+        motors.append(motor)
+    if motors:
+        driven = [m.joint for m in motors]
+        missing = [n for n in joint_names if n not in driven]
+        twice = sorted({n for n in driven if driven.count(n) > 1})
+        names = [m.name for m in motors]
+        if missing or twice or len(set(names)) != len(names):
+            raise ConfigError(f"{where}.motors: every joint needs exactly one motor and motor names must be unique "
+                              f"(joints without a motor: {missing}, joints with several: {twice})")
+    return HardwareConfig(motors=tuple(motors), imu_rpy=rpy)
+
+
 def load_robot_config(path: str | Path | None = None) -> RobotConfig:
     """Read and validate a robot YAML file (default: the package's config/robot.yaml)."""
     path = Path(path) if path is not None else package_root() / DEFAULT_ROBOT_CONFIG
@@ -205,6 +282,7 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
         joint_friction=float(raw.get("joint_friction", 0.0)),
         joints=tuple(joints),
         source=path,
+        hardware=_hardware(raw.get("hardware"), names, where),
     )
     if not cfg.action_scale > 0:
         raise ConfigError(f"{where}: action_scale must be > 0, got {cfg.action_scale}")

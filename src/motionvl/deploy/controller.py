@@ -1,0 +1,332 @@
+"""The deployment controller: modes, faults, the policy and the command of every cycle (no ROS).
+
+A transport (the deployment node, or `motionvl.deploy.playback` in-process) feeds it what the
+robot measures (`joint_state` in motor names and space, `imu` in the IMU's frame,
+`velocity_command`), forwards requests (`request_mode`, `estop`, `rearm`, `load_policy`) and calls
+`cycle()` once per command period; each cycle returns the command to send, already within the
+configured limits. Not thread-safe: a transport with several threads holds one lock around calls.
+
+A fault found by a cycle changes that cycle's command: DAMP goes out at the next command after
+the bad input arrived. In PASSIVE (zero torque, nothing to protect) the same checks only block
+leaving PASSIVE; in every other mode they latch (see `motionvl.deploy.modes`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from motionvl.deploy.commands import Command, CommandBuilder, StandRamp
+from motionvl.deploy.config import DeployConfig
+from motionvl.deploy.faults import FaultMonitor, SensorInputs, first_non_finite
+from motionvl.deploy.mapping import JointMapping
+from motionvl.deploy.modes import Fault, Mode, ModeMachine
+from motionvl.deploy.scheduling import LoopStatistics
+from motionvl.robot import RobotConfig
+
+QUAT_NORM_TOLERANCE = 0.1
+"""An IMU orientation whose norm is further than this from 1 is not a rotation: a bad message."""
+
+
+class VelocityCommand:
+    """cmd_vel as the policy sees it: clipped to the trained ranges, rate-limited, zeroed when silent."""
+
+    def __init__(self, config: DeployConfig):
+        self.timeout = config.cmd_vel_timeout
+        self.accel = np.asarray(config.cmd_vel_accel, dtype=np.float64)
+        self.requested = np.zeros(3)
+        self.value = np.zeros(3)
+        self.last_arrival: float | None = None
+
+    def set(self, vx: float, vy: float, yaw_rate: float, now: float) -> bool:
+        cmd = np.array([vx, vy, yaw_rate], dtype=np.float64)
+        if not np.all(np.isfinite(cmd)):
+            return False
+        self.requested, self.last_arrival = cmd, now
+        return True
+
+    def update(self, now: float, dt: float, ranges) -> np.ndarray:
+        if self.last_arrival is None or now - self.last_arrival > self.timeout:
+            self.requested = np.zeros(3)
+        lo, hi = np.asarray(ranges, dtype=np.float64).T
+        goal = np.clip(self.requested, lo, hi)
+        step = self.accel * dt
+        self.value = np.clip(self.value + np.clip(goal - self.value, -step, step), lo, hi)
+        return self.value
+
+
+class Controller:
+    """See the module docstring. `clock` is the monotonic clock (seconds) arrivals and cycles are timed on."""
+
+    def __init__(self, robot: RobotConfig, config: DeployConfig | None = None, clock=time.monotonic):
+        self.robot = robot
+        self.config = config = (config or DeployConfig()).validate(robot)
+        self.clock = clock
+        self.mapping = JointMapping(robot)
+        self.builder = CommandBuilder(robot, config, self.mapping)
+        self.modes = ModeMachine(allow_rearm=config.allow_rearm)
+        self.monitor = FaultMonitor(robot, config)
+        self.inputs = SensorInputs(robot.num_joints)
+        self.velocity = VelocityCommand(config)
+        self.period = config.command_period(robot)
+        self.decimation = config.decimation(robot)
+        self.stats = LoopStatistics(self.period)
+        self.policy = None  # DeployedPolicy
+        self.cycle_index = 0
+        self.command_writers = 0
+        """Other publishers on the command topic (the transport counts them)."""
+        self.last_command: Command | None = None
+        self._ramp: StandRamp | None = None
+        self._target: np.ndarray | None = None
+        self._run_cycles = 0
+        self._policy_steps = 0
+        self._overrun_streak = 0
+
+    # ------------------------------------------------------------------ inputs
+    def joint_state(self, names, position, velocity, stamp: float, now: float | None = None) -> None:
+        """A joint state message in motor names and motor space (`stamp`: its header time, s)."""
+        now = self.clock() if now is None else now
+        inputs = self.inputs
+        inputs.joints.arrived(float(stamp), now)
+        try:
+            order = self.mapping.motor_order(names)
+            pos = np.asarray(position, dtype=np.float64)[order]
+            vel = np.asarray(velocity, dtype=np.float64)[order]
+        except KeyError as exc:
+            inputs.bad_joint_message = f"joint_states unusable: {exc.args[0]}"
+            return
+        except IndexError:
+            inputs.bad_joint_message = (f"joint_states unusable: {len(position)} positions and {len(velocity)} "
+                                        f"velocities for {len(names)} names")
+            return
+        bad = first_non_finite(self.mapping.motor_names, {"position": pos, "velocity": vel})
+        if bad:
+            inputs.bad_joint_message = f"joint_states: {bad}"
+            return
+        inputs.bad_joint_message = None
+        inputs.joint_pos = self.mapping.from_motor_position(pos)
+        inputs.joint_vel = self.mapping.from_motor_signed(vel)
+
+    def imu(self, quat_wxyz, gyro, stamp: float, now: float | None = None) -> None:
+        """An IMU reading in the IMU's frame: orientation in the world (w, x, y, z) and gyro (rad/s)."""
+        now = self.clock() if now is None else now
+        inputs = self.inputs
+        inputs.imu.arrived(float(stamp), now)
+        quat, gyro = np.asarray(quat_wxyz, dtype=np.float64), np.asarray(gyro, dtype=np.float64)
+        bad = first_non_finite(("w", "x", "y", "z"), {"orientation": quat}) or \
+            first_non_finite(("x", "y", "z"), {"angular_velocity": gyro})
+        if bad:
+            inputs.bad_imu_message = f"imu: {bad}"
+            return
+        norm = float(np.linalg.norm(quat))
+        if abs(norm - 1.0) > QUAT_NORM_TOLERANCE:
+            inputs.bad_imu_message = f"imu: orientation norm {norm:.3f} is not a rotation"
+            return
+        inputs.bad_imu_message = None
+        inputs.base_quat, inputs.base_gyro = self.mapping.imu_to_base(quat / norm, gyro)
+
+    def velocity_command(self, vx: float, vy: float, yaw_rate: float, now: float | None = None) -> bool:
+        """cmd_vel; False (ignored) when not finite."""
+        return self.velocity.set(vx, vy, yaw_rate, self.clock() if now is None else now)
+
+    # ------------------------------------------------------------------ requests
+    @property
+    def mode(self) -> Mode:
+        return self.modes.mode
+
+    @property
+    def stand_complete(self) -> bool:
+        return self.mode == Mode.STAND and self._ramp is not None and self._ramp.complete
+
+    def conditions(self, now: float | None = None) -> list[Fault]:
+        """Faults present right now (whatever the mode), incl. a missing state stream and other writers."""
+        now = self.clock() if now is None else now
+        present = self.monitor.check(self.inputs, now, self.cycle_index)
+        if not self.inputs.complete:
+            missing = [s.name for s, v in ((self.inputs.joints, self.inputs.joint_pos),
+                                           (self.inputs.imu, self.inputs.base_quat)) if v is None]
+            present.append(Fault("stale_state", f"no usable message yet on {', '.join(missing)}", self.cycle_index))
+        if self.command_writers > 0:
+            present.append(self._writer_fault())
+        return present
+
+    def request_mode(self, mode: Mode | str) -> tuple[bool, str]:
+        """Ask for a mode; (accepted, message naming why not)."""
+        try:
+            target = Mode(str(mode.value if isinstance(mode, Mode) else mode).upper())
+        except ValueError:
+            return self.modes.request(mode)
+        ready, why = True, ""
+        if target in (Mode.STAND, Mode.RUN):
+            present = self.conditions()
+            if present:
+                ready, why = False, "; ".join(str(f) for f in present)
+        if ready and target == Mode.RUN:
+            if self.policy is None:
+                ready, why = False, "no policy loaded"
+            elif not self.stand_complete:
+                ready, why = False, "STAND has not completed its ramp"
+        before = self.mode
+        ok, message = self.modes.request(target, cycle=self.cycle_index, ready=ready, not_ready_reason=why)
+        if ok and self.mode != before:
+            self._entered(before)
+        return ok, message
+
+    def estop(self, reason: str = "e-stop requested") -> tuple[bool, str]:
+        """DAMP now, latched; always succeeds."""
+        self.modes.fault(Fault("estop", reason, self.cycle_index))
+        self._entered(None)
+        return True, f"e-stop: DAMP, latched ({reason})"
+
+    def rearm(self) -> tuple[bool, str]:
+        present = [str(f) for f in self.conditions()]
+        return self.modes.rearm(conditions=present, cycle=self.cycle_index)
+
+    def load_policy(self, policy_or_path) -> tuple[bool, str]:
+        """Load an ONNX policy (a path) or take a `DeployedPolicy`, only in PASSIVE or DAMP and only
+        after its contract matches the robot."""
+        if self.mode not in (Mode.PASSIVE, Mode.DAMP):
+            return False, f"load_policy refused in {self.mode.value}: only in PASSIVE or DAMP"
+        if isinstance(policy_or_path, (str, Path)):
+            from motionvl.deploy.policy import DeployedPolicy
+            from motionvl.policy_io import ContractError
+
+            try:
+                policy = DeployedPolicy(policy_or_path, self.robot)
+            except ContractError as exc:
+                return False, str(exc)
+        else:
+            policy = policy_or_path
+        self.policy = policy
+        return True, f"loaded {policy.path}"
+
+    # ------------------------------------------------------------------ the cycle
+    def cycle(self, trigger_time: float | None = None) -> Command | None:
+        """One command cycle; `trigger_time`: when it was due (a state's arrival, or its deadline), from
+        which lateness is measured. None before any state has arrived in PASSIVE (nothing to command)."""
+        start = self.clock()
+        trigger = start if trigger_time is None else trigger_time
+        if self.inputs.joint_pos is None and self.mode == Mode.PASSIVE:
+            return None
+        self.cycle_index += 1
+        self.stats.cycle_started(start)
+        found = self.monitor.check(self.inputs, start, self.cycle_index)
+        if self.command_writers > 0:
+            found.append(self._writer_fault())
+        if self.mode != Mode.PASSIVE:
+            for fault in found:
+                self._fault(fault)
+        command_now = self.velocity.update(start, self.period, self._command_ranges())
+        q, dq = self._measured()
+        target = self._policy_target(q, dq, command_now) if self.mode == Mode.RUN else None
+        command = self._build(q, dq, target)
+        finish = self.clock()
+        late = finish - trigger
+        if late > self.period:
+            self.stats.overruns += 1
+            self._overrun_streak += math.ceil(late / self.period) - 1
+        else:
+            self._overrun_streak = 0
+        if self._overrun_streak > self.config.overrun_periods and self.mode in (Mode.STAND, Mode.RUN):
+            self._fault(Fault("overrun", f"cycle finished {late * 1e3:.1f} ms after its trigger; "
+                                         f"{self._overrun_streak} periods of {self.period * 1e3:.1f} ms missed "
+                                         f"(limit {self.config.overrun_periods})", self.cycle_index))
+            command = self._build(q, dq, None)
+        self.last_command = command
+        return command
+
+    def damping_command(self) -> Command:
+        """Pure damping from the newest state, for the exit path (no mode change, no statistics)."""
+        q, dq = self._measured()
+        return self.builder.damp(q, dq)
+
+    # ------------------------------------------------------------------ internals
+    def _measured(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.inputs.joint_pos is None:
+            return self.robot.default_pose.copy(), np.zeros(self.robot.num_joints)
+        return self.inputs.joint_pos, self.inputs.joint_vel
+
+    def _command_ranges(self):
+        if self.policy is not None and self.policy.contract.command_ranges is not None:
+            return self.policy.contract.command_ranges
+        return self.config.cmd_vel_ranges
+
+    def _writer_fault(self) -> Fault:
+        return Fault("second_writer", f"{self.command_writers} other publisher(s) on the command topic",
+                     self.cycle_index)
+
+    def _fault(self, fault: Fault) -> None:
+        before = self.mode
+        self.modes.fault(fault)
+        if self.mode != before:
+            self._entered(before)
+
+    def _entered(self, before: Mode | None) -> None:
+        """Set up the mode just entered (the machine already switched)."""
+        mode = self.mode
+        if mode == Mode.STAND:
+            q, _ = self._measured()
+            if before == Mode.RUN and self._target is not None:
+                start, gain = self._target, 1.0
+            else:
+                start, gain = q, 0.0
+            start = self.builder.clip_target(start, count=False)
+            self._ramp = StandRamp(start=start.copy(), gain_start=gain,
+                                   cycles=max(1, int(round(self.config.stand_seconds / self.period))))
+        elif mode == Mode.RUN:
+            self.policy.io.reset()
+            self._run_cycles = 0
+            self._policy_steps = 0
+            self._target = self.robot.default_pose.copy()
+        if mode != Mode.STAND:
+            self._ramp = None
+        if mode != Mode.RUN:
+            self._target = None
+
+    def _policy_target(self, q: np.ndarray, dq: np.ndarray, command: np.ndarray) -> np.ndarray | None:
+        if self._run_cycles % self.decimation == 0:
+            io = self.policy.io
+            obs = io.observe(joint_pos=q, joint_vel=dq, imu_quat=self.inputs.base_quat,
+                             imu_gyro=self.inputs.base_gyro, command=command,
+                             time_s=self._policy_steps * self.robot.control_dt)
+            action, seconds = self.policy.act(obs)
+            self.stats.inference.add(seconds)
+            bad = first_non_finite(self.robot.joint_names, {"action": action})
+            if bad:
+                self._fault(Fault("non_finite_policy", f"policy output before scaling: {bad}", self.cycle_index))
+                return None
+            self._target = io.targets(action)[0]
+            self._policy_steps += 1
+        self._run_cycles += 1
+        return self._target
+
+    def _build(self, q: np.ndarray, dq: np.ndarray, target: np.ndarray | None) -> Command:
+        mode, b = self.mode, self.builder
+        if mode == Mode.RUN and target is not None:
+            return b.run(q, dq, target)
+        if mode == Mode.STAND:
+            command = b.stand(q, dq, self._ramp)
+            self._ramp.advance()
+            return command
+        if mode == Mode.PASSIVE:
+            return b.passive(q)
+        return b.damp(q, dq)
+
+    # ------------------------------------------------------------------ reporting
+    def status(self) -> dict:
+        """Mode, latched faults, ramp, policy, clips and loop statistics (JSON-able)."""
+        last = self.modes.transitions[-1] if self.modes.transitions else None
+        return {
+            "mode": self.mode.value, "stand_complete": self.stand_complete,
+            "stand_progress": None if self._ramp is None else round(self._ramp.progress, 4),
+            "faults": [str(f) for f in self.modes.faults], "fault_count": self.modes.fault_count,
+            "last_transition": None if last is None else {"cycle": last.cycle, "from": last.source.value,
+                                                          "to": last.target.value, "why": last.why},
+            "policy": None if self.policy is None else str(self.policy.path),
+            "path": self.config.path, "dry_run": self.config.dry_run, "cycle": self.cycle_index,
+            "policy_steps": self._policy_steps, "command": [round(float(v), 4) for v in self.velocity.value],
+            "clips": dict(self.builder.clips), **self.stats.summary(),
+        }

@@ -1,0 +1,140 @@
+"""What the controller measures and the checks that send it to DAMP.
+
+`SensorInputs` keeps the newest joint state and IMU reading (in joint order and the base frame)
+with their stamps and monotonic arrival times; `FaultMonitor.check` turns them into faults:
+
+- stale: joint states or IMU silent longer than `state_timeout` of monotonic time, or arriving
+  with stamps that do not advance for that long (a frozen driver still publishing);
+- non-finite: NaN or inf anywhere in a message (kept from its arrival until a clean one comes);
+- joint limit: a measured position beyond its hard limit by more than `joint_limit_margin`;
+- joint velocity beyond `velocity_bound_scale` x its limit; gyro beyond `gyro_bound`;
+- fall: tilt beyond `fall_tilt`, with hysteresis (it clears below `fall_clear_tilt` only).
+The policy's NaN output, overruns, the e-stop and a second command writer are raised by the
+controller where it sees them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from motionvl.deploy.config import DeployConfig
+from motionvl.deploy.modes import Fault
+from motionvl.robot import RobotConfig
+
+
+@dataclasses.dataclass
+class StreamClock:
+    """Arrival bookkeeping of one input stream (monotonic seconds; stamps in the sender's clock)."""
+
+    name: str
+    last_arrival: float | None = None
+    last_stamp: float | None = None
+    advanced_at: float | None = None
+    """Arrival time of the newest message whose stamp advanced past the one before."""
+
+    def arrived(self, stamp: float, now: float) -> None:
+        if self.last_stamp is None or stamp > self.last_stamp:
+            self.advanced_at = now
+        self.last_stamp = stamp if self.last_stamp is None else max(stamp, self.last_stamp)
+        self.last_arrival = now
+
+    def staleness(self, now: float) -> float | None:
+        """Seconds since the stream last brought a new stamp; None before its first message."""
+        return None if self.advanced_at is None else now - self.advanced_at
+
+
+@dataclasses.dataclass
+class SensorInputs:
+    """The newest measured state, joint order and base frame."""
+
+    num_joints: int
+    joint_pos: np.ndarray | None = None
+    joint_vel: np.ndarray | None = None
+    base_quat: np.ndarray | None = None
+    """wxyz, base frame in the world."""
+    base_gyro: np.ndarray | None = None
+    """rad/s, base frame."""
+    joints: StreamClock = dataclasses.field(default_factory=lambda: StreamClock("joint_states"))
+    imu: StreamClock = dataclasses.field(default_factory=lambda: StreamClock("imu"))
+    bad_joint_message: str | None = None
+    """Why the newest joint state was not usable (NaN/inf, missing joints); None when it was."""
+    bad_imu_message: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Both streams have delivered."""
+        return self.joint_pos is not None and self.base_quat is not None
+
+    def tilt(self) -> float:
+        """Angle (rad) between the base z axis and the world's up, from the base orientation."""
+        w, x, y, z = self.base_quat
+        norm = w * w + x * x + y * y + z * z
+        cos_tilt = 1.0 - 2.0 * (x * x + y * y) / norm if norm > 0 else -1.0
+        return float(np.arccos(np.clip(cos_tilt, -1.0, 1.0)))
+
+
+def first_non_finite(names, values: dict) -> str | None:
+    """'position of left_knee is nan' for the first non-finite entry of `values` (name -> array), else None."""
+    for field, array in values.items():
+        array = np.asarray(array, dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(array))
+        if bad.size:
+            k = int(bad[0])
+            label = names[k] if names is not None and k < len(names) else f"#{k}"
+            return f"{field} of {label} is {array[k]}"
+    return None
+
+
+class FaultMonitor:
+    """The state checks of the module docstring; `check` returns the faults present now."""
+
+    def __init__(self, robot: RobotConfig, config: DeployConfig):
+        self.names = robot.joint_names
+        self.config = config
+        self.lower = robot.lower - config.joint_limit_margin
+        self.upper = robot.upper + config.joint_limit_margin
+        self.velocity_bound = robot.velocity_limit * config.velocity_bound_scale
+        self.fallen = False
+        """Hysteresis state of the fall check."""
+
+    def check(self, inputs: SensorInputs, now: float, cycle: int = 0) -> list[Fault]:
+        cfg, out = self.config, []
+        for stream in (inputs.joints, inputs.imu):
+            age = stream.staleness(now)
+            if age is not None and age > cfg.state_timeout:
+                silent = stream.last_arrival is None or now - stream.last_arrival > cfg.state_timeout
+                what = "silent" if silent else "arriving with stamps that do not advance"
+                out.append(Fault("stale_state", f"{stream.name} {what} for {age:.3f} s (timeout "
+                                                f"{cfg.state_timeout:g} s)", cycle))
+        for bad in (inputs.bad_joint_message, inputs.bad_imu_message):
+            if bad:
+                out.append(Fault("non_finite_input", bad, cycle))
+        if inputs.joint_pos is not None and inputs.bad_joint_message is None:
+            q, dq = inputs.joint_pos, inputs.joint_vel
+            outside = np.flatnonzero((q < self.lower) | (q > self.upper))
+            if outside.size:
+                k = int(outside[0])
+                out.append(Fault("joint_limit", f"{self.names[k]} at {q[k]:.3f} rad, limits "
+                                                f"[{self.lower[k] + cfg.joint_limit_margin:.3f}, "
+                                                f"{self.upper[k] - cfg.joint_limit_margin:.3f}] + margin "
+                                                f"{cfg.joint_limit_margin:g}", cycle))
+            fast = np.flatnonzero(np.abs(dq) > self.velocity_bound)
+            if fast.size:
+                k = int(fast[0])
+                out.append(Fault("joint_velocity", f"{self.names[k]} at {dq[k]:.2f} rad/s, bound "
+                                                   f"{self.velocity_bound[k]:.2f}", cycle))
+        if inputs.base_quat is not None and inputs.bad_imu_message is None:
+            spin = float(np.max(np.abs(inputs.base_gyro)))
+            if spin > cfg.gyro_bound:
+                out.append(Fault("gyro", f"base angular velocity {spin:.2f} rad/s, bound {cfg.gyro_bound:g}", cycle))
+            tilt = inputs.tilt()
+            if tilt > cfg.fall_tilt:
+                self.fallen = True
+            elif tilt < cfg.fall_clear_tilt:
+                self.fallen = False
+            if self.fallen:
+                out.append(Fault("fall", f"base tilted {tilt:.2f} rad (falls beyond {cfg.fall_tilt:g}, clears below "
+                                         f"{cfg.fall_clear_tilt:g})", cycle))
+        return out

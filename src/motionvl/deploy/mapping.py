@@ -1,0 +1,123 @@
+"""The joint-to-motor mapping and the IMU mounting of the real robot (`RobotConfig.hardware`).
+
+The policy, the robot config and every array inside the controller are in joint order and the
+joints' own sign and zero. The drives speak motor order by name: motor angle = sign x joint
+angle + offset, velocity and torque = sign x the joint's; gains are the same on both sides. The
+IMU reports its own frame, mounted at `imu_rpy` in the base link: the controller turns its
+orientation and gyro into the base frame before they reach the policy. The simulator's emulated
+drive applies the inverse (`to_motor_*`, `base_to_imu`) when asked to emulate this section, so a
+non-identity mapping is tested end to end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from motionvl.robot import MotorConfig, RobotConfig
+
+
+def quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamilton product of two wxyz quaternions (a then b: a frame rotated by a, then by b in it)."""
+    aw, ax, ay, az = a
+    bw, bx, by, bz = b
+    return np.array([aw * bw - ax * bx - ay * by - az * bz,
+                     aw * bx + ax * bw + ay * bz - az * by,
+                     aw * by - ax * bz + ay * bw + az * bx,
+                     aw * bz + ax * by - ay * bx + az * bw])
+
+
+def quat_conjugate(q: np.ndarray) -> np.ndarray:
+    return np.array([q[0], -q[1], -q[2], -q[3]])
+
+
+def quat_from_rpy(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    """wxyz quaternion of the rotation Rz(yaw) Ry(pitch) Rx(roll) (roll, pitch, yaw about fixed x, y, z)."""
+    cr, sr = np.cos(roll / 2), np.sin(roll / 2)
+    cp, sp = np.cos(pitch / 2), np.sin(pitch / 2)
+    cy, sy = np.cos(yaw / 2), np.sin(yaw / 2)
+    return np.array([cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
+                     cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy])
+
+
+def quat_to_matrix(q: np.ndarray) -> np.ndarray:
+    w, x, y, z = q
+    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                     [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                     [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+
+
+class JointMapping:
+    """Joint order <-> motor order with per-motor sign and zero offset, and the IMU's mounting."""
+
+    def __init__(self, robot: RobotConfig):
+        hw = robot.hardware
+        motors = hw.motors or tuple(MotorConfig(name=n, joint=n) for n in robot.joint_names)
+        self.joint_names = tuple(robot.joint_names)
+        self.motor_names = tuple(m.name for m in motors)
+        self.identity = hw.identity
+        self.joint_of_motor = np.array([self.joint_names.index(m.joint) for m in motors], dtype=np.int64)
+        """motor k drives joint joint_of_motor[k]."""
+        self.sign = np.array([m.sign for m in motors], dtype=np.float64)
+        self.offset = np.array([m.offset for m in motors], dtype=np.float64)
+        self._motor_index = {name: k for k, name in enumerate(self.motor_names)}
+        self.imu_quat = quat_from_rpy(*hw.imu_rpy)
+        """wxyz: the IMU frame in the base frame."""
+        self.imu_matrix = quat_to_matrix(self.imu_quat)
+        """Rotates IMU-frame vectors into the base frame."""
+
+    @property
+    def num_joints(self) -> int:
+        return len(self.joint_names)
+
+    # ------------------------------------------------------------------ joint space -> motor space
+    def to_motor_position(self, joint_pos) -> np.ndarray:
+        return self.sign * np.asarray(joint_pos, dtype=np.float64)[self.joint_of_motor] + self.offset
+
+    def to_motor_signed(self, joint_values) -> np.ndarray:
+        """Velocities and torques: permuted and signed."""
+        return self.sign * np.asarray(joint_values, dtype=np.float64)[self.joint_of_motor]
+
+    def to_motor_unsigned(self, joint_values) -> np.ndarray:
+        """Gains and magnitudes (effort and velocity limits): permuted only."""
+        return np.asarray(joint_values, dtype=np.float64)[self.joint_of_motor].copy()
+
+    def to_motor_range(self, lower, upper) -> tuple[np.ndarray, np.ndarray]:
+        """Joint position bounds as motor position bounds (a sign flip swaps the ends)."""
+        a, b = self.to_motor_position(lower), self.to_motor_position(upper)
+        return np.minimum(a, b), np.maximum(a, b)
+
+    # ------------------------------------------------------------------ motor space -> joint space
+    def from_motor_position(self, motor_pos) -> np.ndarray:
+        out = np.empty(self.num_joints)
+        out[self.joint_of_motor] = self.sign * (np.asarray(motor_pos, dtype=np.float64) - self.offset)
+        return out
+
+    def from_motor_signed(self, motor_values) -> np.ndarray:
+        out = np.empty(self.num_joints)
+        out[self.joint_of_motor] = self.sign * np.asarray(motor_values, dtype=np.float64)
+        return out
+
+    def motor_order(self, names) -> np.ndarray:
+        """For a message's motor `names`: the position of each of our motors in it (KeyError naming
+        the motors it lacks)."""
+        where = {str(n): i for i, n in enumerate(names)}
+        missing = [n for n in self.motor_names if n not in where]
+        if missing:
+            raise KeyError(f"motors missing from the message: {missing}")
+        return np.array([where[n] for n in self.motor_names], dtype=np.int64)
+
+    # ------------------------------------------------------------------ IMU
+    def imu_to_base(self, imu_quat, imu_vector=None):
+        """(base orientation wxyz in the world, base-frame vector) from the IMU's orientation in the
+        world and a vector it measured in its own frame (gyro, accelerometer); vector None: only the quat."""
+        q = np.asarray(imu_quat, dtype=np.float64)
+        base = quat_multiply(q, quat_conjugate(self.imu_quat))
+        vec = None if imu_vector is None else self.imu_matrix @ np.asarray(imu_vector, dtype=np.float64)
+        return base, vec
+
+    def base_to_imu(self, base_quat, base_vector=None):
+        """The inverse of `imu_to_base` (what a mounted IMU reports; used by the emulated hardware)."""
+        q = np.asarray(base_quat, dtype=np.float64)
+        imu = quat_multiply(q, self.imu_quat)
+        vec = None if base_vector is None else self.imu_matrix.T @ np.asarray(base_vector, dtype=np.float64)
+        return imu, vec

@@ -1,0 +1,84 @@
+"""The policy on the robot: ONNX Runtime with capped threads, its contract checked, warmed up.
+
+Loaded with onnxruntime alone (the robot computer runs no torch; `motionvl.rl.export.OnnxPolicy`
+imports it for export). The contract in the file's metadata is read by `motionvl.policy_io`; a
+layout it cannot build, or a robot-side fact that differs from the robot config (joint names and
+order, default pose, gains, limits, action scale and mode, control period), refuses the policy
+with a message naming each difference. Observations and targets come from `PolicyIO`, the same
+code that training and evaluation run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from motionvl.policy_io import ContractError, PolicyContract, PolicyIO
+from motionvl.robot import RobotConfig
+
+WARMUP_RUNS = 20
+"""Inferences before the policy may run: ONNX Runtime allocates and plans on its first calls."""
+
+
+class DeployedPolicy:
+    """One exported policy, ready to run on `robot`: `io` builds its observation and targets, `act` runs it."""
+
+    def __init__(self, path: str | Path, robot: RobotConfig):
+        import onnxruntime as ort
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ContractError(f"policy not found: {self.path}")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        try:
+            self.session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # ORT's exception types are not importable stably
+            raise ContractError(f"{self.path}: not a loadable ONNX model ({type(exc).__name__}: "
+                                f"{(str(exc).strip().splitlines() or ['no message'])[0]})") from exc
+        meta = {}
+        for key, value in self.session.get_modelmeta().custom_metadata_map.items():
+            try:
+                meta[key] = json.loads(value)
+            except ValueError:
+                meta[key] = value
+        if "joint_names" not in meta:
+            raise ContractError(f"{self.path}: not a MotionVL policy (no policy contract in its metadata)")
+        try:
+            self.contract = PolicyContract.from_metadata(meta)
+            self.contract.check_robot(robot)
+        except ContractError as exc:
+            raise ContractError(f"{self.path.name}: {exc}") from exc
+        self.metadata = meta
+        inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
+        self.input_name = inputs[0].name
+        width = inputs[0].shape[-1]
+        if isinstance(width, int) and width != self.contract.num_obs:
+            raise ContractError(f"{self.path.name}: the graph takes {width} observations, its contract's layout "
+                                f"has {self.contract.num_obs}")
+        self.io = PolicyIO(self.contract)
+        self.warmup()
+
+    @property
+    def num_joints(self) -> int:
+        return self.contract.num_joints
+
+    def warmup(self, runs: int = WARMUP_RUNS) -> None:
+        obs = np.zeros((1, self.contract.num_obs), dtype=np.float32)
+        for _ in range(runs):
+            out = self.session.run(None, {self.input_name: obs})[0]
+        if np.shape(out) != (1, self.num_joints):
+            raise ContractError(f"{self.path.name}: the graph returns shape {np.shape(out)}, expected "
+                                f"(1, {self.num_joints}) actions")
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, float]:
+        """(the raw action (J,) float64, as the graph returned it: may hold NaN; inference seconds)."""
+        x = np.ascontiguousarray(np.asarray(obs, dtype=np.float32).reshape(1, -1))
+        t0 = time.perf_counter()
+        out = self.session.run(None, {self.input_name: x})[0]
+        return np.asarray(out, dtype=np.float64).reshape(-1), time.perf_counter() - t0

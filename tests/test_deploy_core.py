@@ -1,0 +1,533 @@
+"""The deployment controller without ROS: mapping, modes, faults, and the command builder under
+property tests (no command outside the configured limits from any mode or path)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from deploy_fixtures import ROBOT, mapped_robot
+from motionvl.deploy import PD_FIELDS, Controller, DeployConfig, JointMapping, Mode, StandRamp
+from motionvl.deploy.commands import CommandBuilder
+from motionvl.deploy.mapping import quat_from_rpy, quat_multiply
+from motionvl.deploy.modes import ModeMachine
+from motionvl.robot import ConfigError
+
+J = ROBOT.num_joints
+ROBOTS = {"identity": ROBOT, "mapped": mapped_robot()}
+
+
+class FakeClock:
+    """Monotonic seconds the test advances by hand."""
+
+    def __init__(self, t: float = 100.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class ScriptedTargets:
+    """Stands in for a policy whose joint targets are whatever the test scripts (any float, NaN
+    included) so the command builder has to bound them; `io` answers PolicyIO's calls, `act` returns
+    the scripted raw action (checked for NaN/inf before any scaling)."""
+
+    class _Contract:
+        command_ranges = None
+
+    class _IO:
+        def __init__(self, owner):
+            self.owner = owner
+
+        def reset(self):
+            pass
+
+        def observe(self, **_):
+            return np.zeros((1, 4))
+
+        def targets(self, action):
+            return np.asarray(self.owner.target, dtype=float).reshape(1, J)
+
+    def __init__(self, target=None):
+        self.path = "scripted"
+        self.contract = self._Contract()
+        self.target = ROBOT.default_pose.copy() if target is None else target
+        self.actions = np.zeros(J)
+        self.io = self._IO(self)
+
+    def act(self, obs):
+        return np.asarray(self.actions, dtype=float), 0.0
+
+
+def expected_limits(robot, config):
+    """Motor-space bounds computed here from the robot config, independently of CommandLimits."""
+    hw = robot.hardware
+    if hw.motors:
+        idx = [robot.joint_names.index(m.joint) for m in hw.motors]
+        sign = np.array([m.sign for m in hw.motors])
+        offset = np.array([m.offset for m in hw.motors])
+    else:
+        idx, sign, offset = list(range(J)), np.ones(J), np.zeros(J)
+    mid, half = (robot.lower + robot.upper) / 2, (robot.upper - robot.lower) / 2
+    lo = sign * (mid - config.soft_limit_factor * half)[idx] + offset
+    hi = sign * (mid + config.soft_limit_factor * half)[idx] + offset
+    kd_max = np.maximum(robot.kd * config.gain_limit_scale, robot.kd * config.damping_scale)[idx]
+    return {"q": (np.minimum(lo, hi), np.maximum(lo, hi)),
+            "dq": (-robot.velocity_limit[idx], robot.velocity_limit[idx]),
+            "kp": (np.zeros(J), robot.kp[idx] * config.gain_limit_scale), "kd": (np.zeros(J), kd_max),
+            "tau_ff": (-robot.effort_limit[idx] * config.feedforward_limit,
+                       robot.effort_limit[idx] * config.feedforward_limit),
+            "tau": (-robot.effort_limit[idx], robot.effort_limit[idx])}
+
+
+def assert_within(command, robot, config):
+    bounds = expected_limits(robot, config)
+    fields = ("tau",) if command.path == "torque" else PD_FIELDS
+    for f in fields:
+        v = getattr(command, f)
+        assert v.shape == (J,) and np.all(np.isfinite(v)), f"{f} not finite: {v}"
+        lo, hi = bounds[f]
+        assert np.all(v >= lo - 1e-12) and np.all(v <= hi + 1e-12), f"{command.mode} {f} {v} outside [{lo}, {hi}]"
+    assert len(command.data()) == J * len(fields)
+
+
+# ---------------------------------------------------------------------- mapping
+def test_mapping_round_trips_and_maps_by_name():
+    robot = ROBOTS["mapped"]
+    m = JointMapping(robot)
+    rng = np.random.default_rng(0)
+    q = rng.uniform(robot.lower, robot.upper)
+    np.testing.assert_allclose(m.from_motor_position(m.to_motor_position(q)), q, atol=1e-12)
+    np.testing.assert_allclose(m.from_motor_signed(m.to_motor_signed(q)), q, atol=1e-12)
+    # motor 1 drives joint 7 mounted backwards with offset 0.1
+    assert m.motor_names[1].endswith(robot.joint_names[7])
+    assert m.to_motor_position(q)[1] == pytest.approx(-q[7] + 0.1)
+    # a message may list motors in any order (and more of them)
+    names = list(m.motor_names[::-1]) + ["wrist"]
+    order = m.motor_order(names)
+    assert [names[i] for i in order] == list(m.motor_names)
+    with pytest.raises(KeyError, match="motor_00"):
+        m.motor_order(names[:-2][1:])
+
+
+def test_imu_mounting_round_trips():
+    m = JointMapping(ROBOTS["mapped"])
+    base = quat_from_rpy(0.1, -0.2, 0.7)
+    gyro = np.array([0.3, -0.1, 0.5])
+    imu_quat, imu_gyro = m.base_to_imu(base, gyro)
+    assert not np.allclose(imu_gyro, gyro)
+    back_quat, back_gyro = m.imu_to_base(imu_quat, imu_gyro)
+    assert np.allclose(back_quat, base) or np.allclose(back_quat, -base)
+    np.testing.assert_allclose(back_gyro, gyro, atol=1e-12)
+    # the mounting quaternion composes as the rotation of the IMU frame in the base frame
+    np.testing.assert_allclose(imu_quat, quat_multiply(base, m.imu_quat))
+
+
+def test_hardware_section_is_validated(tmp_path):
+    from deploy_fixtures import write_robot_yaml
+
+    from motionvl.robot import load_robot_config
+
+    section = {"motors": [{"name": "m0", "joint": ROBOT.joint_names[0]}]}
+    with pytest.raises(ConfigError, match="exactly one motor"):
+        load_robot_config(write_robot_yaml(tmp_path, section))
+    with pytest.raises(ConfigError, match="sign must be"):
+        load_robot_config(write_robot_yaml(tmp_path, {"motors": [{"name": "m", "joint": ROBOT.joint_names[0],
+                                                                   "sign": 2}]}))
+    with pytest.raises(ConfigError, match="imu_rpy"):
+        load_robot_config(write_robot_yaml(tmp_path, {"imu_rpy": [0, 1]}))
+
+
+# ---------------------------------------------------------------------- modes
+def test_mode_machine_edges_latching_and_rearm_gate():
+    m = ModeMachine()
+    assert m.request("RUN") == (False, "PASSIVE -> RUN is not allowed (the way up is PASSIVE -> STAND -> RUN)")
+    assert m.request("STAND")[0] and m.request("RUN")[0]
+    for mode in Mode:  # every mode has an edge to DAMP
+        machine = ModeMachine()
+        machine.mode = mode
+        assert machine.request("DAMP")[0] and machine.mode == Mode.DAMP
+    from motionvl.deploy import Fault
+
+    m.fault(Fault("fall", "tilted"))
+    assert m.mode == Mode.DAMP
+    ok, message = m.request("PASSIVE")
+    assert not ok and "latched fault (fall: tilted)" in message
+    ok, message = m.rearm()
+    assert not ok and "allow_rearm" in message
+    allowed = ModeMachine(allow_rearm=True)
+    allowed.fault(Fault("fall", "tilted"))
+    assert allowed.rearm(conditions=["fall: still tilted"]) == (False, "re-arm refused: still fall: still tilted")
+    assert allowed.rearm()[0] and allowed.mode == Mode.DAMP and not allowed.faults
+    assert allowed.request("RUN")[0] is False and allowed.request("PASSIVE")[0]
+    assert m.request("bogus")[0] is False
+
+
+def test_config_is_validated():
+    with pytest.raises(ConfigError, match="whole multiple"):
+        DeployConfig(command_rate_hz=75.0).validate(ROBOT)
+    with pytest.raises(ConfigError, match="fall_clear_tilt"):
+        DeployConfig(fall_tilt=0.3, fall_clear_tilt=0.5).validate(ROBOT)
+    assert DeployConfig(path="torque").command_period(ROBOT) == ROBOT.sim_dt
+    assert DeployConfig(path="pd").decimation(ROBOT) == 1
+    assert DeployConfig(path="pd", command_rate_hz=500).decimation(ROBOT) == ROBOT.decimation
+
+
+# ---------------------------------------------------------------------- the builder, property-tested
+finite_or_not = st.floats(allow_nan=True, allow_infinity=True, width=64)
+joint_arrays = st.lists(finite_or_not, min_size=J, max_size=J).map(np.array)
+configs = st.builds(DeployConfig, path=st.sampled_from(("pd", "torque")),
+                    soft_limit_factor=st.floats(0.5, 1.0), gain_limit_scale=st.floats(0.5, 2.0),
+                    damping_scale=st.floats(0.0, 3.0), feedforward_limit=st.floats(0.0, 0.5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(robot_name=st.sampled_from(sorted(ROBOTS)), config=configs, q=joint_arrays, dq=joint_arrays,
+       target=joint_arrays, gain_start=st.floats(0.0, 1.0), cycles=st.integers(1, 2000),
+       elapsed=st.integers(0, 2000), mode=st.sampled_from(list(Mode)))
+def test_no_command_outside_limits_from_any_mode_or_path(robot_name, config, q, dq, target, gain_start, cycles,
+                                                          elapsed, mode):
+    robot = ROBOTS[robot_name]
+    builder = CommandBuilder(robot, config)
+    ramp = StandRamp(start=builder.clip_target(np.nan_to_num(target), count=False), gain_start=gain_start,
+                     cycles=cycles, elapsed=min(elapsed, cycles))
+    command = {Mode.PASSIVE: lambda: builder.passive(q), Mode.DAMP: lambda: builder.damp(q, dq),
+               Mode.STAND: lambda: builder.stand(q, dq, ramp), Mode.RUN: lambda: builder.run(q, dq, target)}[mode]()
+    assert_within(command, robot, config)
+    if command.path == "pd":
+        assert np.all(command.dq == 0.0)
+        if mode in (Mode.PASSIVE, Mode.DAMP):
+            assert np.all(command.kp == 0.0)
+    elif mode == Mode.PASSIVE:
+        assert np.all(command.tau == 0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(q=st.lists(st.floats(-3, 3), min_size=J, max_size=J).map(np.array),
+       dq=st.lists(st.floats(-50, 50), min_size=J, max_size=J).map(np.array),
+       target=st.lists(st.floats(-3, 3), min_size=J, max_size=J).map(np.array))
+def test_host_torque_is_the_pd_law_clipped_exactly(q, dq, target):
+    robot = ROBOTS["mapped"]
+    config = DeployConfig(path="torque")
+    builder = CommandBuilder(robot, config)
+    soft_lo, soft_hi = (robot.lower + robot.upper) / 2 - 0.95 * (robot.upper - robot.lower) / 2, \
+        (robot.lower + robot.upper) / 2 + 0.95 * (robot.upper - robot.lower) / 2
+    want = np.clip(robot.kp * (np.clip(target, soft_lo, soft_hi) - q) - robot.kd * dq,
+                   -robot.effort_limit, robot.effort_limit)
+    tau = JointMapping(robot).from_motor_signed(builder.run(q, dq, target).tau)
+    np.testing.assert_array_equal(tau, want)
+    damp = JointMapping(robot).from_motor_signed(builder.damp(q, dq).tau)
+    np.testing.assert_array_equal(damp, np.clip(-robot.kd * dq, -robot.effort_limit, robot.effort_limit))
+    clipped = int(np.count_nonzero(np.abs(robot.kp * (np.clip(target, soft_lo, soft_hi) - q) - robot.kd * dq)
+                                   > robot.effort_limit))
+    assert builder.clips["torque"] >= clipped
+
+
+@pytest.mark.parametrize("path", ["pd", "torque"])
+def test_stand_ramp_never_jumps(path):
+    """From a crouched measured pose: targets move continuously and gains only rise, both paths."""
+    robot = ROBOTS["mapped"]
+    clock = FakeClock()
+    config = DeployConfig(path=path, stand_seconds=0.5)
+    c = Controller(robot, config, clock=clock)
+    m = c.mapping
+    start = robot.lower + 0.3 * (robot.upper - robot.lower)
+    feed(c, start, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.PASSIVE
+    assert c.request_mode("STAND")[0]
+    targets, gains = [], []
+    for _ in range(c._ramp.cycles + 5):
+        feed(c, start, np.zeros(J), clock)
+        cmd = c.cycle()
+        assert cmd.mode == Mode.STAND
+        assert_within(cmd, robot, config)
+        if path == "pd":
+            targets.append(m.from_motor_position(cmd.q))
+            gains.append(m.from_motor_signed(cmd.kp) * m.from_motor_signed(np.ones(J)))
+        else:  # tau = Kp s (ramp target - q) with q held at start and dq 0: target = q + tau / (Kp s)
+            gains.append(np.abs(m.from_motor_signed(cmd.tau)))
+    assert c.stand_complete
+    if path == "pd":
+        targets = np.array(targets)
+        np.testing.assert_allclose(targets[0], start, atol=1e-12)
+        np.testing.assert_allclose(targets[-1], robot.default_pose, atol=1e-12)
+        steps = np.abs(np.diff(targets, axis=0))
+        # smoothstep's steepest slope is 1.5 / cycles of the way per cycle
+        assert np.all(steps <= 1.5 / c._ramp.cycles * np.abs(robot.default_pose - start) + 1e-12)
+        kp = np.array(gains)
+        assert kp[0].max() == 0.0 and np.all(np.diff(kp, axis=0) >= -1e-12)
+        np.testing.assert_allclose(kp[-1], robot.kp)
+    else:
+        tau = np.array(gains)
+        assert tau[0].max() == 0.0
+        np.testing.assert_allclose(tau[-1], np.minimum(robot.kp * np.abs(robot.default_pose - start),
+                                                       robot.effort_limit))
+
+
+# ---------------------------------------------------------------------- faults, cycle by cycle
+def feed(c, q, dq, clock, quat=(1.0, 0.0, 0.0, 0.0), gyro=(0.0, 0.0, 0.0), dt=None):
+    """One joint state and IMU message (mapped into the robot's motor and IMU space) at the clock's time."""
+    dt = c.period if dt is None else dt
+    clock.t += dt
+    m = c.mapping
+    stamp = clock.t - 100.0
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and inf states are meant
+        c.joint_state(m.motor_names, m.to_motor_position(q), m.to_motor_signed(dq), stamp)
+        imu_quat, imu_gyro = m.base_to_imu(np.asarray(quat, float), np.asarray(gyro, float))
+    c.imu(imu_quat, imu_gyro, stamp)
+
+
+def running(path="pd", robot=None, **config):
+    """A controller in RUN on a scripted-target policy, fed a standing robot."""
+    robot = robot or ROBOTS["mapped"]
+    clock = FakeClock()
+    c = Controller(robot, DeployConfig(path=path, stand_seconds=0.1, **config), clock=clock)
+    policy = ScriptedTargets(robot.default_pose.copy())
+    feed(c, robot.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.PASSIVE
+    assert c.load_policy(policy)[0]
+    assert c.request_mode("STAND")[0]
+    while not c.stand_complete:
+        feed(c, robot.default_pose, np.zeros(J), clock)
+        c.cycle()
+    ok, message = c.request_mode("RUN")
+    assert ok, message
+    feed(c, robot.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.RUN
+    return c, clock, policy
+
+
+BAD_STATES = {
+    "non_finite_input": dict(q=np.where(np.arange(J) == 3, np.nan, ROBOT.default_pose)),
+    "joint_limit": dict(q=np.where(np.arange(J) == 2, ROBOT.upper[2] + 0.2, ROBOT.default_pose)),
+    "joint_velocity": dict(dq=np.where(np.arange(J) == 5, 40.0, 0.0)),
+    "gyro": dict(gyro=(0.0, 12.0, 0.0)),
+    "fall": dict(quat=tuple(quat_from_rpy(0.0, 1.0, 0.0))),
+}
+
+
+@pytest.mark.parametrize("path", ["pd", "torque"])
+@pytest.mark.parametrize("kind", sorted(BAD_STATES))
+def test_each_bad_state_damps_at_the_next_command(kind, path):
+    c, clock, _ = running(path)
+    bad = {"q": ROBOT.default_pose, "dq": np.zeros(J), **BAD_STATES[kind]}
+    feed(c, **bad, clock=clock)
+    cmd = c.cycle()
+    assert cmd.mode == Mode.DAMP and c.mode == Mode.DAMP
+    assert [f.kind for f in c.modes.faults][0] == kind
+    assert_within(cmd, c.robot, c.config)
+    # latched: a clean state does not bring RUN back, nor does asking
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.DAMP
+    assert not c.request_mode("STAND")[0]
+
+
+def test_non_finite_policy_output_damps_that_cycle():
+    c, clock, policy = running("torque")
+    policy.actions = np.where(np.arange(J) == 4, np.inf, 0.0)
+    for k in range(c.decimation):  # the policy runs once per decimation cycles
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        cmd = c.cycle()
+        if cmd.mode == Mode.DAMP:
+            break
+    assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "non_finite_policy"
+    assert "before scaling" in c.modes.faults[0].reason and ROBOT.joint_names[4] in c.modes.faults[0].reason
+
+
+def test_stale_and_frozen_stamps_damp():
+    c, clock, _ = running("pd", state_timeout=0.1)
+    clock.t += 0.15  # nothing arrives
+    assert c.cycle().mode == Mode.DAMP and "silent" in c.modes.faults[0].reason
+    c, clock, _ = running("pd", state_timeout=0.1)
+    m = c.mapping
+    for _ in range(10):  # messages keep coming, stamps stuck
+        clock.t += 0.02
+        c.joint_state(m.motor_names, m.to_motor_position(ROBOT.default_pose), np.zeros(J), 5.0)
+        c.imu(*m.base_to_imu(np.array([1.0, 0, 0, 0]), np.zeros(3)), clock.t)
+        cmd = c.cycle()
+    assert cmd.mode == Mode.DAMP and "do not advance" in c.modes.faults[0].reason
+
+
+def test_overrun_beyond_k_periods_damps():
+    c, clock, policy = running("pd", overrun_periods=2)
+    original = policy.act
+
+    def slow(obs):
+        clock.t += 3.5 * c.period  # the inference takes 3.5 periods
+        return original(obs)
+
+    policy.act = slow
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.DAMP and c.modes.faults[0].kind == "overrun"
+
+
+def test_second_writer_estop_and_rearm():
+    c, clock, _ = running("pd", allow_rearm=True)
+    c.command_writers = 1
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.DAMP and c.modes.faults[0].kind == "second_writer"
+    ok, message = c.rearm()
+    assert not ok and "other publisher" in message
+    c.command_writers = 0
+    assert c.rearm()[0]
+    assert c.request_mode("STAND")[0]
+    c.estop()
+    assert not c.request_mode("STAND")[0]  # the e-stop wins
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.DAMP
+
+
+def test_fall_has_hysteresis():
+    c = Controller(ROBOT, DeployConfig(fall_tilt=0.8, fall_clear_tilt=0.4, allow_rearm=True), clock=FakeClock())
+    clock = c.clock
+    feed(c, ROBOT.default_pose, np.zeros(J), clock, quat=quat_from_rpy(0.9, 0, 0))
+    c.estop()
+    assert "fall" in c.rearm()[1]
+    feed(c, ROBOT.default_pose, np.zeros(J), clock, quat=quat_from_rpy(0.6, 0, 0))  # below fall, above clear
+    assert "fall" in c.rearm()[1]
+    feed(c, ROBOT.default_pose, np.zeros(J), clock, quat=quat_from_rpy(0.3, 0, 0))
+    assert c.rearm()[0]
+
+
+def test_passive_conditions_block_instead_of_latching():
+    clock = FakeClock()
+    c = Controller(ROBOT, DeployConfig(), clock=clock)
+    assert c.cycle() is None  # nothing measured yet: nothing to command
+    ok, message = c.request_mode("STAND")
+    assert not ok and "no usable message yet" in message
+    feed(c, ROBOT.default_pose, np.zeros(J), clock, gyro=(20.0, 0, 0))
+    assert c.cycle().mode == Mode.PASSIVE and not c.modes.faults
+    ok, message = c.request_mode("STAND")
+    assert not ok and "gyro" in message
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.request_mode("STAND")[0]
+
+
+def test_load_policy_only_in_passive_or_damp():
+    c, clock, policy = running("pd")
+    ok, message = c.load_policy(policy)
+    assert not ok and "only in PASSIVE or DAMP" in message
+    c.request_mode("DAMP")
+    assert c.load_policy(policy)[0]
+
+
+def test_velocity_command_is_clipped_rate_limited_and_zeroed():
+    clock = FakeClock()
+    c = Controller(ROBOT, DeployConfig(cmd_vel_accel=(1.0, 1.0, 2.0), cmd_vel_timeout=0.5), clock=clock)
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    values = []
+    for _ in range(100):  # 2 s at 50 Hz
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        c.velocity_command(5.0, 0.0, -0.5)
+        c.cycle()
+        values.append(c.velocity.value.copy())
+    values = np.array(values)
+    assert np.all(np.abs(np.diff(values[:, 0])) <= 1.0 * c.period + 1e-12)
+    assert values[-1, 0] == pytest.approx(c.config.cmd_vel_ranges[0][1])  # clipped to the range
+    assert values[-1, 2] == pytest.approx(-0.5)
+    clock.t += 1.0  # silent beyond the timeout: back to zero at the same rate
+    for _ in range(100):
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        c.cycle()
+    np.testing.assert_allclose(c.velocity.value, 0.0)
+    assert not c.velocity_command(math.nan, 0, 0)
+
+
+# ---------------------------------------------------------------------- the whole controller, stateful
+class ControllerMachine(RuleBasedStateMachine):
+    """Any sequence of states (NaN, inf, out of range), targets, mode requests, e-stops, re-arms and
+    cycles: every command is within the limits, STAND never jumps, a latched fault keeps DAMP."""
+
+    @initialize(robot_name=st.sampled_from(sorted(ROBOTS)), config=configs, allow_rearm=st.booleans())
+    def setup(self, robot_name, config, allow_rearm):
+        self.robot = ROBOTS[robot_name]
+        self.config = dataclasses.replace(config, allow_rearm=allow_rearm, stand_seconds=0.1)
+        self.clock = FakeClock()
+        self.c = Controller(self.robot, self.config, clock=self.clock)
+        self.policy = ScriptedTargets()
+        self.c.load_policy(self.policy)
+        self.last = None
+
+    @rule(q=joint_arrays, dq=joint_arrays, gyro=st.lists(finite_or_not, min_size=3, max_size=3),
+          tilt=st.floats(0, 3.2))
+    def measure(self, q, dq, gyro, tilt):
+        feed(self.c, q, dq, self.clock, quat=quat_from_rpy(tilt, 0.0, 0.0), gyro=gyro)
+
+    @rule(q=st.lists(st.floats(-0.3, 0.3), min_size=J, max_size=J).map(np.array))
+    def measure_sane(self, q):
+        feed(self.c, self.robot.default_pose + q, np.zeros(J), self.clock)
+
+    @rule(joint_target=joint_arrays, action=joint_arrays)
+    def script_policy(self, joint_target, action):
+        self.policy.target, self.policy.actions = joint_target, action
+
+    @rule(mode=st.sampled_from(list(Mode)))
+    def request(self, mode):
+        before = self.c.mode
+        ok, _ = self.c.request_mode(mode)
+        if before == Mode.PASSIVE and mode == Mode.RUN:
+            assert not ok
+        if self.c.modes.faults:
+            assert self.c.mode == Mode.DAMP
+
+    @rule()
+    def estop(self):
+        self.c.estop()
+        assert self.c.mode == Mode.DAMP
+
+    @rule()
+    def rearm(self):
+        ok, _ = self.c.rearm()
+        if self.c.modes.faults:
+            assert not ok
+        if not self.config.allow_rearm and ok:
+            assert not self.c.modes.faults
+
+    @rule()
+    def stand_up_and_run(self):
+        """The operator's sequence on a sane state stream: STAND, wait for the ramp, RUN."""
+        feed(self.c, self.robot.default_pose, np.zeros(J), self.clock)
+        self.request(Mode.STAND)
+        for _ in range(self.c._ramp.cycles + 1 if self.c._ramp else 0):
+            feed(self.c, self.robot.default_pose, np.zeros(J), self.clock)
+            self.cycle(0.0)
+        self.request(Mode.RUN)
+
+    @rule(steps=st.integers(1, 30), q=st.lists(st.floats(-0.2, 0.2), min_size=J, max_size=J).map(np.array))
+    def sane_cycles(self, steps, q):
+        for _ in range(steps):
+            feed(self.c, self.robot.default_pose + q, np.zeros(J), self.clock)
+            self.cycle(0.0)
+
+    @rule(late=st.floats(0.0, 10.0))
+    def cycle(self, late):
+        before_mode = self.c.mode
+        command = self.c.cycle(trigger_time=self.clock.t - late * self.c.period)
+        if command is None:
+            return
+        assert_within(command, self.robot, self.config)
+        event(f"command in {command.mode.value}")
+        if self.c.modes.faults:
+            assert command.mode == Mode.DAMP
+        if command.mode == Mode.STAND and self.last is not None and self.last.mode == Mode.STAND \
+                and command.path == "pd" and before_mode == Mode.STAND:
+            lim = self.c.builder.limits
+            step = np.abs(command.q - self.last.q)
+            assert np.all(step <= 1.5 / self.c._ramp.cycles * (lim.q_upper - lim.q_lower) + 1e-9)
+        self.last = command
+
+    @invariant()
+    def latched_means_damp(self):
+        if hasattr(self, "c") and self.c.modes.faults:
+            assert self.c.mode == Mode.DAMP
+
+
+ControllerMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None,
+                                               suppress_health_check=[HealthCheck.too_slow])
+TestControllerMachine = ControllerMachine.TestCase
