@@ -82,6 +82,13 @@ class DeployConfig:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 < self.soft_limit_factor <= 1:
             problems.append(f"soft_limit_factor must be in (0, 1], got {self.soft_limit_factor}")
+        else:  # STAND ramps to the default pose: it must lie inside the soft limits
+            mid, half = (robot.lower + robot.upper) / 2, (robot.upper - robot.lower) / 2
+            outside = [n for n, d, m, h in zip(robot.joint_names, robot.default_pose, mid, half)
+                       if abs(d - m) > self.soft_limit_factor * h]
+            if outside:
+                problems.append(f"soft_limit_factor {self.soft_limit_factor:g} puts the default pose of {outside} "
+                                "outside the soft limits")
         if not self.fall_clear_tilt < self.fall_tilt:
             problems.append(f"fall_clear_tilt ({self.fall_clear_tilt}) must be below fall_tilt ({self.fall_tilt})")
         for name in ("joint_limit_margin", "damping_scale", "feedforward_limit"):
