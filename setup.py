@@ -9,7 +9,7 @@ PACKAGE = "motionvl"
 HERE = Path(__file__).resolve().parent
 
 # The nodes: console script name -> module under motionvl.ros with a main(args=None).
-# reward_synthesizer_node and deployment_node join when they are written.
+# reward_synthesizer_node joins when it is written.
 NODES = (
     "simulator_node",
     "camera_renderer_node",
@@ -17,6 +17,7 @@ NODES = (
     "policy_trainer_node",
     "reward_synthesizer_node",
     "recorder_node",
+    "deployment_node",
 )
 
 

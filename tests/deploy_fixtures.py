@@ -4,14 +4,17 @@ its YAML for the nodes."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from motionvl.deploy import PD_FIELDS
 from motionvl.robot import HardwareConfig, MotorConfig, load_robot_config, package_root
 
 ROBOT = load_robot_config()
+J = ROBOT.num_joints
 
 # motors in another order than the joints, some mounted backwards, with zero offsets, and an IMU
 # mounted upside down and turned: everything a real robot's hardware section may say
@@ -47,3 +50,74 @@ def write_robot_yaml(folder: Path, hardware: dict | None = None, **changes) -> P
     path = Path(folder) / "robot.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
+
+
+def expected_limits(robot, config):
+    """Motor-space bounds computed here from the robot config, independently of CommandLimits."""
+    hw = robot.hardware
+    if hw.motors:
+        idx = [robot.joint_names.index(m.joint) for m in hw.motors]
+        sign = np.array([m.sign for m in hw.motors])
+        offset = np.array([m.offset for m in hw.motors])
+    else:
+        idx, sign, offset = list(range(J)), np.ones(J), np.zeros(J)
+    mid, half = (robot.lower + robot.upper) / 2, (robot.upper - robot.lower) / 2
+    lo = sign * (mid - config.soft_limit_factor * half)[idx] + offset
+    hi = sign * (mid + config.soft_limit_factor * half)[idx] + offset
+    kd_max = np.maximum(robot.kd * config.gain_limit_scale, robot.kd * config.damping_scale)[idx]
+    return {"q": (np.minimum(lo, hi), np.maximum(lo, hi)),
+            "dq": (-robot.velocity_limit[idx], robot.velocity_limit[idx]),
+            "kp": (np.zeros(J), robot.kp[idx] * config.gain_limit_scale), "kd": (np.zeros(J), kd_max),
+            "tau_ff": (-robot.effort_limit[idx] * config.feedforward_limit,
+                       robot.effort_limit[idx] * config.feedforward_limit),
+            "tau": (-robot.effort_limit[idx], robot.effort_limit[idx])}
+
+
+def assert_within(command, robot, config):
+    bounds = expected_limits(robot, config)
+    fields = ("tau",) if command.path == "torque" else PD_FIELDS
+    for f in fields:
+        v = getattr(command, f)
+        assert v.shape == (J,) and np.all(np.isfinite(v)), f"{f} not finite: {v}"
+        lo, hi = bounds[f]
+        assert np.all(v >= lo - 1e-12) and np.all(v <= hi + 1e-12), f"{command.mode} {f} {v} outside [{lo}, {hi}]"
+    assert len(command.data()) == J * len(fields)
+
+
+def write_random_policy(path, robot=ROBOT, kind: str = "random", seed: int = 0, slow_layers: int = 300, **contract):
+    """A small ONNX policy with `robot`'s contract built in the test (no training, no torch):
+    actions = tanh(obs W), W random. kind 'nan': one action is NaN; 'slow': each inference also runs
+    `slow_layers` 1024 x 1024 matrix products (an overrun on demand). `contract`: fields replaced in
+    the PolicyContract (to build a mismatch). Returns the path."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from motionvl.envs.config import EnvConfig
+    from motionvl.policy_io import PolicyContract
+
+    c = dataclasses.replace(PolicyContract.for_training(robot, EnvConfig()), **contract)
+    rng = np.random.default_rng(seed)
+    weights = {"W": (rng.standard_normal((c.num_obs, c.num_joints)) * 0.1).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["obs", "W"], ["z"]), helper.make_node("Tanh", ["z"], ["a"])]
+    out = "a"
+    if kind == "nan":
+        weights["poison"] = np.where(np.arange(c.num_joints) == 3, np.nan, 0.0).astype(np.float32)[None]
+        nodes.append(helper.make_node("Add", [out, "poison"], ["actions"]))
+    elif kind == "slow":
+        weights["A"] = (rng.standard_normal((c.num_obs, 1024)) * 0.01).astype(np.float32)
+        weights["B"] = (rng.standard_normal((1024, 1024)) * 0.01).astype(np.float32)
+        weights["zero"] = np.zeros((1, 1), np.float32)
+        nodes.append(helper.make_node("MatMul", ["obs", "A"], ["h0"]))
+        for k in range(slow_layers):
+            nodes.append(helper.make_node("MatMul", [f"h{k}", "B"], [f"h{k + 1}"]))
+        nodes += [helper.make_node("ReduceSum", [f"h{slow_layers}"], ["s"], keepdims=1),
+                  helper.make_node("Mul", ["s", "zero"], ["s0"]), helper.make_node("Add", [out, "s0"], ["actions"])]
+    else:
+        nodes.append(helper.make_node("Identity", [out], ["actions"]))
+    graph = helper.make_graph(nodes, "policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", c.num_obs])],
+                              [helper.make_tensor_value_info("actions", TensorProto.FLOAT, ["batch", c.num_joints])],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    helper.set_model_props(model, {k: json.dumps(v) for k, v in c.to_metadata().items()})
+    onnx.save(model, str(path))
+    return Path(path)

@@ -21,6 +21,8 @@ COMMANDS = {
     "render": ("motionvl.render.cli", "render an ONNX policy's rollout to a video and a contact sheet"),
     "critique": ("motionvl.critic.cli", "render a rollout and run a motion critic on it"),
     "synth": ("motionvl.synth.cli", "propose reward candidates for a task (rules, openai, transformers or replay)"),
+    "deploy-sim": ("motionvl.ros.deploy_sim", "the deployment node driving the simulated robot over ROS (no launch)"),
+    "analyze": ("motionvl.deploy.analysis", "plots and metrics of a deployment bag (--compare: two bags)"),
 }
 
 

@@ -43,8 +43,9 @@ class DeployConfig:
     """s of monotonic time: joint states or IMU silent, or with stamps that do not advance, for longer
     is a fault."""
     overrun_periods: int = 3
-    """A command cycle that finishes more than this many command periods late (one long cycle, or a
-    streak of late ones adding up) is a fault."""
+    """A cycle that finishes more than this many policy periods after its trigger (one long cycle, or
+    a streak of late ones adding up) is a fault. Cycles later than one command period are counted
+    (statistics) but a host PD cycle a few ms late is no fault on its own."""
     damping_scale: float = 1.0
     """DAMP and the exit: pure damping with Kd = this x the configured Kd."""
     gain_limit_scale: float = 1.0

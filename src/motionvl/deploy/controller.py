@@ -227,13 +227,16 @@ class Controller:
         late = finish - trigger
         if late > self.period:
             self.stats.overruns += 1
-            self._overrun_streak += math.ceil(late / self.period) - 1
+        # the fault counts policy periods: the policy's deadline is the next policy step
+        policy_period = self.robot.control_dt
+        if late > policy_period:
+            self._overrun_streak += math.ceil(late / policy_period) - 1
         else:
             self._overrun_streak = 0
         if self._overrun_streak > self.config.overrun_periods and self.mode in (Mode.STAND, Mode.RUN):
             self._fault(Fault("overrun", f"cycle finished {late * 1e3:.1f} ms after its trigger; "
-                                         f"{self._overrun_streak} periods of {self.period * 1e3:.1f} ms missed "
-                                         f"(limit {self.config.overrun_periods})", self.cycle_index))
+                                         f"{self._overrun_streak} policy periods of {policy_period * 1e3:.0f} ms "
+                                         f"missed (limit {self.config.overrun_periods})", self.cycle_index))
             command = self._build(q, dq, None)
         self.last_command = command
         return command

@@ -97,6 +97,11 @@ class JointMapping:
         out[self.joint_of_motor] = self.sign * np.asarray(motor_values, dtype=np.float64)
         return out
 
+    def from_motor_unsigned(self, motor_values) -> np.ndarray:
+        out = np.empty(self.num_joints)
+        out[self.joint_of_motor] = np.asarray(motor_values, dtype=np.float64)
+        return out
+
     def motor_order(self, names) -> np.ndarray:
         """For a message's motor `names`: the position of each of our motors in it (KeyError naming
         the motors it lacks)."""

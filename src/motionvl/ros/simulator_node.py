@@ -9,6 +9,8 @@ Publishes (relative names, so a namespace or remapping moves them; /clock and /t
                                           Sensor-data QoS (best effort, depth 5).
   odom           nav_msgs/Odometry        ground-truth base pose in `odom`, twist in the base
                                           frame. Reliable, depth 10.
+  foot_forces    std_msgs/Float64MultiArray  [left, right] sole normal force, N (the feet's force
+                                          sensors: contact timelines). Reliable, depth 10.
   ~/command      geometry_msgs/TwistStamped  the velocity command in effect (last cmd_vel,
                                           zeroed after command_timeout). Reliable, depth 10.
   /clock         rosgraph_msgs/Clock      simulated time (best effort, depth 1, as ROS time
@@ -18,13 +20,25 @@ Publishes (relative names, so a namespace or remapping moves them; /clock and /t
 Subscribes (reliable, depth 1: only the newest command matters):
   joint_position_commands  std_msgs/Float64MultiArray  12 targets, config order ("position" mode)
   joint_effort_commands    std_msgs/Float64MultiArray  12 torques, config order ("effort" mode)
+  joint_drive_commands     std_msgs/Float64MultiArray  drive-side PD ("effort" mode): per joint
+                                                       [q, dq, kp, kd, tau_ff], joint-major
+  joint_drive_commands/joint_names  sensor_msgs/JointState  (transient local) the names the drive
+                                                       commands are for, checked against ours
   joint_commands           sensor_msgs/JointState       named subset: `position` in position mode,
                                                        `effort` in effort mode
   cmd_vel                  geometry_msgs/Twist          velocity command (linear.x, linear.y, angular.z)
+  <gantry_release_topic>   std_msgs/String              (with `gantry`) the deployment node's status
+                                                       JSON: the gantry lets go at stand_complete
 Services:
-  ~/reset  std_srvs/Trigger  back to the standing pose, targets at the default pose.
+  ~/reset  std_srvs/Trigger  back to the standing pose, targets at the default pose (and back
+                             into the gantry when there is one).
 Bad commands (wrong length, NaN/inf, unknown joints, wrong mode) are logged (throttled) and
 ignored: the robot is held at the last good command.
+
+Hardware emulation ("effort" mode) takes both command paths of the deployment node and, with
+`emulate_hardware`, behaves like the robot the config's `hardware:` section describes: joint
+states in motor names, order, sign and zero offset, the IMU in its mounted frame, and commands
+in motor order mapped back (so a non-identity joint mapping is tested end to end).
 
 Stamps are simulated time: consumers should run with use_sim_time:=true (the launch files do);
 the simulator itself must not (its timer would wait for the /clock it publishes).
@@ -32,8 +46,11 @@ the simulator itself must not (its timer would wait for the /clock it publishes)
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+
+import numpy as np
 
 from geometry_msgs.msg import TransformStamped, Twist, TwistStamped
 from nav_msgs.msg import Odometry
@@ -42,13 +59,16 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_
 from rclpy.time import Time
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Imu, JointState
-from std_msgs.msg import Float64MultiArray
+from rclpy.qos import DurabilityPolicy
+from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 
+from motionvl.deploy.commands import PD_FIELDS
+from motionvl.deploy.mapping import JointMapping
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.runtime import run_node
 from motionvl.ros.params import declare_parameters
-from motionvl.sim.model import TerrainConfig
+from motionvl.sim.model import SOLE_SITES, TerrainConfig
 from motionvl.sim.single import MODES, CommandError, SingleSim
 
 try:  # not on PyPI; present in a ROS 2 distribution install
@@ -72,12 +92,20 @@ PARAMETERS = {
     "command_timeout": (0.5, "Seconds (simulated) after which cmd_vel is zeroed and, in effort mode, the emulated "
                              "driver falls back to damping; 0 disables. Position targets are held."),
     "odom_frame": ("odom", "Frame id of odom and the /tf parent."),
+    "emulate_hardware": (False, "Behave like the robot config's hardware section describes: joint states and commands "
+                                "in motor names, order, sign and offset; the IMU in its mounted frame."),
+    "gantry": (False, "Hold the pelvis on a virtual gantry until the deployment node reports its STAND ramp complete "
+                      "(and again after ~/reset)."),
+    "gantry_release_topic": ("deployment/status", "std_msgs/String JSON status whose stand_complete (or mode RUN) "
+                                                  "lets the gantry go."),
 }
 
 COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 STATE_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST)
 TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 WARN_PERIOD_S = 2.0  # throttle for bad-input warnings
 MAX_CATCH_UP_S = 0.25  # most simulated time one tick may add when the wall clock ran ahead
 
@@ -96,7 +124,10 @@ class SimulatorNode(Node):
 
         self.robot = load_robot_config(p["robot_config"] or None)
         self.sim = SingleSim(self.robot, TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]), mode=p["mode"],
-                             command_timeout=p["command_timeout"])
+                             command_timeout=p["command_timeout"], gantry=p["gantry"])
+        # the emulated hardware's side of the joint mapping: identity unless asked to emulate the config's
+        self.hardware = JointMapping(self.robot) if p["emulate_hardware"] else None
+        self._drive_names_ok = True
         self.realtime = bool(p["realtime"])
         self.realtime_factor = float(p["realtime_factor"])
         self.period = 1.0 / float(p["publish_rate_hz"])
@@ -106,6 +137,8 @@ class SimulatorNode(Node):
         self.imu_pub = self.create_publisher(Imu, "imu/data", qos_profile_sensor_data)
         self.odom_pub = self.create_publisher(Odometry, "odom", STATE_QOS)
         self.command_pub = self.create_publisher(TwistStamped, "~/command", STATE_QOS)
+        self.feet_pub = self.create_publisher(Float64MultiArray, "foot_forces", STATE_QOS)
+        self._touch = [self.sim.index.sensor[f"{site}_touch"] for site in SOLE_SITES]
         self.clock_pub = self.create_publisher(Clock, "/clock", CLOCK_QOS)
         if TFMessage is not None:
             self.tf_pub = self.create_publisher(TFMessage, "/tf", TF_QOS)
@@ -115,6 +148,10 @@ class SimulatorNode(Node):
 
         self.create_subscription(Float64MultiArray, "joint_position_commands", self._on_position_array, COMMAND_QOS)
         self.create_subscription(Float64MultiArray, "joint_effort_commands", self._on_effort_array, COMMAND_QOS)
+        self.create_subscription(Float64MultiArray, "joint_drive_commands", self._on_drive_array, COMMAND_QOS)
+        self.create_subscription(JointState, "joint_drive_commands/joint_names", self._on_drive_names, LATCHED_QOS)
+        if p["gantry"]:
+            self.create_subscription(String, p["gantry_release_topic"], self._on_deployment_status, LATCHED_QOS)
         self.create_subscription(JointState, "joint_commands", self._on_joint_command, COMMAND_QOS)
         self.create_subscription(Twist, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
         self.create_service(Trigger, "~/reset", self._on_reset)
@@ -139,7 +176,16 @@ class SimulatorNode(Node):
                 self.get_logger().warning(f"physics cannot keep up with real time x{self.realtime_factor:g}; "
                                           "dropping simulated time", throttle_duration_sec=WARN_PERIOD_S)
                 self._debt = MAX_CATCH_UP_S
-            self._debt -= self.sim.advance(self._debt) * self.sim.model.opt.timestep
+            # whole publish periods, so that every state published is one period after the last (a
+            # controller paced by the states then runs at the simulated rate, not at the timer's jitter);
+            # a tick that comes too early for one publishes nothing
+            dt = self.sim.model.opt.timestep
+            steps = max(1, int(round(self.period / dt)))
+            periods = int(self._debt / (steps * dt) + 0.5)
+            if periods == 0:
+                return
+            self.sim.step(periods * steps)
+            self._debt -= periods * steps * dt
         else:
             self.sim.advance(self.period)
         self.publish_state()
@@ -151,17 +197,28 @@ class SimulatorNode(Node):
 
         js = JointState()
         js.header.stamp = stamp
-        js.name = list(self.robot.joint_names)
-        js.position, js.velocity, js.effort = s.joint_pos.tolist(), s.joint_vel.tolist(), s.joint_effort.tolist()
+        hw = self.hardware
+        if hw is None:
+            js.name = list(self.robot.joint_names)
+            js.position, js.velocity, js.effort = s.joint_pos.tolist(), s.joint_vel.tolist(), s.joint_effort.tolist()
+        else:  # what the drives report: motor order, sign and zero offset
+            js.name = list(hw.motor_names)
+            js.position = hw.to_motor_position(s.joint_pos).tolist()
+            js.velocity = hw.to_motor_signed(s.joint_vel).tolist()
+            js.effort = hw.to_motor_signed(s.joint_effort).tolist()
         self.joint_state_pub.publish(js)
 
-        w, x, y, z = (float(v) for v in s.base_quat)
+        imu_quat, gyro, accel = s.base_quat, s.imu_gyro, s.imu_accel
+        if hw is not None:  # what an IMU mounted at imu_rpy in the pelvis reports
+            imu_quat, gyro = hw.base_to_imu(s.base_quat, s.imu_gyro)
+            accel = hw.base_to_imu(s.base_quat, s.imu_accel)[1]
         imu = Imu()
         imu.header.stamp, imu.header.frame_id = stamp, self.robot.imu_link
-        imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z = w, x, y, z
-        imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (float(v) for v in s.imu_gyro)
-        imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = (float(v) for v in s.imu_accel)
+        imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z = (float(v) for v in imu_quat)
+        imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (float(v) for v in gyro)
+        imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = (float(v) for v in accel)
         self.imu_pub.publish(imu)
+        w, x, y, z = (float(v) for v in s.base_quat)
 
         odom = Odometry()
         odom.header.stamp, odom.header.frame_id = stamp, self.odom_frame
@@ -173,6 +230,8 @@ class SimulatorNode(Node):
         tw.linear.x, tw.linear.y, tw.linear.z = (float(v) for v in s.base_lin_vel)
         tw.angular.x, tw.angular.y, tw.angular.z = (float(v) for v in s.base_ang_vel)
         self.odom_pub.publish(odom)
+
+        self.feet_pub.publish(Float64MultiArray(data=[float(self.sim.data.sensordata[t][0]) for t in self._touch]))
 
         cmd = TwistStamped()
         cmd.header.stamp, cmd.header.frame_id = stamp, self.robot.base_link
@@ -199,7 +258,52 @@ class SimulatorNode(Node):
         self._apply("joint_position_commands", self.sim.set_position_targets, msg.data)
 
     def _on_effort_array(self, msg: Float64MultiArray) -> None:
-        self._apply("joint_effort_commands", self.sim.set_efforts, msg.data)
+        self._apply("joint_effort_commands", self.sim.set_efforts, self._from_motors(msg.data, signed=True))
+
+    def _from_motors(self, values, signed: bool):
+        """Values in motor order (and sign, when `signed`) as joint-order values (identity without emulation)."""
+        hw = self.hardware
+        if hw is None or len(values) != hw.num_joints:
+            return values
+        return hw.from_motor_signed(values) if signed else hw.from_motor_unsigned(values)
+
+    def _on_drive_names(self, msg: JointState) -> None:
+        want = list(self.hardware.motor_names if self.hardware is not None else self.robot.joint_names)
+        self._drive_names_ok = list(msg.name) == want
+        if not self._drive_names_ok:
+            self.get_logger().error(f"joint_drive_commands are for {list(msg.name)}, this drive has {want}: "
+                                    "ignoring them")
+
+    def _on_drive_array(self, msg: Float64MultiArray) -> None:
+        J, F = self.robot.num_joints, len(PD_FIELDS)
+        if not self._drive_names_ok:
+            return
+        if len(msg.data) != J * F:
+            self._apply("joint_drive_commands", self._reject,
+                        f"expected {J} joints x {F} values ({', '.join(PD_FIELDS)}), got {len(msg.data)} values")
+            return
+        per_motor = np.asarray(msg.data, dtype=np.float64).reshape(J, F)
+        q, dq, kp, kd, tau_ff = per_motor.T
+        hw = self.hardware
+        if hw is not None:
+            q, dq, tau_ff = hw.from_motor_position(q), hw.from_motor_signed(dq), hw.from_motor_signed(tau_ff)
+            kp, kd = self._from_motors(kp, signed=False), self._from_motors(kd, signed=False)
+        self._apply("joint_drive_commands", self.sim.set_drive_commands, q, dq, kp, kd, tau_ff)
+
+    @staticmethod
+    def _reject(reason: str) -> None:
+        raise CommandError(reason)
+
+    def _on_deployment_status(self, msg: String) -> None:
+        if not self.sim.gantry:
+            return
+        try:
+            status = json.loads(msg.data)
+        except ValueError:
+            return
+        if isinstance(status, dict) and (status.get("stand_complete") or status.get("mode") == "RUN"):
+            self.sim.release_gantry()
+            self.get_logger().info(f"gantry released at t={self.sim.clock:.3f} s (STAND complete)")
 
     def _on_joint_command(self, msg: JointState) -> None:
         if self.sim.mode == "position":

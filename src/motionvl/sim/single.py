@@ -6,11 +6,19 @@ always the torque applied at each joint (what /joint_states reports as effort):
 - "position" (default): the model's position actuators are the deployment PD law,
   tau = clip(Kp (target - q) - Kd dq, +-effort limit), evaluated every physics step. Commands
   are joint targets, clipped to the joint limits.
-- "effort" (hardware emulation): the robot behaves like motors driven by a torque interface
-  (ros2_control effort commands). The actuators are switched to pass-through by editing the
-  model: gain = 1, bias = 0, so tau = clip(command, +-effort limit) with MuJoCo's own force
-  limit. When no effort command has arrived for `command_timeout` seconds of simulated time
-  the emulated driver's watchdog falls back to damping: gain = 0, bias = -Kd dq.
+- "effort" (hardware emulation): the robot behaves like motor drives that take either of the
+  two commands real humanoid drives take, whichever came last:
+  * torques (ros2_control effort commands, `set_efforts`): the actuators are switched to
+    pass-through by editing the model: gain = 1, bias = 0, so tau = clip(command, +-effort
+    limit) with MuJoCo's own force limit;
+  * drive-side PD (`set_drive_commands`: q, dq, kp, kd, tau_ff per joint, as drives that close
+    the loop themselves take them): gain = 1, bias = (0, -kp, -kd), ctrl = kp q + kd dq + tau_ff,
+    so tau = clip(kp (q - q_m) + kd (dq - dq_m) + tau_ff, +-effort limit) every physics step.
+  When no command has arrived for `command_timeout` seconds of simulated time the emulated
+  drive's watchdog falls back to damping: gain = 0, bias = -Kd dq.
+
+A virtual gantry (`gantry=True`) holds the pelvis where the standing keyframe puts it (a weld to
+the world) until `release_gantry()`, as a robot hangs in its gantry during bring-up.
 
 Rejected commands (wrong length, NaN/inf, unknown or duplicated joint names) raise
 `CommandError` and change nothing: the robot keeps the last good target.
@@ -25,7 +33,7 @@ import mujoco
 import numpy as np
 
 from motionvl.robot import RobotConfig
-from motionvl.sim.model import SOLE_SITES, ModelIndex, TerrainConfig, build_model, single_floor
+from motionvl.sim.model import SOLE_SITES, ModelIndex, TerrainConfig, build_model, build_spec, single_floor
 from motionvl.sim.trajectory import Trajectory
 
 MODES = ("position", "effort")
@@ -103,12 +111,14 @@ class SingleSim:
     """One MuJoCo robot with command validation, modes, a watchdog and a monotonic clock."""
 
     def __init__(self, robot: RobotConfig, terrain: TerrainConfig | None = None, mode: str = "position",
-                 command_timeout: float = 0.5, min_base_height: float = 0.45, max_tilt_rad: float = 1.0):
+                 command_timeout: float = 0.5, min_base_height: float = 0.45, max_tilt_rad: float = 1.0,
+                 gantry: bool = False):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.robot = robot
-        self.model = build_model(robot, single_floor(terrain))
+        self.model = _build(robot, single_floor(terrain), gantry)
         self.data = mujoco.MjData(self.model)
+        self._gantry = self.model.equality(GANTRY).id if gantry else None
         self.index = ModelIndex.from_model(self.model, robot)
         self.joint_names = robot.joint_names
         self.command_timeout = float(command_timeout)
@@ -123,14 +133,18 @@ class SingleSim:
         self.clock = 0.0
         self.mode = mode
         self._actuation = ""
+        self._drive_fresh = False
         self.reset()
 
     # ------------------------------------------------------------------ state changes
     def reset(self) -> None:
         """Back to the standing keyframe, targets at the default pose, no torques, no command."""
         mujoco.mj_resetDataKeyframe(self.model, self.data, self._key_home)
+        if self._gantry is not None:
+            self.data.eq_active[self._gantry] = 1
         self.target = self.robot.default_pose.copy()
         self.effort = np.zeros(self.robot.num_joints)
+        self.drive = None  # (q, dq, kp, kd, tau_ff) of the last drive-side PD command
         self.command = np.zeros(3)
         self._last_effort_time = -np.inf
         self._last_cmd_vel_time = -np.inf
@@ -157,9 +171,39 @@ class SingleSim:
         effort = self.effort.copy()
         effort[idx] = np.clip(vals, -limit, limit)
         self.effort = effort
+        self.drive = None
         self._last_effort_time = self.data.time
         self._apply_actuation()
         return self.effort
+
+    def set_drive_commands(self, q: Sequence[float], dq: Sequence[float], kp: Sequence[float], kd: Sequence[float],
+                           tau_ff: Sequence[float]) -> tuple:
+        """A drive-side PD command for every joint in config order (effort mode): targets clipped to the
+        joint limits, gains >= 0, feed-forward clipped to the effort limits; returns what is in force."""
+        if self.mode != "effort":
+            raise CommandError(f"drive command ignored: the simulator is in {self.mode!r} mode")
+        names = self.joint_names
+        fields = {}
+        for name, values in (("q", q), ("dq", dq), ("kp", kp), ("kd", kd), ("tau_ff", tau_ff)):
+            fields[name] = validate_joint_command(values, names)[1]
+        if np.any(fields["kp"] < 0) or np.any(fields["kd"] < 0):
+            raise CommandError(f"negative drive gains: kp {fields['kp'].tolist()}, kd {fields['kd'].tolist()}")
+        limit = self.robot.effort_limit
+        self.drive = (np.clip(fields["q"], self.robot.lower, self.robot.upper), fields["dq"], fields["kp"],
+                      fields["kd"], np.clip(fields["tau_ff"], -limit, limit))
+        self._last_effort_time = self.data.time
+        self._drive_fresh = True
+        self._apply_actuation()
+        return self.drive
+
+    @property
+    def gantry(self) -> bool:
+        """The virtual gantry holds the pelvis."""
+        return self._gantry is not None and bool(self.data.eq_active[self._gantry])
+
+    def release_gantry(self) -> None:
+        if self._gantry is not None:
+            self.data.eq_active[self._gantry] = 0
 
     def set_velocity_command(self, vx: float, vy: float, yaw_rate: float) -> np.ndarray:
         self.command = validate_velocity_command(vx, vy, yaw_rate)
@@ -184,7 +228,7 @@ class SingleSim:
         if self.command_timeout <= 0:
             return np.iinfo(np.int32).max
         pending = []
-        if self.mode == "effort" and self._actuation == "torque":
+        if self.mode == "effort" and self._actuation in ("torque", "drive"):
             pending.append(self._last_effort_time)
         if self.command.any():
             pending.append(self._last_cmd_vel_time)
@@ -214,23 +258,33 @@ class SingleSim:
         """Write ctrl and, when the regime changes, the actuator gains (see module doc)."""
         if self.mode == "position":
             regime = "pd"
+        elif self._stale(self._last_effort_time):
+            regime = "damping"
         else:
-            regime = "damping" if self._stale(self._last_effort_time) else "torque"
-        if regime != self._actuation:
-            m, a = self.model, self._act
+            regime = "torque" if self.drive is None else "drive"
+        m, a = self.model, self._act
+        if regime != self._actuation or (regime == "drive" and self._drive_fresh):
             m.actuator_gainprm[:] = self._gain0
             m.actuator_biasprm[:] = self._bias0
             if regime != "pd":
-                m.actuator_gainprm[a, 0] = 1.0 if regime == "torque" else 0.0
+                m.actuator_gainprm[a, 0] = 1.0 if regime in ("torque", "drive") else 0.0
                 m.actuator_biasprm[a, :3] = 0.0
                 if regime == "damping":
                     m.actuator_biasprm[a, 2] = -self.robot.kd
+                elif regime == "drive":  # the drive's own PD, evaluated by MuJoCo every physics step
+                    m.actuator_biasprm[a, 1] = -self.drive[2]
+                    m.actuator_biasprm[a, 2] = -self.drive[3]
             self._actuation = regime
-        self.data.ctrl[self._act] = self.target if regime == "pd" else (self.effort if regime == "torque" else 0.0)
+            self._drive_fresh = False
+        if regime == "drive":
+            q, dq, kp, kd, tau_ff = self.drive
+            self.data.ctrl[a] = kp * q + kd * dq + tau_ff
+        else:
+            self.data.ctrl[a] = self.target if regime == "pd" else (self.effort if regime == "torque" else 0.0)
 
     @property
     def actuation(self) -> str:
-        """'pd', 'torque' or 'damping' (watchdog) - what the actuators do right now."""
+        """'pd', 'torque', 'drive' (drive-side PD) or 'damping' (watchdog) - what the actuators do right now."""
         return self._actuation
 
     # ------------------------------------------------------------------ reading
@@ -258,6 +312,22 @@ class SingleSim:
 
     def upright(self) -> bool:
         return bool(self.data.qpos[2] >= self.min_base_height and self.tilt() <= self.max_tilt_rad)
+
+
+GANTRY = "gantry"
+"""Name of the weld equality that holds the pelvis in a simulator built with a gantry."""
+
+
+def _build(robot: RobotConfig, terrain: TerrainConfig | None, gantry: bool) -> mujoco.MjModel:
+    """The robot's model, with the gantry's weld (pelvis to world, at the pose of the model's reference
+    configuration: the standing keyframe's base pose) when asked."""
+    if not gantry:
+        return build_model(robot, terrain)
+    spec = build_spec(robot, terrain)
+    # stiff (time constant 2.5 physics steps, the least MuJoCo integrates stably): a limp robot sags ~1 mm
+    spec.add_equality(name=GANTRY, type=mujoco.mjtEq.mjEQ_WELD, objtype=mujoco.mjtObj.mjOBJ_BODY,
+                      name1=robot.base_link, solref=[2.5 * robot.sim_dt, 1.0])
+    return spec.compile()
 
 
 def stand(robot: RobotConfig, seconds: float, terrain: TerrainConfig | None = None,

@@ -1,0 +1,58 @@
+"""The deployment node on a robot, or on the simulated robot over topics.
+
+    ros2 launch motionvl deploy.launch.py policy:=/abs/policy.onnx [path:=pd|torque] [sim:=true] [record:=true]
+
+Starts the deployment node with the `deployment` section of config/nodes.yaml (policy, path and
+robot_config from the launch arguments). On a robot it stays in PASSIVE until an operator calls
+its services (~/set_mode/stand, then ~/set_mode/run). With sim:=true the simulator starts too, in
+hardware emulation (the robot config's hardware section, both command paths, a virtual gantry
+released when STAND completes), publishing at the command rate of the path, and the deployment
+node runs PASSIVE -> STAND -> RUN by itself. record:=true records the deployment topics into a
+bag (MCAP) under bag_dir with the recorder.
+"""
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition, UnlessCondition
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
+from launch_ros.actions import Node
+from launch_ros.substitutions import FindPackageShare
+
+PACKAGE = "motionvl"
+RECORDED = ["joint_states", "imu/data", "odom", "foot_forces", "cmd_vel", "joint_drive_commands", "joint_drive_commands/joint_names",
+            "joint_effort_commands", "joint_effort_commands/joint_names", "deployment/status", "/diagnostics"]
+
+
+def generate_launch_description():
+    params_file = LaunchConfiguration("params_file")
+    robot_config = LaunchConfiguration("robot_config")
+    policy = LaunchConfiguration("policy")
+    path = LaunchConfiguration("path")
+    sim = LaunchConfiguration("sim")
+    record = LaunchConfiguration("record")
+    deployment = {"robot_config": robot_config, "policy": policy, "path": path}
+    # the simulator publishes a state per command cycle: 50 Hz for drive-side PD, 500 Hz for host torques
+    rate = PythonExpression(["500.0 if '", path, "' == 'torque' else 50.0"])
+    return LaunchDescription([
+        DeclareLaunchArgument(
+            "params_file", default_value=PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "nodes.yaml"]),
+            description="node parameters (one section per node)"),
+        DeclareLaunchArgument("robot_config", default_value="", description="robot YAML; empty: the package's"),
+        DeclareLaunchArgument("policy", default_value="", description="exported ONNX policy (absolute path)"),
+        DeclareLaunchArgument("path", default_value="pd", description="pd (drive-side PD) or torque (host torques)"),
+        DeclareLaunchArgument("sim", default_value="false", description="also start the simulated robot"),
+        DeclareLaunchArgument("record", default_value="false", description="record a bag with the recorder"),
+        DeclareLaunchArgument("bag_dir", default_value="runs/bags", description="where record:=true writes"),
+        Node(package=PACKAGE, executable="deployment_node", name="deployment", output="screen", emulate_tty=True,
+             parameters=[params_file, deployment], condition=UnlessCondition(sim)),
+        Node(package=PACKAGE, executable="deployment_node", name="deployment", output="screen", emulate_tty=True,
+             parameters=[params_file, deployment, {"autostart": "run"}], condition=IfCondition(sim)),
+        Node(package=PACKAGE, executable="simulator_node", name="simulator", output="screen", emulate_tty=True,
+             parameters=[params_file, {"robot_config": robot_config, "mode": "effort", "gantry": True,
+                                       "emulate_hardware": True, "publish_rate_hz": rate}],
+             condition=IfCondition(sim)),
+        Node(package=PACKAGE, executable="recorder_node", name="recorder", output="screen", emulate_tty=True,
+             parameters=[params_file, {"topics": RECORDED, "output_dir": LaunchConfiguration("bag_dir"),
+                                       "use_sim_time": False}],
+             condition=IfCondition(record)),
+    ])

@@ -1,0 +1,366 @@
+"""The deployment node over real DDS: a test node plays the robot's drives (joint states in motor
+space, IMU in its mounted frame) with real publishers and reads the node's commands.
+
+Faults are counted in command cycles: the test sends one joint state, waits for the one command
+it triggers, and so knows which command answered which state. The robot config in most tests has
+a non-identity hardware section (motor order, signs, offsets, IMU mounting).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import Imu, JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray, String  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from deploy_fixtures import ROBOT, assert_within, hardware_section, mapped_robot, write_robot_yaml  # noqa: E402
+from motionvl.deploy import PD_FIELDS, Command, DeployConfig, JointMapping, Mode  # noqa: E402
+from motionvl.deploy.mapping import quat_from_rpy  # noqa: E402
+from motionvl.robot import ConfigError  # noqa: E402
+from motionvl.ros.deployment_node import DeploymentNode  # noqa: E402
+from spinning import Spinners  # noqa: E402
+from waiting import wait_for  # noqa: E402
+
+J = ROBOT.num_joints
+RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+TOPICS = {"pd": "joint_drive_commands", "torque": "joint_effort_commands"}
+UPRIGHT = (1.0, 0.0, 0.0, 0.0)
+
+
+class Drives:
+    """A test node standing in for the robot's drive bridge: publishes joint states and IMU as the
+    mapped hardware reports them, records every command and status the deployment node sends."""
+
+    def __init__(self, context, namespace: str, robot, path: str):
+        self.node = Node(f"drives_{uuid.uuid4().hex[:6]}", namespace=namespace, context=context)
+        self.robot, self.path, self.mapping = robot, path, JointMapping(robot)
+        self.lock = threading.Lock()
+        self.commands: list = []
+        self.statuses: list = []
+        self.diagnostics: list = []
+        self.stamp = 1.0
+        n = self.node
+        self.state_pub = n.create_publisher(JointState, "joint_states", 10)
+        self.imu_pub = n.create_publisher(Imu, "imu/data", 10)
+        self.topic = TOPICS[path]
+        n.create_subscription(Float64MultiArray, self.topic, self._keep(self.commands), RELIABLE)
+        n.create_subscription(String, "deployment/status", lambda m: self._keep(self.statuses)(json.loads(m.data)),
+                              LATCHED)
+        n.create_subscription(DiagnosticArray, "/diagnostics", self._keep(self.diagnostics), 10)
+        self.clients = {}
+
+    def _keep(self, store):
+        def callback(msg):
+            with self.lock:
+                store.append(msg)
+        return callback
+
+    def connected(self, commands: bool = True) -> bool:
+        return (self.state_pub.get_subscription_count() > 0 and self.imu_pub.get_subscription_count() > 0
+                and (not commands or self.node.count_publishers(f"{self.node.get_namespace()}/{self.topic}") > 0))
+
+    # ------------------------------------------------------------------ the robot's side
+    def publish(self, q, dq=None, quat=UPRIGHT, gyro=(0.0, 0.0, 0.0), stamp=None) -> None:
+        """One IMU reading and one joint state (joint space in, motor space out), a new stamp."""
+        m = self.mapping
+        dq = np.zeros(J) if dq is None else np.asarray(dq, float)
+        self.stamp = self.stamp + 0.02 if stamp is None else stamp
+        sec, nsec = int(self.stamp), int(round((self.stamp % 1) * 1e9))
+        imu_quat, imu_gyro = m.base_to_imu(np.asarray(quat, float), np.asarray(gyro, float))
+        imu = Imu()
+        imu.header.stamp.sec, imu.header.stamp.nanosec = sec, nsec
+        imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z = (float(v) for v in imu_quat)
+        imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (float(v) for v in imu_gyro)
+        self.imu_pub.publish(imu)
+        js = JointState(name=list(m.motor_names))
+        js.header.stamp.sec, js.header.stamp.nanosec = sec, nsec
+        with np.errstate(invalid="ignore"):
+            js.position = [float(v) for v in m.to_motor_position(q)]
+            js.velocity = [float(v) for v in m.to_motor_signed(dq)]
+        self.state_pub.publish(js)
+
+    def step(self, q, dq=None, **imu) -> Command:
+        """Publish one state and return the command it triggered (decoded, motor space)."""
+        before = self.count()
+        self.publish(q, dq, **imu)
+        assert wait_for(lambda: self.count() > before, timeout=10.0), "no command answered the state"
+        return self.command(before)
+
+    def next_command(self, timeout: float = 10.0) -> Command:
+        before = self.count()
+        assert wait_for(lambda: self.count() > before, timeout=timeout), "no command came"
+        return self.command(before)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.commands)
+
+    def command(self, index: int = -1) -> Command:
+        with self.lock:
+            msg = self.commands[index]
+        data = np.asarray(msg.data, dtype=float)
+        labels = [d.label for d in msg.layout.dim]
+        if self.path == "pd":
+            assert labels == ["joints", ",".join(PD_FIELDS)]
+            fields = dict(zip(PD_FIELDS, data.reshape(J, len(PD_FIELDS)).T))
+            mode = Mode.DAMP if np.all(fields["kp"] == 0) and np.any(fields["kd"] > 0) else None
+            return Command(mode, "pd", **fields)
+        assert labels == ["joints"]
+        return Command(None, "torque", tau=data)
+
+    def status(self) -> dict:
+        with self.lock:
+            return self.statuses[-1] if self.statuses else {}
+
+    # ------------------------------------------------------------------ services
+    def call(self, service: str, timeout: float = 10.0):
+        if service not in self.clients:
+            self.clients[service] = self.node.create_client(Trigger, f"deployment/{service}")
+        client = self.clients[service]
+        assert client.wait_for_service(timeout_sec=timeout), f"no service {service}"
+        future = client.call_async(Trigger.Request())
+        assert wait_for(future.done, timeout=timeout), f"{service} did not answer"
+        return future.result()
+
+
+@pytest.fixture
+def deployment(ros_context, tmp_path):
+    """start(path=..., mapped=True, **params) -> (node, drives), each spinning on its own thread."""
+    spinners = Spinners(ros_context)
+    yaml_mapped = write_robot_yaml(tmp_path, hardware_section())
+
+    def start(path: str = "pd", mapped: bool = True, namespace: str | None = None, **params):
+        ns = namespace or f"/t{uuid.uuid4().hex[:8]}"
+        robot = mapped_robot() if mapped else ROBOT
+        values = {"robot_config": str(yaml_mapped) if mapped else "", "path": path, "realtime_priority": 0,
+                  "state_timeout": 5.0, "stand_seconds": 0.1, "writer_discovery_seconds": 0.0, **params}
+        drives = Drives(ros_context, ns, robot, path)
+        node = DeploymentNode(context=ros_context, namespace=ns,
+                              parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+        spinners.add(node)
+        spinners.add(drives.node)
+        assert wait_for(lambda: drives.connected(commands=not values.get("dry_run"))), "no discovery"
+        return node, drives
+
+    yield start
+    spinners.shutdown()
+
+
+def stand(node, drives, q=None):
+    """PASSIVE -> STAND, then states until the ramp completes; returns the STAND commands."""
+    q = ROBOT.default_pose if q is None else q
+    drives.step(q)
+    for _ in range(50):
+        response = drives.call("set_mode/stand")
+        if response.success:
+            break
+        assert "no usable message yet" in response.message, response.message
+        drives.step(q)
+    assert response.success, response.message
+    commands = []
+    while not node.controller.stand_complete:
+        commands.append(drives.step(q))
+    commands.append(drives.step(q))  # the ramp's end: at the default pose with full gains
+    return commands
+
+
+def config_of(node) -> DeployConfig:
+    return node.controller.config
+
+
+# ---------------------------------------------------------------------- STAND and torque law
+@pytest.mark.parametrize("path", ["pd", "torque"])
+def test_stand_ramp_never_jumps_and_stays_within_limits(deployment, path):
+    node, drives = deployment(path, stand_seconds=0.2 if path == "pd" else 0.04)
+    robot, m = drives.robot, drives.mapping
+    crouch = robot.lower + 0.35 * (robot.upper - robot.lower)
+    commands = stand(node, drives, crouch)
+    assert len(commands) >= 5
+    for command in commands:
+        assert_within(command, robot, config_of(node))
+    if path == "pd":
+        start = node.controller.builder.clip_target(crouch, count=False)
+        targets = np.array([m.from_motor_position(c.q) for c in commands])
+        kp = np.array([m.from_motor_unsigned(c.kp) for c in commands])
+        np.testing.assert_allclose(targets[0], start, atol=1e-12)
+        np.testing.assert_allclose(targets[-1], robot.default_pose, atol=1e-12)
+        steps = np.abs(np.diff(targets, axis=0))
+        assert np.all(steps <= 1.5 / (len(commands) - 1) * np.abs(robot.default_pose - start) + 1e-9)
+        assert np.all(kp[0] == 0) and np.all(np.diff(kp, axis=0) >= -1e-12)
+        np.testing.assert_allclose(kp[-1], robot.kp)
+    else:
+        tau = np.array([m.from_motor_signed(c.tau) for c in commands])
+        assert np.all(tau[0] == 0)  # gain share 0 at the first STAND cycle, robot at rest
+
+
+def test_torque_clipping_is_exact(deployment):
+    """STAND complete (target = default pose, full gains): tau = clip(Kp (default - q) - Kd dq) to
+    the bit, in motor order and sign, with joints far enough off for the clip to act."""
+    node, drives = deployment("torque", stand_seconds=0.02)
+    robot, m = drives.robot, drives.mapping
+    stand(node, drives)
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        q = np.clip(robot.default_pose + rng.uniform(-0.5, 0.5, J), robot.lower, robot.upper)
+        dq = rng.uniform(-5, 5, J)
+        command = drives.step(q, dq)
+        q, dq = m.from_motor_position(m.to_motor_position(q)), m.from_motor_signed(m.to_motor_signed(dq))  # as received
+        want = np.clip(robot.kp * (robot.default_pose - q) - robot.kd * dq, -robot.effort_limit, robot.effort_limit)
+        np.testing.assert_array_equal(m.from_motor_signed(command.tau), want)
+    assert node.controller.builder.clips["torque"] > 0
+
+
+# ---------------------------------------------------------------------- faults, each at the next command
+STATE_FAULTS = {
+    "non_finite_input": dict(q=np.where(np.arange(J) == 3, np.nan, ROBOT.default_pose)),
+    "joint_limit": dict(q=np.where(np.arange(J) == 9, ROBOT.upper[9] + 0.3, ROBOT.default_pose)),
+    "joint_velocity": dict(q=ROBOT.default_pose, dq=np.where(np.arange(J) == 1, 30.0, 0.0)),
+}
+
+
+@pytest.mark.parametrize("path", ["pd", "torque"])
+@pytest.mark.parametrize("kind", sorted(STATE_FAULTS))
+def test_bad_joint_state_damps_the_command_it_triggers(deployment, kind, path):
+    node, drives = deployment(path)
+    stand(node, drives)
+    good = drives.step(ROBOT.default_pose)
+    assert good.mode != Mode.DAMP and (path == "torque" or np.any(good.kp > 0))
+    command = drives.step(**STATE_FAULTS[kind])
+    assert_damping(command, drives, node)
+    assert wait_for(lambda: kind in " ".join(drives.status().get("faults", [])))
+    # latched: clean states keep it damping, and STAND is refused
+    assert_damping(drives.step(ROBOT.default_pose), drives, node)
+    response = drives.call("set_mode/stand")
+    assert not response.success and "latched fault" in response.message
+
+
+def assert_damping(command, drives, node):
+    """The command is pure damping and within the limits."""
+    assert_within(command, drives.robot, config_of(node))
+    if command.path == "pd":
+        assert np.all(command.kp == 0) and np.all(command.kd > 0) and np.all(command.tau_ff == 0)
+    else:  # with the state the test sent: -Kd dq (0 for a robot at rest, or where a NaN was)
+        assert node.controller.mode == Mode.DAMP
+
+
+@pytest.mark.parametrize("kind,imu", [("fall", dict(quat=tuple(quat_from_rpy(0.0, 1.2, 0.0)))),
+                                      ("gyro", dict(gyro=(0.0, 0.0, 15.0)))])
+def test_bad_imu_damps_within_cycles(deployment, kind, imu):
+    """The IMU comes on its own topic (best effort): its fault reaches the command of the same or the
+    next joint state, never later than a few cycles."""
+    node, drives = deployment("pd")
+    stand(node, drives)
+    cycles = 0
+    command = drives.step(ROBOT.default_pose, **imu)
+    while command.mode != Mode.DAMP and cycles < 3:
+        command = drives.step(ROBOT.default_pose, **imu)
+        cycles += 1
+    assert_damping(command, drives, node)
+    assert wait_for(lambda: kind in " ".join(drives.status().get("faults", [])))
+
+
+def test_silent_and_frozen_state_streams_damp(deployment):
+    node, drives = deployment("pd", state_timeout=0.3)
+    stand(node, drives)
+    # silent: the node keeps cycling on its own clock; the first such command already damps
+    command = drives.next_command()
+    assert_damping(command, drives, node)
+    assert wait_for(lambda: "silent" in " ".join(drives.status().get("faults", [])))
+
+    node, drives = deployment("pd", state_timeout=0.3)
+    stand(node, drives)
+    frozen = drives.stamp
+    before = drives.count()
+    for _ in range(40):  # a driver that keeps publishing one stamp: no cycle is triggered by these
+        drives.publish(ROBOT.default_pose, stamp=frozen)
+        time.sleep(0.02)
+        if drives.count() > before:
+            break
+    assert_damping(drives.command(before), drives, node)
+    assert "do not advance" in node.controller.modes.faults[0].reason
+
+
+def test_estop_wins_and_rearm_is_refused_unless_allowed(deployment):
+    node, drives = deployment("pd")
+    stand(node, drives)
+    assert drives.call("estop").success
+    assert_damping(drives.step(ROBOT.default_pose), drives, node)
+    response = drives.call("set_mode/stand")
+    assert not response.success and "estop" in response.message
+    response = drives.call("rearm")
+    assert not response.success and "allow_rearm" in response.message
+
+    node, drives = deployment("pd", allow_rearm=True)
+    stand(node, drives)
+    assert drives.call("estop").success
+    assert drives.call("rearm").success
+    assert drives.call("set_mode/stand").success
+    drives.step(ROBOT.default_pose)
+    drives.step(ROBOT.default_pose)
+    assert np.any(drives.command().kp > 0)  # the ramp's gains rise again
+
+
+def test_second_writer_damps_and_refuses_the_start(deployment, ros_context):
+    node, drives = deployment("pd")
+    stand(node, drives)
+    intruder = drives.node.create_publisher(Float64MultiArray, drives.topic, 1)
+    for _ in range(500):  # discovery takes its time: states until the node has seen the intruder
+        command = drives.step(ROBOT.default_pose)
+        if command.mode == Mode.DAMP:
+            break
+    assert_damping(command, drives, node)
+    assert node.controller.modes.faults[0].kind == "second_writer"
+    drives.node.destroy_publisher(intruder)
+
+    ns = f"/t{uuid.uuid4().hex[:8]}"
+    squatter = Node(f"squatter_{uuid.uuid4().hex[:6]}", namespace=ns, context=ros_context)
+    squatter.create_publisher(Float64MultiArray, "joint_drive_commands", 1)
+    with pytest.raises(ConfigError, match="another publisher.*squatter"):
+        DeploymentNode(context=ros_context, namespace=ns, parameter_overrides=[
+            Parameter("realtime_priority", value=0), Parameter("writer_discovery_seconds", value=3.0)])
+    squatter.destroy_node()
+
+
+def test_load_policy_refused_outside_passive_and_damp(deployment):
+    node, drives = deployment("pd")
+    response = drives.call("load_policy")
+    assert not response.success and "names no file" in response.message
+    node.set_parameters([Parameter("policy", value="/nonexistent/policy.onnx")])
+    stand(node, drives)
+    response = drives.call("load_policy")
+    assert not response.success and "only in PASSIVE or DAMP" in response.message
+    response = drives.call("set_mode/run")
+    assert not response.success and "no policy loaded" in response.message
+
+
+def test_dry_run_runs_everything_and_publishes_no_command(deployment):
+    node, drives = deployment("pd", dry_run=True, autostart="stand")
+    status = lambda: drives.status()  # noqa: E731
+    for _ in range(200):
+        drives.publish(ROBOT.default_pose)
+        time.sleep(0.01)
+        if status().get("stand_complete"):
+            break
+    assert status().get("stand_complete") and status().get("dry_run")
+    assert node.controller.stats.cycles > 5
+    # no publisher on the command topic at all (nothing can arrive)
+    assert drives.node.count_publishers(f"{drives.node.get_namespace()}/{drives.topic}") == 0
+    assert wait_for(lambda: any(s.name.endswith("controller") for d in drives.diagnostics for s in d.status))
+    with drives.lock:
+        values = {kv.key: kv.value for kv in drives.diagnostics[-1].status[0].values}
+    for key in ("mode", "latency_p99_ms", "period_p99_ms", "overruns", "clips_target", "realtime"):
+        assert key in values

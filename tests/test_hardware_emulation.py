@@ -1,0 +1,155 @@
+"""The simulator's hardware emulation: drive-side PD commands, the inverse joint mapping and IMU
+mounting of a configured hardware section, and the virtual gantry; core and node over DDS."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+from deploy_fixtures import ROBOT, hardware_section, mapped_robot, write_robot_yaml
+from motionvl.deploy import JointMapping
+from motionvl.sim.single import CommandError, SingleSim
+
+J = ROBOT.num_joints
+
+
+def test_drive_side_pd_is_the_position_law_to_the_bit():
+    """Drive commands with the configured gains act exactly as the position actuators (what
+    training and `motionvl eval` simulate): the drive path adds nothing of its own."""
+    position, drive = SingleSim(ROBOT, mode="position"), SingleSim(ROBOT, mode="effort")
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        target = ROBOT.default_pose + rng.uniform(-0.2, 0.2, J)
+        position.set_position_targets(target)
+        drive.set_drive_commands(target, np.zeros(J), ROBOT.kp, ROBOT.kd, np.zeros(J))
+        position.step(10)
+        drive.step(10)
+    np.testing.assert_array_equal(position.data.qpos, drive.data.qpos)
+    assert drive.actuation == "drive"
+
+
+def test_drive_commands_are_validated_and_watched():
+    sim = SingleSim(ROBOT, mode="effort", command_timeout=0.05)
+    with pytest.raises(CommandError, match="negative drive gains"):
+        sim.set_drive_commands(ROBOT.default_pose, np.zeros(J), -ROBOT.kp, ROBOT.kd, np.zeros(J))
+    with pytest.raises(CommandError, match="non-finite"):
+        sim.set_drive_commands(np.full(J, np.nan), np.zeros(J), ROBOT.kp, ROBOT.kd, np.zeros(J))
+    with pytest.raises(CommandError, match="position"):
+        SingleSim(ROBOT).set_drive_commands(ROBOT.default_pose, np.zeros(J), ROBOT.kp, ROBOT.kd, np.zeros(J))
+    sim.set_drive_commands(ROBOT.default_pose, np.zeros(J), ROBOT.kp, ROBOT.kd, np.zeros(J))
+    sim.step(10)
+    assert sim.actuation == "drive"
+    sim.step(30)  # commands stopped: the drive's watchdog damps
+    assert sim.actuation == "damping"
+    sim.set_efforts(np.zeros(J))  # torques take over from drive commands and back
+    assert sim.actuation == "torque"
+
+
+def test_gantry_holds_the_pelvis_until_released():
+    sim = SingleSim(ROBOT, mode="effort", gantry=True)
+    sim.set_efforts(np.zeros(J))  # limp
+    sim.step(400)
+    assert sim.gantry and abs(sim.data.qpos[2] - ROBOT.init_base_height) < 0.01
+    sim.release_gantry()
+    sim.set_efforts(np.zeros(J))
+    sim.step(400)
+    assert not sim.gantry and sim.data.qpos[2] < ROBOT.init_base_height - 0.2
+    sim.reset()
+    assert sim.gantry
+
+
+# ---------------------------------------------------------------------- the node over DDS
+rclpy = pytest.importorskip("rclpy")
+
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
+from sensor_msgs.msg import Imu, JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String  # noqa: E402
+
+from motionvl.deploy import PD_FIELDS  # noqa: E402
+from motionvl.ros.simulator_node import SimulatorNode  # noqa: E402
+from spinning import Spinners  # noqa: E402
+from waiting import wait_for  # noqa: E402
+
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+@pytest.fixture
+def emulated(ros_context, tmp_path):
+    spinners = Spinners(ros_context)
+    yaml = write_robot_yaml(tmp_path, hardware_section())
+    ns = f"/t{uuid.uuid4().hex[:8]}"
+    sim = SimulatorNode(context=ros_context, namespace=ns, parameter_overrides=[
+        Parameter(k, value=v) for k, v in dict(robot_config=str(yaml), mode="effort", emulate_hardware=True,
+                                                gantry=True, command_timeout=5.0).items()])
+    probe = Node(f"probe_{uuid.uuid4().hex[:6]}", namespace=ns, context=ros_context)
+    got = {"js": None, "imu": None}
+    lock = threading.Lock()
+
+    def keep(key):
+        def callback(msg):
+            with lock:
+                got[key] = msg
+        return callback
+
+    probe.create_subscription(JointState, "joint_states", keep("js"), 10)
+    probe.create_subscription(Imu, "imu/data", keep("imu"), qos_profile_sensor_data)
+    spinners.add(sim)
+    spinners.add(probe)
+    assert wait_for(lambda: got["js"] is not None and got["imu"] is not None), "no state"
+    yield sim, probe, got, lock
+    spinners.shutdown()
+
+
+def test_emulated_hardware_speaks_motor_space_and_maps_commands_back(emulated):
+    sim, probe, got, lock = emulated
+    robot = mapped_robot()
+    m = JointMapping(robot)
+    with lock:
+        js, imu = got["js"], got["imu"]
+    assert list(js.name) == list(m.motor_names)
+    stamp = js.header.stamp.sec + js.header.stamp.nanosec * 1e-9
+    # what it reports is the simulated joints in motor order, sign and offset (the robot is held still)
+    np.testing.assert_allclose(m.from_motor_position(js.position), sim.sim.state().joint_pos, atol=2e-3)
+    q_imu = np.array([imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z])
+    base, _ = m.imu_to_base(q_imu)
+    assert abs(abs(base[0]) - 1.0) < 1e-3  # upright pelvis in the gantry
+    assert abs(abs(q_imu[0]) - 1.0) > 0.1  # the IMU itself is mounted turned
+
+    names_pub = probe.create_publisher(JointState, "joint_drive_commands/joint_names", LATCHED)
+    names_pub.publish(JointState(name=list(m.motor_names)))
+    drive_pub = probe.create_publisher(Float64MultiArray, "joint_drive_commands", 1)
+    assert wait_for(lambda: drive_pub.get_subscription_count() > 0)
+    target = ROBOT.default_pose + 0.05
+    per_motor = np.stack([m.to_motor_position(target), np.zeros(J), m.to_motor_unsigned(ROBOT.kp),
+                          m.to_motor_unsigned(ROBOT.kd), m.to_motor_signed(np.full(J, 1.5))], axis=1)
+    msg = Float64MultiArray(data=per_motor.reshape(-1).tolist())
+    msg.layout.dim = [MultiArrayDimension(label="joints", size=J, stride=J * 5),
+                      MultiArrayDimension(label=",".join(PD_FIELDS), size=5, stride=5)]
+    drive_pub.publish(msg)
+    assert wait_for(lambda: sim.sim.drive is not None)
+    q, dq, kp, kd, tau_ff = sim.sim.drive
+    np.testing.assert_allclose(q, target, atol=1e-12)
+    np.testing.assert_allclose(kp, ROBOT.kp)
+    np.testing.assert_allclose(kd, ROBOT.kd)
+    np.testing.assert_allclose(tau_ff, 1.5)
+
+    effort_pub = probe.create_publisher(Float64MultiArray, "joint_effort_commands", 1)
+    assert wait_for(lambda: effort_pub.get_subscription_count() > 0)
+    torques = np.linspace(-3.0, 3.0, J)
+    effort_pub.publish(Float64MultiArray(data=m.to_motor_signed(torques).tolist()))
+    assert wait_for(lambda: sim.sim.drive is None and np.allclose(sim.sim.effort, torques))
+
+
+def test_gantry_lets_go_when_the_stand_completes(emulated):
+    sim, probe, got, lock = emulated
+    status_pub = probe.create_publisher(String, "deployment/status", LATCHED)
+    status_pub.publish(String(data=json.dumps({"mode": "STAND", "stand_complete": False})))
+    assert sim.sim.gantry
+    status_pub.publish(String(data=json.dumps({"mode": "STAND", "stand_complete": True})))
+    assert wait_for(lambda: not sim.sim.gantry)
