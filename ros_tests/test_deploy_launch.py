@@ -15,7 +15,6 @@ node damps first).
 
 import json
 import os
-import sys
 import tempfile
 import time
 import unittest
@@ -36,8 +35,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E
 from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from deploy_fixtures import write_random_policy  # noqa: E402
+from motionvl.deploy.random_policy import write_random_policy  # noqa: E402
 
 POLICY = Path(tempfile.mkdtemp()) / "random_policy.onnx"
 

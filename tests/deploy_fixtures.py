@@ -4,13 +4,13 @@ its YAML for the nodes."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 import yaml
 
 from motionvl.deploy import PD_FIELDS
+from motionvl.deploy.random_policy import write_random_policy  # noqa: F401 (the tests' policies)
 from motionvl.robot import HardwareConfig, MotorConfig, load_robot_config, package_root
 
 ROBOT = load_robot_config()
@@ -82,42 +82,3 @@ def assert_within(command, robot, config):
         lo, hi = bounds[f]
         assert np.all(v >= lo - 1e-12) and np.all(v <= hi + 1e-12), f"{command.mode} {f} {v} outside [{lo}, {hi}]"
     assert len(command.data()) == J * len(fields)
-
-
-def write_random_policy(path, robot=ROBOT, kind: str = "random", seed: int = 0, slow_layers: int = 300, **contract):
-    """A small ONNX policy with `robot`'s contract built in the test (no training, no torch):
-    actions = tanh(obs W), W random. kind 'nan': one action is NaN; 'slow': each inference also runs
-    `slow_layers` 1024 x 1024 matrix products (an overrun on demand). `contract`: fields replaced in
-    the PolicyContract (to build a mismatch). Returns the path."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    from motionvl.envs.config import EnvConfig
-    from motionvl.policy_io import PolicyContract
-
-    c = dataclasses.replace(PolicyContract.for_training(robot, EnvConfig()), **contract)
-    rng = np.random.default_rng(seed)
-    weights = {"W": (rng.standard_normal((c.num_obs, c.num_joints)) * 0.1).astype(np.float32)}
-    nodes = [helper.make_node("MatMul", ["obs", "W"], ["z"]), helper.make_node("Tanh", ["z"], ["a"])]
-    out = "a"
-    if kind == "nan":
-        weights["poison"] = np.where(np.arange(c.num_joints) == 3, np.nan, 0.0).astype(np.float32)[None]
-        nodes.append(helper.make_node("Add", [out, "poison"], ["actions"]))
-    elif kind == "slow":
-        weights["A"] = (rng.standard_normal((c.num_obs, 1024)) * 0.01).astype(np.float32)
-        weights["B"] = (rng.standard_normal((1024, 1024)) * 0.01).astype(np.float32)
-        weights["zero"] = np.zeros((1, 1), np.float32)
-        nodes.append(helper.make_node("MatMul", ["obs", "A"], ["h0"]))
-        for k in range(slow_layers):
-            nodes.append(helper.make_node("MatMul", [f"h{k}", "B"], [f"h{k + 1}"]))
-        nodes += [helper.make_node("ReduceSum", [f"h{slow_layers}"], ["s"], keepdims=1),
-                  helper.make_node("Mul", ["s", "zero"], ["s0"]), helper.make_node("Add", [out, "s0"], ["actions"])]
-    else:
-        nodes.append(helper.make_node("Identity", [out], ["actions"]))
-    graph = helper.make_graph(nodes, "policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", c.num_obs])],
-                              [helper.make_tensor_value_info("actions", TensorProto.FLOAT, ["batch", c.num_joints])],
-                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
-    helper.set_model_props(model, {k: json.dumps(v) for k, v in c.to_metadata().items()})
-    onnx.save(model, str(path))
-    return Path(path)

@@ -1,7 +1,7 @@
 """`motionvl bench TARGET ...`: benchmarks that print measured figures (JSON last line).
 
-Targets: `sim` (raw batched MuJoCo vs the locomotion env), `train` (motionvl.rl.bench) and
-`render` (motionvl.render.bench). Each target's module is imported only when it runs, so a
+Targets: `sim` (raw batched MuJoCo vs the locomotion env), `train` (motionvl.rl.bench),
+`render` (motionvl.render.bench) and `deploy` (motionvl.ros.deploy_bench). Each target's module is imported only when it runs, so a
 missing or heavy one does not slow or break the others.
 """
 
@@ -19,6 +19,8 @@ TARGETS = {
               "PPO training throughput"),
     "render": ("motionvl.render.bench", "add_render_bench_arguments", "run_render_benchmark",
                "offscreen rendering throughput"),
+    "deploy": ("motionvl.ros.deploy_bench", "add_deploy_bench_arguments", "run_deploy_benchmark",
+               "deployment loop over DDS: end-to-end latency and period error, idle / CPU hog, with / without RT"),
 }
 
 

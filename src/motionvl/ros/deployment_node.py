@@ -26,6 +26,8 @@ Publishes:
                                      transition}: on every change, transient local (depth 1).
   /diagnostics  diagnostic_msgs/DiagnosticArray  mode, faults, clips, overruns, loop period and
                                      latency p50/p99/max, policy inference time, real-time status.
+  ~/cycle       std_msgs/Header      (publish_cycle_stamps only) after each command: the stamp of the
+                                     joint state it answered (`motionvl bench deploy` pairs them).
 Services (all std_srvs/Trigger: standard types only, so no interface package has to be built in
 the pip route; each call is synchronous and answers success plus the reason for a refusal, from
 `ros2 service call` and rclpy alike; the argument of a request lives in its name or a parameter):
@@ -52,7 +54,7 @@ from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Imu, JointState
-from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
+from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension, String
 from std_srvs.srv import Trigger
 
 from motionvl.deploy import PD_FIELDS, Controller, DeployConfig, Mode
@@ -100,6 +102,8 @@ PARAMETERS = {
     "lock_memory": (True, "mlockall the process with the real-time request."),
     "diagnostics_rate_hz": (2.0, "Rate of /diagnostics."),
     "exit_damping_seconds": (0.3, "On exit (SIGINT/SIGTERM, destroy) damping commands go out for this long first."),
+    "publish_cycle_stamps": (False, "After each command, publish ~/cycle (std_msgs/Header: the stamp of the joint "
+                                    "state it answered, the mode as frame_id): for latency benchmarks."),
     "writer_discovery_seconds": (0.3, "At start, how long to look for another publisher on the command topic "
                                       "(one refuses the start)."),
 }
@@ -161,6 +165,7 @@ class DeploymentNode(Node):
         self._message = self._command_message()
         self.status_pub = self.create_publisher(String, "~/status", LATCHED_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", DIAGNOSTICS_QOS)
+        self.cycle_pub = self.create_publisher(Header, "~/cycle", COMMAND_QOS) if p["publish_cycle_stamps"] else None
 
         self.create_subscription(JointState, "joint_states", self._on_joint_state, STATE_QOS)
         self.create_subscription(Imu, "imu/data", self._on_imu, qos_profile_sensor_data)
@@ -227,10 +232,15 @@ class DeploymentNode(Node):
         with self.lock:
             command = self.controller.cycle(trigger)
             self._autostart_step()
+            answered = self.controller.inputs.joints.last_stamp
         if command is not None and self.command_pub is not None:
             self._message.data = command.data().tolist()
             self.command_pub.publish(self._message)
             self.controller.stats.latency.add(time.monotonic() - trigger)
+            if self.cycle_pub is not None and answered is not None:
+                header = Header(frame_id=command.mode.value)
+                header.stamp.sec, header.stamp.nanosec = divmod(int(round(answered * 1e9)), 10**9)
+                self.cycle_pub.publish(header)
         self._publish_status()
 
     def _autostart_step(self) -> None:

@@ -1,0 +1,55 @@
+"""A random, untrained ONNX policy with a robot's contract: what tests, the deployment benchmark and
+the launch test run when the question is the deployment's mechanics or timing, not walking.
+
+It is named for what it is: its actions are tanh of a random linear map of the observation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from motionvl.robot import RobotConfig, load_robot_config
+
+
+def write_random_policy(path, robot: RobotConfig | None = None, kind: str = "random", seed: int = 0, slow_layers: int = 300, **contract):
+    """A small ONNX policy with `robot`'s contract (default: the package's robot), untrained (no torch):
+    actions = tanh(obs W), W random. kind 'nan': one action is NaN; 'slow': each inference also runs
+    `slow_layers` 1024 x 1024 matrix products (an overrun on demand). `contract`: fields replaced in
+    the PolicyContract (to build a mismatch). Returns the path."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from motionvl.envs.config import EnvConfig
+    from motionvl.policy_io import PolicyContract
+
+    robot = robot or load_robot_config()
+    c = dataclasses.replace(PolicyContract.for_training(robot, EnvConfig()), **contract)
+    rng = np.random.default_rng(seed)
+    weights = {"W": (rng.standard_normal((c.num_obs, c.num_joints)) * 0.1).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["obs", "W"], ["z"]), helper.make_node("Tanh", ["z"], ["a"])]
+    out = "a"
+    if kind == "nan":
+        weights["poison"] = np.where(np.arange(c.num_joints) == 3, np.nan, 0.0).astype(np.float32)[None]
+        nodes.append(helper.make_node("Add", [out, "poison"], ["actions"]))
+    elif kind == "slow":
+        weights["A"] = (rng.standard_normal((c.num_obs, 1024)) * 0.01).astype(np.float32)
+        weights["B"] = (rng.standard_normal((1024, 1024)) * 0.01).astype(np.float32)
+        weights["zero"] = np.zeros((1, 1), np.float32)
+        nodes.append(helper.make_node("MatMul", ["obs", "A"], ["h0"]))
+        for k in range(slow_layers):
+            nodes.append(helper.make_node("MatMul", [f"h{k}", "B"], [f"h{k + 1}"]))
+        nodes += [helper.make_node("ReduceSum", [f"h{slow_layers}"], ["s"], keepdims=1),
+                  helper.make_node("Mul", ["s", "zero"], ["s0"]), helper.make_node("Add", [out, "s0"], ["actions"])]
+    else:
+        nodes.append(helper.make_node("Identity", [out], ["actions"]))
+    graph = helper.make_graph(nodes, "policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", c.num_obs])],
+                              [helper.make_tensor_value_info("actions", TensorProto.FLOAT, ["batch", c.num_joints])],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    helper.set_model_props(model, {k: json.dumps(v) for k, v in c.to_metadata().items()})
+    onnx.save(model, str(path))
+    return Path(path)
