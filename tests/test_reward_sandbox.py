@@ -23,7 +23,7 @@ import numpy as np
 import psutil
 import pytest
 
-from motionvl.rewards import safe_math
+from motionvl.rewards.sandbox import namespace as safe_namespace
 from motionvl.rewards.sandbox import (
     STATE_ATTRS,
     RewardCodeError,
@@ -283,44 +283,13 @@ def test_runtime_namespace_is_a_whitelist():
     term = compile_reward_code((DATA / "good_rewards" / "minimal.py").read_text())["termination"]
     raw = inspect.getclosurevars(term.fn).nonlocals["raw"]
     namespace = raw.__globals__
-    assert set(namespace["__builtins__"]) == set(safe_math.SAFE_BUILTIN_NAMES)
+    assert set(namespace["__builtins__"]) == set(safe_namespace.SAFE_BUILTIN_NAMES)
     np_ns = namespace["np"]
-    assert np_ns is not np and set(vars(np_ns)) == set(safe_math.NP_NAMES)
+    assert np_ns is not np and set(vars(np_ns)) == set(safe_namespace.NP_NAMES)
+    assert not any(callable(getattr(np_ns, name)) for name in safe_namespace.DTYPE_NAMES)  # astype's names only
     for missing in ("save", "load", "fromfile", "ctypeslib", "lib", "memmap", "frombuffer", "zeros", "empty", "linalg"):
         assert not hasattr(np_ns, missing), missing
     assert not any(value is np or inspect.ismodule(value) for value in vars(np_ns).values())
-
-
-# -- the isolated test process ------------------------------------------------------------------
-MINIMAL = (DATA / "good_rewards" / "minimal.py").read_text()
-
-
-def test_wall_time_limit_kills_the_test_process(jail):
-    start = time.monotonic()
-    with pytest.raises(RewardCodeError, match=r"(?m)^line \d+: timeout: "):
-        check_reward_code(MINIMAL, num_envs=400_000, timeout_s=0.3)  # building the batch alone takes longer
-    assert time.monotonic() - start < 3
-    assert_no_side_effects(jail)
-
-
-def test_memory_limit_applies_to_the_test_process(jail):
-    rss_before = max_rss_mb()
-    with pytest.raises(RewardCodeError, match=r"(?m)^line \d+: memory: "):
-        check_reward_code(MINIMAL, num_envs=100_000_000, timeout_s=30)  # a 1.6 GB first array
-    assert max_rss_mb() - rss_before < 100
-    assert_no_side_effects(jail)
-
-
-def test_test_process_cannot_open_files(tmp_path):
-    probe = (
-        "from motionvl.rewards.sandbox import _limit_resources\n"
-        "_limit_resources(5)\n"
-        "try:\n    open('pwned_probe.txt', 'w')\nexcept OSError as exc:\n    print('blocked', exc.errno)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=60)
-    assert result.stdout.startswith("blocked"), result
-    assert not (tmp_path / "pwned_probe.txt").exists()
 
 
 # -- state API doc ---------------------------------------------------------------------------------

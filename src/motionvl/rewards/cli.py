@@ -15,9 +15,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="reward_command", metavar="ACTION", required=True)
     check = sub.add_parser("check", help="validate a reward code file (static rules + isolated test run)")
     check.add_argument("file", type=Path, help="Python source with _reward_<name>/_cost_<name> functions")
-    check.add_argument("--num-envs", type=int, default=64, help="test batch size (default 64)")
-    check.add_argument("--timeout", type=float, default=5.0, help="wall-time limit of the test run, s")
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--num-envs", type=int, default=None,
+                       help="test batch size (default: the training batch size, as training checks it)")
+    check.add_argument("--timeout", type=float, default=60.0, help="wall-time limit of the whole check, s")
+    check.add_argument("--seed", type=int, default=None, help="seed of the test batches (default: fresh)")
     sub.add_parser("doc", help="print the reward code format and the state API (the LLM's reference)")
 
 

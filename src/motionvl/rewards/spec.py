@@ -26,6 +26,7 @@ import dataclasses
 import difflib
 import json
 import math
+import threading
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -66,8 +67,15 @@ class RewardSpec:
     """Validated, immutable reward spec; `spec(state) -> (total (N,), {name: (N,) contribution})`."""
 
     def __init__(self, terms, code: str | None = None, scale: float = 1.0, name: str = "",
-                 description: str = "", only_positive: bool = False, where: str = "reward spec"):
+                 description: str = "", only_positive: bool = False, where: str = "reward spec", *,
+                 isolated: bool = True, deadline_s: float | None = None):
+        """isolated: generated terms run in the sandbox's worker process with a deadline_s per call (None:
+        the sandbox's default), as training must; False runs them in this process on read-only copies of
+        the state (no deadline: only for measuring what the isolation costs)."""
         errors: list[str] = []
+        self.isolated, self.deadline_s = bool(isolated), deadline_s
+        self._runner = None  # the generated terms' runner, started on the first call (see _generated_values)
+        self._runner_lock = threading.Lock()
         self.terms: tuple[TermSpec, ...] = tuple(terms)
         self.code = code or None
         self.scale = scale
@@ -81,7 +89,8 @@ class RewardSpec:
             errors.append(f"scale must be a positive number, got {scale!r}")
         if not isinstance(only_positive, bool):
             errors.append(f"only_positive must be true or false, got {only_positive!r}")
-        self._generated = self._compile(errors) if self.code else {}
+        self._compiled = self._compile(errors) if self.code else None
+        self._generated = self._compiled.terms if self._compiled is not None else {}
         seen = set()
         for t in self.terms:
             if t.name in seen:
@@ -96,17 +105,17 @@ class RewardSpec:
         self._evaluators = tuple(self._evaluator(t) for t in self.terms)
 
     # ------------------------------------------------------------------ validation
-    def _compile(self, errors: list) -> dict:
+    def _compile(self, errors: list):
         if not isinstance(self.code, str):
             errors.append(f"code must be a string of Python source, got {type(self.code).__name__}")
-            return {}
+            return None
         from motionvl.rewards import sandbox  # only specs with generated code need it
 
         try:
-            return dict(sandbox.compile_reward_code(self.code))
-        except Exception as exc:  # the sandbox's message is what the LLM has to fix
-            errors.append(f"generated code rejected: {exc}")
-            return {}
+            return sandbox.compile_code(self.code)
+        except sandbox.RewardCodeError as exc:  # the sandbox's message is what the LLM has to fix
+            errors.extend(f"generated code rejected: {p}" for p in exc.problems)
+            return None
 
     def _term_errors(self, t: TermSpec) -> list[str]:
         errs = []
@@ -139,23 +148,42 @@ class RewardSpec:
     def _evaluator(self, t: TermSpec):
         coeff = float(self.scale) * float(t.weight)
         if t.source == "generated":
-            from motionvl.rewards.sandbox import evaluate_term
-
-            term = self._generated[t.name]
-            return coeff * term.sign, lambda state, term=term: evaluate_term(term, state)
+            return coeff * self._generated[t.name].sign, None  # evaluated with the others by _generated_values
         lib = REGISTRY[t.name]
         params = {**lib.params, **{k: tuple(v) if isinstance(v, list) else v for k, v in t.params.items()}}
         return coeff * lib.sign, lambda state, fn=lib.fn, params=params: fn(state, **params)
 
     # ------------------------------------------------------------------ evaluation
+    def _generated_values(self, state: RewardState, names) -> dict[str, np.ndarray]:
+        """The generated terms' values for `state`, all in one call of the runner (the sandbox's worker process,
+        or this process if not `isolated`). RewardCodeError when a term fails (final: training stops on it)."""
+        if not names:
+            return {}
+        with self._runner_lock:
+            if self._runner is None:
+                from motionvl.rewards import sandbox
+
+                weighted = [t.name for t in self.terms if t.source == "generated" and t.weight != 0]
+                if self.isolated:
+                    deadline = sandbox.CALL_DEADLINE_S if self.deadline_s is None else self.deadline_s
+                    self._runner = sandbox.IsolatedTerms(self._compiled, weighted, deadline_s=deadline)
+                else:
+                    self._runner = sandbox.InProcessTerms(self._compiled, weighted)
+            runner = self._runner
+        values = runner.evaluate(state)
+        return {name: values[name] for name in names}
+
     def __call__(self, state: RewardState) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        generated = self._generated_values(
+            state, [t.name for t in self.terms if t.source == "generated" and t.weight != 0])
         contributions = {}
         total = np.zeros(state.num_envs)
         for t, (coeff, evaluate) in zip(self.terms, self._evaluators):
             if coeff == 0.0:  # weight 0: switched off, still listed so every run reports the same terms
                 contributions[t.name] = np.zeros(state.num_envs)
                 continue
-            value = coeff * state.dt * np.asarray(evaluate(state), dtype=np.float64)
+            raw = generated[t.name] if evaluate is None else evaluate(state)
+            value = coeff * state.dt * np.asarray(raw, dtype=np.float64)
             contributions[t.name] = value
             total += value
         if self.only_positive:
@@ -166,8 +194,16 @@ class RewardSpec:
         """Evaluate every term (or the terms named in `only`) once on `state`; raise RewardSpecError naming
         any term that fails."""
         errors = []
-        for t, (_, evaluate) in zip(self.terms, self._evaluators):
-            if only is not None and t.name not in only:
+        selected = [(t, evaluate) for t, (_, evaluate) in zip(self.terms, self._evaluators)
+                    if only is None or t.name in only]
+        try:
+            generated = self._generated_values(state, [t.name for t, evaluate in selected
+                                                       if evaluate is None and t.weight != 0])
+        except ValueError as exc:  # RewardCodeError: the sandbox's bounded problems
+            errors.append(f"generated terms: {exc}")
+            generated = {}
+        for t, evaluate in selected:
+            if evaluate is None:
                 continue
             try:
                 value = np.asarray(evaluate(state), dtype=np.float64)
@@ -180,6 +216,18 @@ class RewardSpec:
                 errors.append(f"term '{t.name}': returned non-finite values")
         if errors:
             raise RewardSpecError(f"reward spec '{self.name}': " + "; ".join(errors))
+
+    def with_isolation(self, isolated: bool = True, deadline_s: float | None = None) -> "RewardSpec":
+        """The same spec with its generated terms run in the sandbox's worker process (isolated) or in this
+        process (see __init__); deadline_s per call of the worker (None: the sandbox's default)."""
+        return self._replace(isolated=isolated, deadline_s=deadline_s)
+
+    def close(self) -> None:
+        """Stop the generated terms' worker process, if one runs (a later call starts a new one)."""
+        with self._runner_lock:
+            runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.close()
 
     # ------------------------------------------------------------------ data
     def sign(self, name: str) -> int:
@@ -226,7 +274,8 @@ class RewardSpec:
 
     def _replace(self, **changes) -> "RewardSpec":
         kwargs = dict(terms=self.terms, code=self.code, scale=self.scale, name=self.name,
-                      description=self.description, only_positive=self.only_positive)
+                      description=self.description, only_positive=self.only_positive, isolated=self.isolated,
+                      deadline_s=self.deadline_s)
         kwargs.update(changes)
         return RewardSpec(**kwargs)
 

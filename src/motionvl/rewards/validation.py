@@ -1,19 +1,21 @@
 """The one validation entry point for reward specs: everything that trains on a spec calls it.
 
-    validate_spec(spec, robot=None) -> None, or raises RewardValidationError
+    validate_spec(spec, robot=None, *, num_envs=None, env_cfg=None) -> None, or RewardValidationError
 
 It runs, in order: the spec's own checks (keys, weights, library terms and their params), the
-static rules and restricted compile of its generated code, the isolated test run of that code
-(a separate, resource- and time-limited process), and, given a robot, one evaluation of the
-library terms on that robot's joints (a joint pattern that matches nothing fails here, not in
-training). The error's str() is a bounded message meant to go back to the LLM that wrote the
-spec: at most MAX_PROBLEMS lines of `line L: rule: what to do`, quoting the candidate only in
-short excerpts (see messages.py).
+static rules and restricted compile of its generated code, the check of that code (sandbox/
+check.py: every term run in the same limited worker process training uses, on batches of the
+training size from rollouts of the training environment, plausible and extreme states), and one
+evaluation of the library terms on the robot's joints (a joint pattern that matches nothing fails
+here, not in training). The error's str() is a bounded message meant to go back to the LLM that
+wrote the spec: at most MAX_PROBLEMS lines of `line L: rule: what to do`, quoting the candidate
+only in short excerpts (see messages.py).
 
 Callers: `train_policy` and `build_runner` (so every runner, bench scripts included), the
-policy_trainer node's intake (`TrainingJob.from_json`), `motionvl bench train --reward`, and
-the reward synthesizer for every candidate. A spec whose code already passed the isolated test
-in this process is not run again (the result is remembered by the code's hash).
+policy_trainer node's intake (`TrainingJob.from_json`), `motionvl bench train --reward`,
+`motionvl reward check` (through the sandbox's check), and the reward synthesizer for every
+candidate. Code that passed for a robot and batch size in this process is not run again (the
+result is remembered by the code's hash).
 """
 
 from __future__ import annotations
@@ -26,12 +28,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from motionvl.rewards.messages import bound_problems, bounded_message, excerpt
+from motionvl.rewards.sandbox.check import DEFAULT_TIMEOUT_S
 from motionvl.rewards.spec import RewardSpec, RewardSpecError
 
-DEFAULT_TIMEOUT_S = 5.0
-"""Wall-time limit of the isolated test run, seconds."""
-
-_PASSED_CODE: OrderedDict[str, bool] = OrderedDict()  # sha256 of code that passed its isolated test
+_PASSED_CODE: OrderedDict[tuple, bool] = OrderedDict()  # (sha256 of code, robot, batch size) that passed
 _PASSED_CODE_SIZE = 256
 _PASSED_LOCK = threading.Lock()
 
@@ -41,19 +41,20 @@ class RewardValidationError(RewardSpecError):
     lines; str() is a heading plus those lines, at most messages.MAX_MESSAGE_CHARS long, fit to go
     back to the LLM verbatim."""
 
-    def __init__(self, problems, where: str = "reward spec"):
+    def __init__(self, problems, where: str = "reward spec", outcome: str = "rejected"):
         self.problems = bound_problems([problems] if isinstance(problems, str) else problems)
         self.where = excerpt(where, 80)
-        super().__init__(bounded_message(f"{self.where} rejected ({len(self.problems)} problem(s)):", self.problems))
+        super().__init__(bounded_message(f"{self.where} {outcome} ({len(self.problems)} problem(s)):", self.problems))
 
 
-def validate_spec(spec, robot=None, *, num_envs: int = 64, timeout_s: float = DEFAULT_TIMEOUT_S,
-                  seed: int | None = None) -> None:
+def validate_spec(spec, robot=None, *, num_envs: int | None = None, env_cfg=None,
+                  timeout_s: float = DEFAULT_TIMEOUT_S, seed: int | None = None) -> None:
     """Validate `spec` (a RewardSpec, or a mapping in RewardSpec.to_dict() form) for training on `robot`
     (a RobotConfig; None: the package's robot config). Returns None; raises RewardValidationError.
 
-    num_envs: batch size of the isolated test run; timeout_s: its wall-time limit; seed: its random
-    batches (None: fresh each call)."""
+    The generated code's check runs like training: batches of `num_envs` environments (None: env_cfg's
+    num_envs, else the environment's default 512), states recorded from env_cfg's environment (None: the
+    default EnvConfig), a fresh random `seed` unless one is given; timeout_s bounds the whole check."""
     where = "reward spec"
     try:
         if isinstance(spec, Mapping):
@@ -67,7 +68,8 @@ def validate_spec(spec, robot=None, *, num_envs: int = 64, timeout_s: float = DE
     where = f"reward spec '{spec.name}'" if spec.name else where
     problems = []
     if spec.code:
-        problems += _test_code(spec.code, num_envs=num_envs, timeout_s=timeout_s, seed=seed)
+        problems += _test_code(spec.code, robot=robot, num_envs=num_envs, env_cfg=env_cfg, timeout_s=timeout_s,
+                               seed=seed)
     if not problems:
         problems += _library_problems(spec, robot)
     if problems:
@@ -80,18 +82,20 @@ def _spec_problems(message: str) -> list[str]:
     return [line for line in lines if line and not line.endswith(":")] or [message]
 
 
-def _test_code(code: str, *, num_envs: int, timeout_s: float, seed: int | None) -> list[str]:
+def _test_code(code: str, *, robot, num_envs, env_cfg, timeout_s: float, seed: int | None) -> list[str]:
     from motionvl.rewards import sandbox
+    from motionvl.rewards.sandbox.test_states import training_batch_size
 
-    key = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
+    num_envs = training_batch_size(env_cfg) if num_envs is None else int(num_envs)
+    robot_key = None if robot is None else (robot.name, robot.joint_names)
+    key = (hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(), robot_key, num_envs)
     with _PASSED_LOCK:
         if key in _PASSED_CODE:
             _PASSED_CODE.move_to_end(key)
             return []
-    if seed is None:
-        seed = int(np.random.SeedSequence().entropy % (2**32))
     try:
-        sandbox.check_reward_code(code, num_envs=num_envs, timeout_s=timeout_s, seed=seed)
+        sandbox.check_reward_code(code, num_envs=num_envs, timeout_s=timeout_s, seed=seed, robot=robot,
+                                  env_cfg=env_cfg)
     except sandbox.RewardCodeError as exc:
         return list(exc.problems)
     with _PASSED_LOCK:

@@ -33,6 +33,10 @@ class TrainBenchArgs:
     """Training YAML (default: config/training.yaml)."""
     reward: str | None = None
     """Reward spec (default: the reference spec)."""
+    reward_isolation: str = dataclasses.field(default="process", metadata={"choices": ("process", "in-process")})
+    """Where the spec's generated terms run: 'process', the sandbox's worker process as training runs them, or
+    'in-process' (the same numbers without the worker's deadline and limits) to measure what the worker
+    costs, e.g. with --reward config/rewards/reference_generated.yaml (the reference terms as generated code)."""
     physics_threads: int | None = dataclasses.field(default=None, metadata={"type": int})
     """MuJoCo threads (default: all cores this process may use)."""
     torch_threads: int | None = dataclasses.field(default=None, metadata={"type": int})
@@ -132,9 +136,16 @@ def run_train_benchmark(args: argparse.Namespace) -> dict | int:
             cfg.update_torch_threads = a.update_torch_threads
         cfg.validate()
         reward = load_reward_spec(a.reward)
-        validate_spec(reward)  # a spec file may carry generated code: the same validation as training
+        validate_spec(reward, env_cfg=cfg.env)  # a spec file may carry generated code: validated as training does
+        reward = reward.with_isolation(a.reward_isolation == "process")
     except (ConfigError, FileNotFoundError) as exc:
         print(f"motionvl bench train: {exc}", file=sys.stderr, flush=True)
         return 2
-    result = benchmark_training(cfg, reward, seconds=a.seconds, log=lambda msg: print(msg, file=sys.stderr, flush=True))
-    return {**result, "overrides": list(a.set or ())}
+    try:
+        result = benchmark_training(cfg, reward, seconds=a.seconds,
+                                    log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    finally:
+        reward.close()
+    generated = sum(t.source == "generated" for t in reward.terms)
+    return {**result, "overrides": list(a.set or ()), "generated_terms": generated,
+            "reward_isolation": a.reward_isolation if generated else None}

@@ -10,6 +10,9 @@ Run directory layout (everything a later step needs, nothing else):
     RUN_DIR/history.jsonl          one JSON record per PPO iteration
     RUN_DIR/term_stats.json        per-term episode reward mean/min/max/last over training
                                    (the "reward reflection" fed back to the LLM)
+    RUN_DIR/reward_failure.json    only when a generated reward term failed in training (deadline, crash,
+                                   non-finite or out-of-range value): why; train_policy then raises
+                                   RewardValidationError with the same bounded message
     RUN_DIR/policy.onnx            the exported actor with the deployment contract (with
                                    policy_average_iterations: the average of the recent iterates)
     RUN_DIR/policy_last_iterate.onnx   only with averaging on: the last iterate, for comparison
@@ -57,6 +60,8 @@ import torch
 import yaml
 
 from motionvl.envs.locomotion import LocomotionEnv
+from motionvl.rewards.sandbox.errors import RewardCodeError
+from motionvl.rewards.validation import RewardValidationError
 from motionvl.rl.averaging import PolicyAverage
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.export import export_policy, policy_metadata
@@ -114,7 +119,7 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     from rsl_rl.runners import OnPolicyRunner
 
     robot = robot or load_robot_config()
-    _validate_reward(reward_fn, robot)
+    _validate_reward(reward_fn, robot, train_cfg.env)
     reward_fn = agree_on_standing(reward_fn, train_cfg.env)
     device = device or train_cfg.resolved_device()
     if train_cfg.torch_threads:
@@ -136,14 +141,21 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     return vec, runner
 
 
-def _validate_reward(reward_fn, robot: RobotConfig) -> None:
-    """A reward spec passes the one validation (motionvl.rewards.validate_spec) before anything trains on it; a
-    plain callable is the caller's own code. The isolated test of generated code runs once per process."""
+def _validate_reward(reward_fn, robot: RobotConfig, env_cfg) -> None:
+    """A reward spec passes the one validation (motionvl.rewards.validate_spec) before anything trains on it, its
+    generated code checked at this env's batch size; a plain callable is the caller's own code. The check of a
+    piece of generated code runs once per process and batch size."""
     from motionvl.rewards import validate_spec
     from motionvl.rewards.spec import RewardSpec
 
     if isinstance(reward_fn, RewardSpec):
-        validate_spec(reward_fn, robot)
+        validate_spec(reward_fn, robot, env_cfg=env_cfg)
+
+
+def _close_reward(reward_fn) -> None:
+    """Stop the worker process of a spec's generated terms (a later call would start a new one)."""
+    if hasattr(reward_fn, "close"):
+        reward_fn.close()
 
 
 def agree_on_standing(reward_fn, env_cfg):
@@ -274,7 +286,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     cfg.validate("train_policy budget")  # the arguments are checked like the config's own keys
     resolved = _resolve_reward(reward_spec, run_dir, resume)
     robot = robot or load_robot_config()
-    _validate_reward(resolved, robot)  # before the run directory is written
+    _validate_reward(resolved, robot, cfg.env)  # before the run directory is written
     # the run's reward_spec.yaml records the thresholds the gait terms train with
     spec = agree_on_standing(resolved, cfg.env)
     if resume and reward_spec is not None:
@@ -332,6 +344,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     bar = _progress_bar(progress, cfg, elapsed0, start_it)
     session_t0 = time.perf_counter()
     session_steps, it, last_iter_s, stop_reason = 0, start_it, 0.0, "time budget"
+    failure = None  # a RewardValidationError when a generated term fails during training
 
     def save() -> None:
         state = {"iteration": it, "total_steps": total_steps, "elapsed_s": elapsed0 + time.perf_counter() - session_t0,
@@ -382,6 +395,10 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
                 stop_reason = "interrupted"
                 break
+            except RewardCodeError as exc:  # a generated term failed in its worker: the candidate fails, the run
+                failure = RewardValidationError(  # directory keeps its last checkpoint (resumable)
+                    exc.problems, f"reward spec '{getattr(spec, 'name', '')}'", f"failed in training at iteration {it + 1}")
+                break
             it += 1
             if average is not None:
                 average.update(runner.alg.get_policy())
@@ -423,6 +440,13 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             if on_iteration is not None and on_iteration(record) is False:
                 stop_reason = "callback"
                 break
+    if failure is not None:
+        if bar is not None:
+            bar.close()
+        writer.close()
+        _close_reward(spec)
+        _write_json(run_dir / FAILURE_FILE, {"iteration": it + 1, "message": str(failure), "problems": failure.problems})
+        raise failure
     ended_on_iterations = cfg.max_iterations if stop_reason == "max iterations" else None
     # the final candidates join the stretch's pool, never start one: a budget too short for the grid stays as it was
     if (selection is not None and selection.final_count() and it > start_it
@@ -438,6 +462,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     if bar is not None:
         bar.close()
     writer.close()
+    _close_reward(spec)
     save()
     last_iterate_path = None
     if average is not None:
@@ -451,6 +476,9 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
 
 
 # ---------------------------------------------------------------------- helpers
+FAILURE_FILE = "reward_failure.json"
+"""In the run directory when a generated reward term failed during training: the iteration, the bounded message
+and its problems (what the policy_trainer node reports as `failed`)."""
 EPISODES_FILE = "latest_episodes.pt"
 """In checkpoints/: the episodes in flight at latest.pt (physics, per-env buffers, random generators),
 so that a resumed run continues them rather than restarting every environment at once."""

@@ -1,91 +1,30 @@
-"""A safe home for generated (untrusted) reward code: static checks, restricted compile, isolated test.
+"""Static rules for generated reward code: what may be written, checked before anything runs.
 
-Reward code format (the synthesizer prompt quotes this)
--------------------------------------------------------
-A Python module holding only:
-- term functions `def _reward_<name>(state):` (added to the reward) and `def _cost_<name>(state):`
-  (subtracted). Each returns one float per environment: an (N,) array computed from `state`, a
-  read-only RewardState whose fields are listed in STATE_API_DOC. <name> uses lowercase letters,
-  digits and `_`. Weights in [0, 1] come from the reward spec, not from the code, so keep every
-  term roughly within [0, 1], e.g. `np.exp(-err / sigma)`.
-- optional helper functions with lowercase names (semantic state variables) that terms call;
-- optional module-level constants: numbers, strings, tuples/lists of them (`SIGMA = 0.25`).
-`np` is NOT numpy: it is a namespace holding only whitelisted math (listed, with the state
-fields, by `reward_code_api_doc()`); masks are applied with np.where or by multiplying.
-Arrays support a few methods (`x.sum(axis=1)`, `x.clip(0, 1)`, `x.astype(float)`, ...) and the
-attributes T, shape, ndim, size. Builtins: abs min max len range float int bool round sum
-enumerate zip. Example:
-
-    SIGMA = 0.25
-
-    def forward_speed_error(state):
-        return np.square(state.base_lin_vel[:, 0] - state.command[:, 0])
-
-    def _reward_track_forward_speed(state):
-        return np.exp(-forward_speed_error(state) / SIGMA)
-
-    def _cost_torque(state):
-        return np.mean(np.square(state.joint_torque / state.effort_limit), axis=1)
-
-Rules (checked before anything runs; each problem reads `line L: rule: what to do instead`)
-------------------------------------------------------------------------------------------
-- Top level: only `def`s, constants and a docstring. No import, class, global/nonlocal, try,
-  with, while, raise, del, assert, lambda, yield/async, walrus, f-strings, dict/set displays,
-  nested functions or decorators.
-- Names: locals, parameters, module constants, module functions (only called, never passed as
-  values), `np`, `state` and the builtins above. Nothing starting with `_` except term names
-  (so no dunders), no open/exec/eval/getattr/__import__/... .
-- Attributes: `state.<documented field>`, `np.<listed name>`, and the listed array methods and
-  attributes on any value. No attribute starting with `_`, no str.format.
-- Calls: module functions, `np.<function>`, the builtins, listed array methods; keywords only
-  axis, keepdims, ord, decimals, ddof, nan/posinf/neginf, min/max/a_min/a_max, start, strict.
-- Loops: `for`/comprehensions only over range(<int literals>) with <= 64 steps, a literal
-  tuple/list, a module-level tuple constant, state.joint_names, or enumerate/zip of these.
-  No recursion (the call graph must be acyclic). The statically counted operations of a term
-  (loops multiply, calls add) must stay <= 20000.
-- No mutation: assignments only to plain names (`x += y` means `x = x + y`); no `out=`.
-- Literals: ints <= 2**63, strings <= 4096 chars, displays <= 256 items; `**` exponent literals
-  within [-64, 64]; `seq * n` with a literal n <= 4096; no `@`, `<<`, `>>`, `'%'` formatting,
-  chained comparisons (`a < b < c`: write `(a < b) & (b < c)`).
-- At run time (see safe_math.py) intermediate arrays stay <= 64 values per environment, a term
-  call does <= 4096 element-operations per environment, indices are plain ints (no masks or
-  index arrays: use np.where), ints/strings/sequences cannot grow without bound.
-- The test run (separate process, wall-time, CPU, memory, file-size and file-descriptor limits)
-  calls every term on random plausible batches of two sizes and requires a finite (N,) array.
+Reward code is parsed, normalised (annotations dropped, `-<number>` folded) and walked once,
+collecting every rule violation as `line L: rule: what to do instead`. Loops must be statically
+bounded, the call graph acyclic and shallow (walked iteratively, so the checker's own stack never
+limits what it accepts), each term's statically counted operations small. Whatever goes wrong
+inside the checker itself is a rejection, never a crash.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import functools
-import json
 import math
-import os
 import re
-import resource
-import signal
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-from typing import Callable
 
-import numpy as np
-
-from motionvl.rewards import safe_math
-from motionvl.rewards.safe_math import (
-    MAX_ITERATIONS,
-    MAX_SEQ_LEN,
+from motionvl.rewards.sandbox.errors import RewardCodeError, problem
+from motionvl.rewards.sandbox.guard import MAX_ITERATIONS, MAX_SEQ_LEN
+from motionvl.rewards.sandbox.namespace import (
+    ARRAY_METHODS,
+    DTYPE_NAMES,
     NP_CONSTANTS,
-    NP_FUNCTIONS,
     NP_NAMES,
     SAFE_BUILTIN_NAMES,
-    Guard,
-    GuardError,
+    SEQUENCE_METHODS,
 )
-from motionvl.rewards.state import STATE_API_DOC, RewardState
-from motionvl.robot import load_robot_config
+from motionvl.rewards.state import RewardState
 
 MAX_SOURCE_CHARS = 64_000
 MAX_AST_DEPTH = 60
@@ -93,17 +32,14 @@ MAX_STATIC_STEPS = 20_000
 MAX_DISPLAY_ITEMS = 256
 MAX_INT_LITERAL = 2**63
 MAX_POW_EXPONENT = 64
-MEM_HEADROOM_BYTES = 1 << 30  # test process address space on top of the interpreter + numpy
+MAX_CALL_DEPTH = 24  # helpers calling helpers: the same depth in the check and in training
 
 TERM_RE = re.compile(r"^_(reward|cost)_([a-z][a-z0-9_]*)$")
 HELPER_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 LOCAL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 STATE_ATTRS = frozenset(f.name for f in dataclasses.fields(RewardState)) | {"num_envs"}
-SAFE_METHODS = frozenset(
-    "sum mean std var min max prod any all argmax argmin clip astype reshape copy flatten ravel "
-    "squeeze round transpose cumsum index count startswith endswith".split()
-)
+SAFE_METHODS = ARRAY_METHODS | SEQUENCE_METHODS
 SAFE_ATTRS = frozenset("T shape ndim size real imag".split())
 SAFE_KEYWORDS = frozenset(
     "axis keepdims ord decimals ddof nan posinf neginf min max a_min a_max start strict".split()
@@ -176,27 +112,7 @@ _EXPRESSION_RULES = {
 }
 
 
-class RewardCodeError(ValueError):
-    """Generated reward code was rejected; `problems` are `line L: rule: explanation` strings."""
 
-    def __init__(self, problems):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(self.problems))
-
-
-@dataclasses.dataclass
-class RewardTerm:
-    name: str  # term name without the _reward_/_cost_ prefix
-    sign: int  # +1 reward, -1 cost
-    fn: Callable[[RewardState], np.ndarray]  # guarded; does not check the output (see evaluate_term)
-    source_name: str  # the function name in the source, e.g. "_reward_track_forward_speed"
-    line: int = 0  # line of its `def`
-    filename: str = "<generated>"
-
-
-# ---------------------------------------------------------------------------------------------
-# Static checks
-# ---------------------------------------------------------------------------------------------
 class _Normalize(ast.NodeTransformer):
     """Drop annotations (never evaluated, never checked) and fold `-<number>` into a literal."""
 
@@ -538,6 +454,9 @@ class _Checker:
                          f"available: {', '.join(sorted(NP_NAMES))}")
             elif call and attr in NP_CONSTANTS:
                 self.add(node, "call", f"`np.{attr}` is a constant, not a function")
+            elif call and attr in DTYPE_NAMES:
+                self.add(node, "call", f"`np.{attr}` is a dtype name for x.astype(np.{attr}), not a function; "
+                         "use float(x) for one number or np.array(values) for a list")
         elif isinstance(value, ast.Name) and value.id == "state" and "state" in self.scope:
             if attr not in STATE_ATTRS:
                 self.add(node, "state-field", f"`state.{attr}` does not exist; fields: {', '.join(sorted(STATE_ATTRS))}")
@@ -578,7 +497,8 @@ class _Checker:
             self.expr(func, call=True)
         elif isinstance(func, ast.Attribute):
             if astype and not (len(node.args) == 1 and not node.keywords and self.is_dtype(node.args[0])):
-                self.add(node, "dtype", "astype takes one of float, int, bool, np.float64, np.float32, np.int64, np.int32")
+                self.add(node, "dtype", "astype takes one of float, int, bool, np.float64, np.float32, np.int64, "
+                         "np.int32, np.bool_")
             self.expr(func, call=True)
         else:
             self.add(node, "call", "only module functions, np.<function>, builtins and array methods can be called")
@@ -588,7 +508,7 @@ class _Checker:
     def is_dtype(node) -> bool:
         return (isinstance(node, ast.Name) and node.id in _DTYPE_ARGS) or (
             isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "np"
-            and node.attr in ("float64", "float32", "int64", "int32", "bool_"))
+            and node.attr in DTYPE_NAMES)
 
     def binop_rules(self, node, op, left, right):
         if type(op) not in _BINOP_SYMBOLS:
@@ -616,27 +536,42 @@ class _Checker:
 
     # -- whole-module properties ---------------------------------------------------------------
     def check_call_graph(self):
-        """Reject recursion (any cycle), then bound each term's statically counted operations."""
-        state, order = {}, []  # name -> 1 visiting / 2 done; order = callees before callers
-
-        def visit(name, path):
-            state[name] = 1
-            for callee, line in self.calls.get(name, ()):
-                if state.get(callee) == 1:
+        """Reject recursion (any cycle) and call chains deeper than MAX_CALL_DEPTH, then bound each term's
+        statically counted operations. Iterative: a long chain of helpers cannot exhaust the checker's stack."""
+        status, order, depth = {}, [], {}  # name -> 1 on the path / 2 done; order: callees before callers
+        for root in self.functions:
+            if root in status:
+                continue
+            status[root] = 1
+            path, stack = [root], [(root, iter(self.calls.get(root, ())))]
+            while stack:
+                name, callees = stack[-1]
+                step = next(callees, None)
+                if step is None:
+                    stack.pop()
+                    path.pop()
+                    status[name] = 2
+                    order.append(name)
+                    depth[name] = 1 + max((depth.get(c, 0) for c, _ in self.calls.get(name, ())), default=0)
+                    continue
+                callee, line = step
+                if status.get(callee) == 1:
                     cycle = path[path.index(callee):] + [callee]
-                    self.add(ast.Pass(lineno=line), "recursion", f"`{name}` calls `{callee}` and the chain "
-                             f"{' -> '.join(cycle)} is recursive (could run forever); compute iteratively "
-                             "with vectorised numpy or a bounded for loop")
-                elif callee not in state:
-                    visit(callee, path + [callee])
-            state[name] = 2
-            order.append(name)
-
-        for name in self.functions:
-            if name not in state:
-                visit(name, [name])
+                    chain = " -> ".join(cycle if len(cycle) <= 5 else [*cycle[:2], "...", *cycle[-2:]])
+                    self.add(ast.Pass(lineno=line), "recursion", f"`{name}` calls `{callee}` and the chain {chain} is "
+                             "recursive (could run forever); compute iteratively with vectorised numpy or a bounded "
+                             "for loop")
+                elif callee not in status and callee in self.functions:
+                    status[callee] = 1
+                    path.append(callee)
+                    stack.append((callee, iter(self.calls.get(callee, ()))))
         if any(rule == "recursion" for _, rule, _ in self.problems):
             return
+        for name in order:
+            if depth[name] > MAX_CALL_DEPTH:
+                self.add(self.functions[name], "call-depth", f"`{name}` starts a chain of {depth[name]} nested function "
+                         f"calls (limit {MAX_CALL_DEPTH}); call fewer helpers inside each other")
+                return
         steps: dict[str, int] = {}
         for name in order:
             fn = self.functions[name]
@@ -662,25 +597,51 @@ class _Checker:
         return own + sum(self.steps(child, known) for child in ast.iter_child_nodes(node))
 
 
-def _parse_and_check(source: str, filename: str) -> tuple[ast.Module, dict[str, ast.FunctionDef]]:
+@dataclasses.dataclass(frozen=True)
+class CheckedCode:
+    """Source that passed the static rules: its normalised tree, functions by name, and the state fields
+    it reads (the only ones a worker process is sent)."""
+
+    tree: ast.Module
+    functions: dict
+    fields: frozenset
+
+
+def check_source(source: str, filename: str = "<generated>") -> CheckedCode:
+    """Apply every static rule to `source`; RewardCodeError lists all problems. Never raises anything else:
+    a failure of the checker itself is a rejection too."""
+    try:
+        return _check(source, filename)
+    except RewardCodeError:
+        raise
+    except RecursionError:
+        raise RewardCodeError(problem(1, "nesting", "the code is nested too deeply to check; split expressions "
+                                         "into several assignments")) from None
+    except Exception as exc:  # noqa: BLE001 - the checker must answer, whatever the input
+        raise RewardCodeError(problem(1, "checker-error", f"the checker could not analyse this code "
+                                      f"({type(exc).__name__}); simplify it")) from None
+
+
+def _check(source: str, filename: str) -> CheckedCode:
     if not isinstance(source, str):
-        raise RewardCodeError("line 1: source: reward code must be a str")
+        raise RewardCodeError(problem(1, "source", "reward code must be a str"))
     if len(source) > MAX_SOURCE_CHARS:
-        raise RewardCodeError(f"line 1: too-large: the code has {len(source)} characters (limit {MAX_SOURCE_CHARS}); keep it short")
+        raise RewardCodeError(problem(1, "too-large", f"the code has {len(source)} characters (limit "
+                                      f"{MAX_SOURCE_CHARS}); keep it short"))
     try:
         tree = ast.parse(source, filename=filename)
     except SyntaxError as exc:
         where = f" (column {exc.offset})" if exc.offset else ""
-        raise RewardCodeError(f"line {exc.lineno or 1}: syntax: {exc.msg}{where}; fix the Python syntax") from None
-    except ValueError as exc:  # e.g. null bytes
-        raise RewardCodeError(f"line 1: syntax: {exc}") from None
+        raise RewardCodeError(problem(exc.lineno or 1, "syntax", f"{exc.msg}{where}; fix the Python syntax")) from None
     except (RecursionError, MemoryError) as exc:
-        raise RewardCodeError(f"line 1: nesting: the code could not be parsed ({type(exc).__name__}); "
-                              "it is nested too deeply, split expressions into several assignments") from None
+        raise RewardCodeError(problem(1, "nesting", f"the code could not be parsed ({type(exc).__name__}); it is "
+                                      "nested too deeply, split expressions into several assignments")) from None
+    except Exception as exc:  # noqa: BLE001 - e.g. null bytes (ValueError)
+        raise RewardCodeError(problem(1, "syntax", f"the code could not be parsed ({type(exc).__name__})")) from None
     deep = _too_deep(tree)
     if deep is not None:
-        raise RewardCodeError(f"line {getattr(deep, 'lineno', 1)}: nesting: expressions/blocks are nested deeper than "
-                              f"{MAX_AST_DEPTH} levels; split them into several assignments")
+        raise RewardCodeError(problem(getattr(deep, "lineno", 1), "nesting", f"expressions/blocks are nested deeper "
+                                      f"than {MAX_AST_DEPTH} levels; split them into several assignments"))
     tree = ast.fix_missing_locations(_Normalize().visit(tree))
     checker = _Checker()
     checker.check_module(tree)
@@ -688,357 +649,7 @@ def _parse_and_check(source: str, filename: str) -> tuple[ast.Module, dict[str, 
         checker.check_call_graph()
     if checker.problems:
         unique = sorted(set(checker.problems))
-        raise RewardCodeError([f"line {line}: {rule}: {text}" for line, rule, text in unique])
-    return tree, checker.functions
-
-
-# ---------------------------------------------------------------------------------------------
-# Instrumented compile
-# ---------------------------------------------------------------------------------------------
-def _guard_call(name: str, *args, keywords=()) -> ast.Call:
-    return ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=list(args), keywords=list(keywords))
-
-
-class _Instrument(ast.NodeTransformer):
-    """Route every allocating operator through the module's Guard (names start with `__`, so the
-    generated source itself can never refer to them)."""
-
-    def visit_BinOp(self, node):
-        self.generic_visit(node)
-        op = ast.Constant(_BINOP_SYMBOLS[type(node.op)])
-        return ast.copy_location(_guard_call("__mvl_binop", op, node.left, node.right), node)
-
-    def visit_AugAssign(self, node):  # `x += y` -> `x = x + y`: never in-place (no mutation)
-        self.generic_visit(node)
-        value = _guard_call("__mvl_binop", ast.Constant(_BINOP_SYMBOLS[type(node.op)]),
-                            ast.Name(id=node.target.id, ctx=ast.Load()), node.value)
-        return ast.copy_location(ast.Assign(targets=[node.target], value=value), node)
-
-    def visit_UnaryOp(self, node):
-        self.generic_visit(node)
-        if isinstance(node.op, ast.Not):
-            return node
-        return ast.copy_location(_guard_call("__mvl_unary", ast.Constant(_UNARY_SYMBOLS[type(node.op)]), node.operand), node)
-
-    def visit_Compare(self, node):
-        self.generic_visit(node)
-        op = ast.Constant(_COMPARE_SYMBOLS[type(node.ops[0])])
-        return ast.copy_location(_guard_call("__mvl_compare", op, node.left, node.comparators[0]), node)
-
-    def visit_Call(self, node):
-        self.generic_visit(node)
-        func = node.func
-        if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "np"):
-            call = _guard_call("__mvl_method", func.value, ast.Constant(func.attr), *node.args, keywords=node.keywords)
-            return ast.copy_location(call, node)
-        return node
-
-    def visit_Subscript(self, node):
-        self.generic_visit(node)
-
-        def plain(index):
-            if isinstance(index, (ast.Slice, ast.Constant)):
-                return index
-            return ast.copy_location(_guard_call("__mvl_index", index), index)
-
-        if isinstance(node.slice, ast.Tuple):
-            node.slice.elts = [plain(e) for e in node.slice.elts]
-        else:
-            node.slice = plain(node.slice)
-        return node
-
-    def _bounded(self, iterable):
-        if isinstance(iterable, ast.Attribute):  # state.joint_names: length known only at run time
-            return ast.copy_location(_guard_call("__mvl_iterable", iterable), iterable)
-        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id in ("enumerate", "zip"):
-            iterable.args = [self._bounded(a) for a in iterable.args]
-        return iterable
-
-    def visit_For(self, node):
-        self.generic_visit(node)
-        node.iter = self._bounded(node.iter)
-        return node
-
-    def visit_comprehension(self, node):
-        self.generic_visit(node)
-        node.iter = self._bounded(node.iter)
-        return node
-
-
-def _problem_from_exception(exc: BaseException, filename: str, line: int) -> str:
-    """`line L: rule: ...` for an exception raised while running generated code."""
-    tb = exc.__traceback__
-    while tb is not None:  # innermost frame of the generated code = the offending line
-        if tb.tb_frame.f_code.co_filename == filename:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    if isinstance(exc, GuardError):
-        return f"line {line}: {exc.rule}: {exc}"
-    if isinstance(exc, MemoryError):
-        return f"line {line}: memory: ran out of memory; keep arrays at (N,) or (N, J)"
-    if isinstance(exc, RecursionError):
-        return f"line {line}: recursion: recursion limit reached"
-    hint = ""
-    if "broadcast" in str(exc):
-        hint = " (check array shapes: joints are (N, J), feet (N, 2) or (N, 2, 3), per-robot limits (J,))"
-    return f"line {line}: runtime-error: {type(exc).__name__}: {exc}{hint}; fix the expression on this line"
-
-
-def _bind(guard: Guard, raw: Callable) -> Callable[[RewardState], np.ndarray]:
-    def term(state: RewardState) -> np.ndarray:
-        with guard.session(state.num_envs):
-            return raw(state)
-
-    term.__name__ = term.__qualname__ = raw.__name__
-    return term
-
-
-def compile_reward_code(source: str, *, filename: str = "<generated>") -> dict[str, RewardTerm]:
-    """Static checks + restricted, instrumented compile. Runs only the module level (defs and
-    constants), never a term. Returns the terms keyed by name without prefix."""
-    tree, functions = _parse_and_check(source, filename)
-    guard = Guard()
-    namespace = {
-        "__builtins__": safe_math.make_builtins(guard),
-        "__name__": "motionvl_reward_candidate",
-        "np": safe_math.make_numpy_namespace(guard),
-        "__mvl_binop": guard.binop, "__mvl_unary": guard.unary, "__mvl_compare": guard.compare,
-        "__mvl_method": guard.method, "__mvl_index": guard.index, "__mvl_iterable": guard.iterable,
-    }
-    try:
-        code = compile(ast.fix_missing_locations(_Instrument().visit(tree)), filename, "exec")
-        with guard.session(0):
-            exec(code, namespace)  # noqa: S102 - checked module: only defs and constant literals
-    except RecursionError:
-        raise RewardCodeError("line 1: nesting: the code is nested too deeply to compile") from None
-    except Exception as exc:  # a constant expression failed (1/0, repetition guard, ...)
-        raise RewardCodeError(_problem_from_exception(exc, filename, 1)) from None
-    terms = {}
-    for fname, node in functions.items():
-        match = TERM_RE.match(fname)
-        if match:
-            terms[match[2]] = RewardTerm(
-                name=match[2], sign=1 if match[1] == "reward" else -1, fn=_bind(guard, namespace[fname]),
-                source_name=fname, line=node.lineno, filename=filename,
-            )
-    return terms
-
-
-def evaluate_term(term: RewardTerm, state: RewardState) -> np.ndarray:
-    """Call `term` and return its float64 (N,) output; RewardCodeError on errors or bad output."""
-    try:
-        out = term.fn(state)
-    except Exception as exc:
-        raise RewardCodeError(_problem_from_exception(exc, term.filename, term.line)) from None
-    n, where = state.num_envs, f"line {term.line}"
-    if not isinstance(out, np.ndarray):
-        kind = "a scalar" if isinstance(out, (int, float, np.generic)) else \
-            "None (missing return?)" if out is None else type(out).__name__
-        raise RewardCodeError(f"{where}: shape: `{term.source_name}` returned {kind}; return one value per "
-                              f"environment, an ({n},) array (e.g. value * np.ones_like(state.base_height))")
-    if out.dtype.kind not in "biuf":
-        raise RewardCodeError(f"{where}: dtype: `{term.source_name}` returned dtype {out.dtype}; return floats")
-    if out.shape != (n,):
-        raise RewardCodeError(f"{where}: shape: `{term.source_name}` returned shape {out.shape}, expected ({n},); "
-                              "reduce per-joint/per-foot axes with np.sum(..., axis=1) or select a column")
-    out = out.astype(np.float64, copy=False)
-    finite = np.isfinite(out)
-    if not finite.all():
-        bad = int(n - finite.sum())
-        raise RewardCodeError(f"{where}: non-finite: `{term.source_name}` returned NaN/inf for {bad} of {n} environments; "
-                              "guard divisions and logs (x / (y + 1e-6), np.log(np.maximum(x, 1e-6))) and clip inputs")
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Plausible random batches
-# ---------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=1)
-def _robot_joints() -> tuple:
-    """(names, default, lower, upper, effort) of the robot config: plausible joint values."""
-    return _joints_of(load_robot_config())
-
-
-def _joints_of(robot) -> tuple:
-    return robot.joint_names, robot.default_pose, robot.lower, robot.upper, robot.effort_limit
-
-
-def random_reward_state(num_envs: int, rng: np.random.Generator, robot=None) -> RewardState:
-    """A batch of plausible mid-walk states (upright-ish, moving, mixed foot contacts) of `robot`'s
-    joints (None: the package's robot config)."""
-    n = int(num_envs)
-    names, default, lower, upper, effort = _robot_joints() if robot is None else _joints_of(robot)
-    nj = len(names)
-    roll, pitch = rng.normal(0.0, 0.08, (2, n))
-    yaw = rng.uniform(-np.pi, np.pi, n)
-    cr, sr, cp, sp, cy, sy = (np.cos(roll / 2), np.sin(roll / 2), np.cos(pitch / 2), np.sin(pitch / 2),
-                              np.cos(yaw / 2), np.sin(yaw / 2))
-    quat = np.stack([cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
-                     cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy], axis=1)
-    gravity = np.stack([np.sin(pitch), -np.cos(pitch) * np.sin(roll), -np.cos(pitch) * np.cos(roll)], axis=1)
-    height = np.clip(rng.normal(0.85, 0.04, n), 0.3, 1.1)
-    base_pos = np.column_stack([rng.uniform(-5, 5, n), rng.uniform(-5, 5, n), height])
-    contact = rng.random((n, 2)) < 0.6
-    swing_height = np.where(contact, 0.0, rng.uniform(0.0, 0.12, (n, 2)))
-    foot_pos = np.stack([base_pos[:, :2] + [0.0, 0.1], base_pos[:, :2] + [0.0, -0.1]], axis=1)
-    foot_pos = np.concatenate([foot_pos + rng.normal(0, 0.1, (n, 2, 2)), swing_height[..., None]], axis=2)
-    action = rng.uniform(-1.0, 1.0, (n, nj))
-    return RewardState(
-        dt=0.02,
-        base_pos=base_pos,
-        base_quat=quat,
-        base_lin_vel=rng.normal([0.4, 0.0, 0.0], [0.3, 0.15, 0.1], (n, 3)),
-        base_ang_vel=rng.normal(0.0, 0.3, (n, 3)),
-        base_vel_avg=rng.normal([0.4, 0.0, 0.0], [0.2, 0.1, 0.1], (n, 3)),
-        projected_gravity=gravity,
-        base_height=height.copy(),
-        joint_pos=np.clip(default + rng.normal(0.0, 0.15, (n, nj)), lower, upper),
-        joint_vel=rng.normal(0.0, 1.5, (n, nj)),
-        joint_acc=rng.normal(0.0, 30.0, (n, nj)),
-        joint_torque=np.clip(rng.normal(0.0, 0.3, (n, nj)) * effort, -effort, effort),
-        default_joint_pos=default,
-        joint_pos_lower=lower,
-        joint_pos_upper=upper,
-        effort_limit=effort,
-        foot_pos=foot_pos,
-        foot_vel=rng.normal(0.0, 0.3, (n, 2, 3)) * np.where(contact, 0.1, 1.0)[..., None],  # stance feet slip a little
-        foot_contact=contact,
-        foot_contact_force=np.where(contact, rng.uniform(50.0, 500.0, (n, 2)), 0.0),
-        foot_air_time=np.where(contact, 0.0, rng.uniform(0.0, 0.5, (n, 2))),
-        first_contact=contact & (rng.random((n, 2)) < 0.2),
-        body_collision=rng.random(n) < 0.03,
-        command=np.column_stack([rng.uniform(-0.5, 1.2, n), rng.uniform(-0.3, 0.3, n), rng.uniform(-0.5, 0.5, n)]),
-        heading_error=rng.normal(0.0, 0.3, n),
-        gait_phase=rng.random(n),
-        gait_period=0.8,
-        action=action,
-        last_action=np.clip(action + rng.normal(0.0, 0.2, (n, nj)), -1.0, 1.0),
-        terminated=rng.random(n) < 0.02,
-        joint_names=names,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Isolated test run
-# ---------------------------------------------------------------------------------------------
-_CHILD_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from motionvl.rewards.sandbox import _child_main; _child_main()"
-_CHILD_ENV = {"PATH": os.defpath, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def check_reward_code(source: str, *, num_envs: int = 64, timeout_s: float = 5.0, seed: int = 0) -> dict[str, RewardTerm]:
-    """Full validation: static checks, restricted compile, then every term run in a separate,
-    resource-limited process on random batches of num_envs and 4*num_envs+1 environments (the
-    second size exposes arrays that grow faster than N). Raises RewardCodeError."""
-    terms = compile_reward_code(source)
-    problems = _run_isolated(source, "<generated>", (num_envs, 4 * num_envs + 1), timeout_s, seed,
-                             {t.source_name: t.line for t in terms.values()})
-    if problems:
-        raise RewardCodeError(problems)
-    return terms
-
-
-def _run_isolated(source, filename, sizes, timeout_s, seed, term_lines) -> list[str]:
-    request = json.dumps({"source": source, "filename": filename, "sizes": list(sizes), "seed": seed, "timeout_s": timeout_s})
-    package_root = str(Path(__file__).resolve().parents[2])
-    timed_out = False
-    with tempfile.TemporaryDirectory(prefix="motionvl-sandbox-") as workdir:
-        # -I: ignore PYTHON* variables, user site and cwd; a fresh empty cwd; own process group.
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", _CHILD_BOOT, package_root], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=_CHILD_ENV, start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(request.encode(), timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)  # the group we created (not yet reaped, so still ours)
-            out, err = proc.communicate()
-        except BaseException:  # interrupted: never leave the test process behind
-            proc.kill()
-            proc.wait()
-            raise
-        leftovers = os.listdir(workdir)
-    running, line = None, 1
-    for text in out.decode(errors="replace").splitlines():
-        if text.startswith("RESULT "):
-            problems = json.loads(text[len("RESULT "):])
-            break
-        if text.startswith("RUN "):
-            _, running, n = text.split()
-            line = term_lines.get(running, 1)
-    else:
-        what = f" while running `{running}` on {n} environments" if running else " before any term ran"
-        if timed_out:
-            problems = [f"line {line}: timeout: the test run did not finish within {timeout_s:g} s{what}; "
-                        "make the computation cheaper"]
-        elif proc.returncode < 0:
-            name = signal.Signals(-proc.returncode).name
-            problems = [f"line {line}: resource-limit: the test process was killed by {name}{what} "
-                        "(CPU, memory or file-size limit)"]
-        else:
-            tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            problems = [f"line {line}: sandbox-error: the test process failed{what}: {tail[0]}"]
-    if leftovers:
-        problems.append(f"line {line}: side-effect: the test run created files {sorted(leftovers)[:5]}")
-    return problems
-
-
-def _limit_resources(timeout_s: float):
-    """Child-side limits, applied before any generated code runs (defence in depth: the static
-    rules already forbid files, processes and unbounded work)."""
-    with open("/proc/self/status") as status:
-        vm_kb = next(int(l.split()[1]) for l in status if l.startswith("VmSize:"))
-    limits = (
-        (resource.RLIMIT_AS, vm_kb * 1024 + MEM_HEADROOM_BYTES),
-        (resource.RLIMIT_CPU, math.ceil(timeout_s) + 1),
-        (resource.RLIMIT_FSIZE, 0),  # no bytes written to any file
-        (resource.RLIMIT_NOFILE, 3),  # stdin/stdout/stderr only: no new files or sockets
-        (resource.RLIMIT_NPROC, 0),  # no new processes (ignored for root)
-        (resource.RLIMIT_CORE, 0),
-    )
-    for which, value in limits:
-        try:
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):
-            pass
-
-
-def _child_main():
-    """Entry point of the test process: read the request, limit itself, run every term."""
-    request = json.loads(sys.stdin.buffer.read())
-    random_reward_state(2, np.random.default_rng(0))  # load numpy's lazy submodules before the fd limit
-    _limit_resources(request["timeout_s"])
-    problems: list[str] = []
-    try:
-        terms = compile_reward_code(request["source"], filename=request["filename"])
-        rng = np.random.default_rng(request["seed"])
-        for n in request["sizes"]:
-            state = random_reward_state(n, rng)
-            for term in terms.values():
-                print("RUN", term.source_name, n, flush=True)
-                try:
-                    evaluate_term(term, state)
-                except RewardCodeError as exc:
-                    problems += exc.problems
-            if problems:
-                break
-    except RewardCodeError as exc:
-        problems += exc.problems
-    except MemoryError:
-        problems.append(f"line 1: memory: a test batch of {request['sizes']} environments did not fit the "
-                        f"sandbox memory limit")
-    print("RESULT", json.dumps(problems), flush=True)
-
-
-def reward_code_api_doc() -> str:
-    """Format, math namespace and state fields: everything the synthesizer prompt needs."""
-    body = __doc__.split("Reward code format (the synthesizer prompt quotes this)")[-1].strip("-\n ")
-    return "\n".join([
-        body,
-        "",
-        "np functions: " + ", ".join(sorted(NP_FUNCTIONS)),
-        "np constants and dtypes: " + ", ".join(sorted(NP_NAMES - NP_FUNCTIONS)),
-        "array methods: " + ", ".join(sorted(SAFE_METHODS)) + "; array attributes: " + ", ".join(sorted(SAFE_ATTRS)),
-        "",
-        STATE_API_DOC,
-    ])
+        raise RewardCodeError([problem(line, rule, text) for line, rule, text in unique])
+    fields = frozenset(node.attr for node in ast.walk(tree)
+                       if isinstance(node, ast.Attribute) and node.attr in STATE_ATTRS)
+    return CheckedCode(tree, checker.functions, fields)

@@ -1,0 +1,255 @@
+"""Run-time limits of one compiled candidate: array sizes, work accounting and operator guards.
+
+Generated code is rewritten (instrument.py) so that every operator that can allocate (`a * b`,
+`-a`, `a < b`, `x[i]`) calls a method of the module's `Guard`, and its `np`, array methods and
+builtins (namespace.py) charge the guard before computing. A guard checks *before* computing:
+- an array result stays within `max_elems` (PER_ENV_ELEMS per environment + CONST_ELEMS), so an
+  (N, 1) * (N,) outer product fails on a training-sized batch instead of eating memory;
+- the term call's work stays within a budget linear in N. Work is charged in element
+  operations weighted by what numpy really spends per element (COST: a transcendental function
+  costs several additions, a median a partition of a copy, a conversion from a Python sequence
+  an object per element); what cannot be charged that way (matrix norms, nested sequences,
+  object or string arrays) is refused by namespace.py instead;
+- Python ints, strings, lists and tuples cannot grow without bound (repeated squaring, doubling);
+- indices are plain integers (no fancy indexing, whose result size depends on the index).
+Violations raise `GuardError(rule, message)`; the sandbox turns it into a message with the line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import threading
+
+import numpy as np
+
+from motionvl.rewards.sandbox.errors import GuardError
+
+PER_ENV_ELEMS = 64  # largest intermediate per environment: (N, 12) joints, (N, 2, 3) feet fit easily
+CONST_ELEMS = 4096  # arrays that do not scale with N (weights, constants)
+WORK_PER_ENV = 4096  # weighted element operations per environment per term call
+CONST_WORK = 1 << 20
+MAX_SEQ_LEN = 4096  # elements in one str/list/tuple
+MAX_INT_BITS = 1024
+MAX_ITERATIONS = 64  # one loop's length (also enforced statically)
+
+COST = {
+    "cheap": 1,  # + - * comparisons, logical ops, abs, min/max, sums, copies
+    "divide": 2,  # /, //, sqrt, clip, where, norms, cumsum
+    "moments": 3,  # std, var (two passes and a temporary)
+    "round": 4,
+    "transcendental": 8,  # exp, log, trigonometric and hyperbolic functions, %, hypot
+    "power": 16,  # **, np.power
+    "median": 16,  # a copy and a partition
+    "python": 32,  # an element converted from a Python list/tuple (one object each)
+}
+"""Weighted element operations per element, measured as ratios of numpy's time per element on
+float64 arrays (bench/reward_isolation.py prints the calibration); conservative upward."""
+
+ARRAY = (np.ndarray, np.generic)
+SEQUENCE = (str, list, tuple)
+NUMBER = (int, float)  # bool is an int; np.float64 is a float
+NUMERIC_KINDS = frozenset("biuf")
+
+
+def numeric_shape(x) -> tuple:
+    """Shape numpy would give `x`, refusing what is not numeric or flat (strings, objects, nested
+    sequences: numpy would convert those element by element at a cost nothing here can charge)."""
+    if isinstance(x, ARRAY):
+        if x.dtype.kind not in NUMERIC_KINDS:
+            raise GuardError("argument-type", f"arrays must be numeric, got dtype {x.dtype.name}")
+        return x.shape
+    if isinstance(x, NUMBER) or x is None:
+        return ()
+    if isinstance(x, (list, tuple)):
+        if len(x) > MAX_SEQ_LEN:
+            raise GuardError("sequence-size", f"a list/tuple of {len(x)} numbers is too large (limit {MAX_SEQ_LEN})")
+        bad = next((v for v in x if not isinstance(v, NUMBER)), None)
+        if bad is None:
+            return (len(x),)
+        hint = "; combine arrays with np.stack((a, b), axis=1)" if isinstance(bad, (*ARRAY, list, tuple)) else ""
+        raise GuardError("argument-type", f"numpy math takes numbers, arrays and flat lists of numbers, not a "
+                         f"{type(x).__name__} holding {type(bad).__name__}{hint}")
+    raise GuardError("argument-type", f"numpy math takes numbers and arrays, not {type(x).__name__}")
+
+
+def broadcast_size(shapes) -> int:
+    """Element count of the broadcast of `shapes` (incompatible shapes: 0, numpy raises its own error)."""
+    ndim = max((len(s) for s in shapes), default=0)
+    size = 1
+    for axis in range(1, ndim + 1):
+        dims = {s[-axis] for s in shapes if len(s) >= axis} - {1}
+        if len(dims) > 1:
+            return 0
+        size *= dims.pop() if dims else 1
+    return size
+
+
+def _size_of(shape: tuple) -> int:
+    size = 1
+    for dim in shape:
+        size *= dim
+    return size
+
+
+def is_int_like(x) -> bool:
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True
+
+
+_BINOPS = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor,
+}
+_BINOP_COST = {"/": "divide", "//": "divide", "%": "transcendental", "**": "power"}
+_COMPARES = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "==": operator.eq, "!=": operator.ne, "is": operator.is_, "is not": operator.is_not,
+    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
+}
+_UNARY = {"-": operator.neg, "+": operator.pos, "~": operator.invert}
+
+
+class Guard:
+    """Per-module run-time limits; `session(num_envs)` brackets one top-level term call."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.max_elems = CONST_ELEMS
+        self.work_left = CONST_WORK
+
+    @contextlib.contextmanager
+    def session(self, num_envs: int):
+        # One term call at a time per module: the budget is per call, not per thread.
+        with self._lock:
+            self.max_elems = PER_ENV_ELEMS * num_envs + CONST_ELEMS
+            self.work_left = WORK_PER_ENV * num_envs + CONST_WORK
+            with np.errstate(all="ignore"):  # NaN/inf are reported from the output, not as warnings
+                yield
+
+    # -- accounting -------------------------------------------------------------------------
+    def spend(self, units: int):
+        self.work_left -= units
+        if self.work_left < 0:
+            raise GuardError(
+                "work-budget",
+                f"the term does too much array work for one step (limit {WORK_PER_ENV} element operations per "
+                "environment, transcendental functions and powers count several); vectorise and avoid "
+                "repeating large array operations in loops",
+            )
+
+    def array_op(self, *operands, cost: str = "cheap", result_shape: tuple | None = None) -> int:
+        """Check and charge one numpy operation over `operands` (numbers, arrays, flat numeric lists);
+        the result is their broadcast unless `result_shape` says otherwise. Returns the result size."""
+        shapes = [numeric_shape(x) for x in operands]
+        size = broadcast_size(shapes) if result_shape is None else _size_of(result_shape)
+        if size > self.max_elems:
+            raise GuardError(
+                "array-size",
+                f"this operation would build an array of {size} elements (limit {self.max_elems}, i.e. "
+                f"{PER_ENV_ELEMS} per environment). Usually an (N, 1) array meets an (N,) array and broadcasts "
+                "to (N, N): reduce to (N,) first, or index with [:, 0]",
+            )
+        listed = sum(len(x) for x in operands if isinstance(x, (list, tuple)))
+        elements = max(size, *(_size_of(s) for s in shapes)) if shapes else size
+        self.spend(COST[cost] * elements + COST["python"] * listed)
+        return size
+
+    def check_seq_len(self, n: int):
+        if n > MAX_SEQ_LEN:
+            raise GuardError("sequence-size", f"a string/list/tuple of {n} elements is too large (limit {MAX_SEQ_LEN})")
+        self.spend(max(n, 1))
+
+    def _check_int(self, op: str, a: int, b: int):
+        bits_a, bits_b = a.bit_length(), b.bit_length()
+        if op == "*":
+            bits = bits_a + bits_b
+        elif op == "**":
+            bits = bits_a * b if b > 0 else 0
+        elif op in ("//", "%", "&"):
+            bits = max(bits_a, bits_b)
+        else:
+            bits = max(bits_a, bits_b) + 1
+        if bits > MAX_INT_BITS:
+            raise GuardError("int-size", f"this integer operation would produce a {bits}-bit number "
+                             f"(limit {MAX_INT_BITS}); use floats")
+        self.spend(1 + bits // 64)
+
+    # -- operators (called by the rewritten code) -------------------------------------------
+    def binop(self, op: str, a, b):
+        seq_a, seq_b = isinstance(a, SEQUENCE), isinstance(b, SEQUENCE)
+        if seq_a or seq_b:
+            if op == "*" and (is_int_like(b) if seq_a else is_int_like(a)):
+                seq, count = (a, operator.index(b)) if seq_a else (b, operator.index(a))
+                self.check_seq_len(len(seq) * max(count, 0))
+            elif op == "+" and seq_a and seq_b:
+                self.check_seq_len(len(a) + len(b))
+            elif op == "%" and isinstance(a, str):
+                raise GuardError("string-format", "'%' string formatting is not available in reward code")
+            elif isinstance(a, str) or isinstance(b, str):
+                raise GuardError("argument-type", f"strings do not support '{op}' here")
+            else:  # list/tuple of numbers meeting an array or a number: numpy converts it
+                self.array_op(a, b, cost=_BINOP_COST.get(op, "cheap"))
+        elif isinstance(a, ARRAY) or isinstance(b, ARRAY):
+            self.array_op(a, b, cost=_BINOP_COST.get(op, "cheap"))
+        elif isinstance(a, int) and isinstance(b, int):
+            self._check_int(op, a, b)
+        elif isinstance(a, NUMBER) and isinstance(b, NUMBER):
+            self.spend(1)
+        else:
+            raise GuardError("argument-type", f"'{op}' takes numbers, arrays and sequences, "
+                             f"not {type(a).__name__} and {type(b).__name__}")
+        return _BINOPS[op](a, b)
+
+    def compare(self, op: str, a, b):
+        if op in ("in", "not in"):
+            if not isinstance(b, SEQUENCE):
+                raise GuardError("operator", "'in' works on strings, tuples and lists; for arrays use "
+                                 "np.any(arr == value)")
+            if isinstance(a, ARRAY) or any(isinstance(v, ARRAY) for v in b[:MAX_SEQ_LEN] if not isinstance(b, str)):
+                raise GuardError("operator", "'in' cannot compare arrays; use np.any(arr == value)")
+            self.spend(len(b))
+        elif op in ("is", "is not"):
+            self.spend(1)
+        elif isinstance(a, ARRAY) or isinstance(b, ARRAY) or (isinstance(a, (list, tuple)) != isinstance(b, (list, tuple))):
+            self.array_op(a, b)
+        elif isinstance(a, SEQUENCE) and isinstance(b, SEQUENCE):
+            if any(isinstance(v, ARRAY) for seq in (a, b) if not isinstance(seq, str) for v in seq):
+                raise GuardError("operator", "sequences holding arrays cannot be compared; compare the arrays")
+            self.spend(min(len(a), len(b)) + 1)
+        else:
+            self.spend(1)
+        return _COMPARES[op](a, b)
+
+    def unary(self, op: str, x):
+        if isinstance(x, ARRAY):
+            self.array_op(x)
+        elif isinstance(x, NUMBER):
+            self.spend(1)
+        else:
+            raise GuardError("argument-type", f"'{op}' takes a number or an array, not {type(x).__name__}")
+        return _UNARY[op](x)
+
+    def index(self, i):
+        """A computed subscript element must be a plain integer (basic indexing only)."""
+        try:
+            return operator.index(i)
+        except TypeError:
+            raise GuardError(
+                "index",
+                f"indices must be integers, got {type(i).__name__}; masks and index arrays are not "
+                "supported: use np.where(mask, a, b) or multiply by the mask",
+            ) from None
+
+    def iterable(self, x):
+        if isinstance(x, (enumerate, zip)):  # built by the wrappers below from checked iterables
+            return x
+        if not isinstance(x, (tuple, list, range)):
+            raise GuardError("loop", "loops run over range(K), tuples, lists and state.joint_names only")
+        if len(x) > MAX_ITERATIONS:
+            raise GuardError("loop", f"loops may run at most {MAX_ITERATIONS} iterations")
+        return x

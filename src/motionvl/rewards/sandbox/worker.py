@@ -1,0 +1,170 @@
+"""The worker process that runs one candidate's generated terms (the child side of isolation.py).
+
+Started as `python -I -c BOOT <package root> <socket fd>` in an empty directory with a minimal
+environment. It compiles the candidate itself, maps the state, loads every numpy module its
+wrappers may need, then limits itself before any term runs: no bytes written to files, no new
+file descriptor at all (every lower number is taken, so no file or socket can be opened), no
+processes, an address-space cap, and before each call a CPU-time limit a little above that
+call's deadline. The state arrives as a read-only mapping of shared memory (the parent writes
+it; here it cannot be written by any route); a batch of another shape means a new worker. The
+term outputs go back over the socket. Whatever a term does, the parent's deadline and these
+limits end it; the worker never answers for the parent's state because it never holds it.
+
+Protocol (both ways: an 8-byte header with the JSON and payload lengths, the JSON, the payload):
+  parent -> {"op": "load", "source", "filename", "terms": [names], "memory_bytes", "cpu_s",
+             "layout": {"size", "fields": [[name, dtype, shape, offset]], "joint_names"}}
+            + two file descriptors: a read-write 8-byte progress page (the index of the running
+            term, for the parent's message when it has to stop a call) and the state mapping, read-only
+  worker -> {"ok": true} | {"problems": [...]}
+  parent -> {"op": "call", "seq", "dt", "gait_period"}
+  worker -> {"seq"} + K x N float64 outputs | {"seq", "problems": [...], "term": k}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import os
+import resource
+import socket
+import struct
+
+HEADER = struct.Struct("<II")
+MAX_FDS = 2
+BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
+        "from motionvl.rewards.sandbox.worker import main; main(int(sys.argv[2]))")
+
+
+class ChannelClosed(Exception):
+    """The other side closed the socket."""
+
+
+def send(sock: socket.socket, message: dict, payload: bytes | memoryview = b"", fds=()) -> None:
+    data = json.dumps(message).encode()
+    head = HEADER.pack(len(data), len(payload))
+    if fds:
+        socket.send_fds(sock, [head], list(fds))
+        sock.sendall(data)
+    else:
+        sock.sendall(head + data)
+    if len(payload):
+        sock.sendall(payload)
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytearray:
+    buf = bytearray(size)
+    view, got = memoryview(buf), 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ChannelClosed()
+        got += n
+    return buf
+
+
+def recv(sock: socket.socket) -> tuple[dict, bytearray, list]:
+    """One message: (JSON, payload, received file descriptors). Honours the socket's timeout."""
+    head, fds, _, _ = socket.recv_fds(sock, HEADER.size, MAX_FDS)
+    if not head:
+        raise ChannelClosed()
+    if len(head) < HEADER.size:
+        head += _recv_exact(sock, HEADER.size - len(head))
+    json_len, payload_len = HEADER.unpack(head)
+    message = json.loads(_recv_exact(sock, json_len))
+    return message, _recv_exact(sock, payload_len), fds
+
+
+def _lowest_free_fd() -> int:
+    fd = 0
+    while True:
+        try:
+            os.fstat(fd)
+        except OSError:
+            return fd
+        fd += 1
+
+
+def _limit_resources(memory_bytes: int) -> None:
+    """Limits before any term runs (defence in depth behind the static rules and the guards)."""
+    with open("/proc/self/status") as status:
+        vm_bytes = next(int(line.split()[1]) for line in status if line.startswith("VmSize:")) * 1024
+    limits = (
+        (resource.RLIMIT_AS, vm_bytes + memory_bytes),
+        (resource.RLIMIT_FSIZE, 0),  # no bytes written to any file
+        (resource.RLIMIT_NOFILE, _lowest_free_fd()),  # every number below is taken: no new descriptor at all
+        (resource.RLIMIT_NPROC, 0),  # no new processes (not enforced for root; nothing can fork anyway)
+        (resource.RLIMIT_CORE, 0),
+    )
+    for which, value in limits:
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+
+
+def _limit_cpu(seconds: float) -> None:
+    """Soft CPU limit `seconds` above what this process has used (SIGXCPU ends it beyond)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + seconds)
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+    except (ValueError, OSError):
+        pass
+
+
+def main(fd: int) -> None:
+    import numpy as np
+
+    from motionvl.rewards.sandbox.errors import RewardCodeError, problem
+    from motionvl.rewards.sandbox.instrument import compile_code
+    from motionvl.rewards.sandbox.namespace import warm_up
+    from motionvl.rewards.sandbox.outputs import evaluate_term
+    from motionvl.rewards.state import RewardState
+
+    sock = socket.socket(fileno=fd)
+    request, _, fds = recv(sock)
+    progress = np.frombuffer(mmap.mmap(fds[0], 8), dtype=np.int64)
+    layout = request["layout"]
+    mapping = mmap.mmap(fds[1], layout["size"], access=mmap.ACCESS_READ)
+    for received in fds:
+        os.close(received)
+    views = {name: np.frombuffer(mapping, dtype=np.dtype(dtype), count=math.prod(shape), offset=offset).reshape(shape)
+             for name, dtype, shape, offset in layout["fields"]}
+    joint_names = tuple(layout["joint_names"])
+    try:
+        compiled = compile_code(request["source"], filename=request["filename"])
+        terms = [compiled.terms[name] for name in request["terms"]]
+    except RewardCodeError as exc:
+        send(sock, {"problems": exc.problems})
+        return
+    warm_up()
+    _limit_resources(int(request["memory_bytes"]))
+    cpu_s = float(request["cpu_s"])
+    send(sock, {"ok": True})
+
+    empty = {name: None for name in RewardState.__dataclass_fields__}
+    while True:
+        try:
+            message, _, _ = recv(sock)
+        except ChannelClosed:
+            return
+        if message["op"] != "call":
+            return
+        _limit_cpu(cpu_s)
+        state = RewardState(**{**empty, **views, "dt": message["dt"], "gait_period": message["gait_period"],
+                               "joint_names": joint_names})
+        out = np.empty((len(terms), state.num_envs))
+        reply = {"seq": message["seq"]}
+        for k, term in enumerate(terms):
+            progress[0] = k
+            try:
+                out[k] = evaluate_term(term, state)
+            except RewardCodeError as exc:
+                reply.update(problems=exc.problems, term=k)
+                break
+            except MemoryError:
+                reply.update(problems=[problem(term.line, "memory", "the term ran out of the worker's memory; "
+                                               "keep arrays at (N,) or (N, J)")], term=k)
+                break
+        send(sock, reply, b"" if "problems" in reply else memoryview(out).cast("B"))

@@ -1,0 +1,233 @@
+"""Where generated terms run: the worker process (read-only shared state, limits, deadline, crash
+containment), the in-process path, the check's training-like batches, and the positive control (the
+reference reward's terms as generated code give the library's numbers, isolated or not)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from motionvl.rewards.sandbox import (
+    OUTPUT_LIMIT,
+    InProcessTerms,
+    IsolatedTerms,
+    RewardCodeError,
+    check_reward_code,
+    compile_code,
+    random_reward_state,
+)
+from motionvl.rewards.sandbox.readonly import frozen, frozen_state
+from motionvl.rewards.sandbox.test_states import extreme_reward_state, rollout_pool
+from motionvl.rewards.spec import load_reward_spec
+from motionvl.rewards.state import RewardState
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+GOOD = (Path(__file__).parent / "data" / "good_rewards" / "tracking.py").read_text()
+REFERENCE_GENERATED = ROOT / "config" / "rewards" / "reference_generated.yaml"
+BIG_WORK = """
+def _reward_big(state):
+    wide = state.joint_pos * 2.0
+    total = np.zeros_like(state.joint_pos)
+    for i in range(8):
+        total = total + np.exp(-np.abs(wide))
+    return np.exp(-np.mean(total, axis=1))
+"""
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return rollout_pool(seed=7)
+
+
+def snapshot(state: RewardState) -> dict:
+    return {f.name: np.copy(getattr(state, f.name)) for f in dataclasses.fields(state)}
+
+
+def assert_unchanged(state: RewardState, before: dict):
+    for name, value in before.items():
+        np.testing.assert_array_equal(getattr(state, name), value, err_msg=name)
+
+
+def max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# -- read-only state -------------------------------------------------------------------------------
+def test_frozen_arrays_cannot_be_made_writable():
+    source = np.arange(6.0).reshape(2, 3)
+    copy = frozen(source)
+    np.testing.assert_array_equal(copy, source)
+    for view in (copy, copy.T, copy[:, 1], copy.reshape(-1)):
+        with pytest.raises(ValueError):
+            view.setflags(write=True)
+        with pytest.raises(ValueError, match="read-only"):
+            view[0] = 1.0
+    source[0, 0] = 99.0  # a copy: the env's later writes do not show through either
+    assert copy[0, 0] == 0.0
+    state = frozen_state(random_reward_state(4, np.random.default_rng(0)), fields={"base_pos", "joint_pos"})
+    assert state.joint_pos.flags.writeable is False and state.joint_vel is None and state.dt > 0
+
+
+def test_worker_maps_the_state_read_only_and_leaves_the_callers_state_alone(pool):
+    runner = IsolatedTerms(compile_code(GOOD))
+    state = pool.sample(64, np.random.default_rng(0))
+    before = snapshot(state)
+    try:
+        values = runner.evaluate(state)
+        pid = runner._worker.proc.pid
+        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        shared = [line for line in maps if "motionvl-reward-state" in line]
+        assert shared and all(line.split()[1] == "r--s" for line in shared), shared  # read-only, shared
+    finally:
+        runner.close()
+    assert_unchanged(state, before)
+    assert sorted(values) == ["fall", "tilt", "track_forward_speed", "track_yaw_rate"]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_isolated_and_in_process_terms_agree_with_each_other(pool):
+    compiled = compile_code(GOOD)
+    isolated, local = IsolatedTerms(compiled), InProcessTerms(compiled)
+    try:
+        for n in (1, 33, 512):  # a new state layout each time: the worker gets a new mapping
+            state = pool.sample(n, np.random.default_rng(n))
+            a, b = isolated.evaluate(state), local.evaluate(state)
+            assert a.keys() == b.keys()
+            for name in a:
+                np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    finally:
+        isolated.close()
+
+
+# -- positive control: the reference reward as generated code ---------------------------------------
+def test_reference_terms_as_generated_code_give_the_library_numbers(pool):
+    generated = load_reward_spec(REFERENCE_GENERATED)
+    library = load_reward_spec(None)
+    assert [(t.name, t.weight) for t in generated.terms] == [(t.name, t.weight) for t in library.terms]
+    local = generated.with_isolation(False)
+    try:
+        rng = np.random.default_rng(1)
+        for state in (pool.sample(512, rng), extreme_reward_state(64, rng, "mixed"), random_reward_state(64, rng)):
+            total, terms = generated(state)
+            ref_total, ref_terms = library(state)
+            np.testing.assert_allclose(total, ref_total, rtol=1e-12, atol=1e-15)
+            for name, value in ref_terms.items():
+                np.testing.assert_allclose(terms[name], value, rtol=1e-12, atol=1e-15, err_msg=name)
+                np.testing.assert_array_equal(local(state)[1][name], terms[name], err_msg=name)
+    finally:
+        generated.close()
+
+
+# -- deadline, crashes and limits ------------------------------------------------------------------
+def test_a_call_past_its_deadline_kills_the_worker_and_names_the_term(pool):
+    runner = IsolatedTerms(compile_code(GOOD + "\n" + BIG_WORK), deadline_s=1e-3)
+    state = pool.sample(65_536, np.random.default_rng(2))  # ~50 ms of work against a 1 ms deadline
+    start = time.monotonic()
+    try:
+        with pytest.raises(RewardCodeError, match=r"^line \d+: deadline: `_\w+` did not return within 0.001 s on "
+                                                  r"65536 environments, so its worker was stopped"):
+            runner.evaluate(state)
+        assert time.monotonic() - start < 60  # start-up has its own deadline; the call waited no longer than its own
+        assert runner._worker is None and psutil.Process().children(recursive=True) == []
+        with pytest.raises(RewardCodeError, match="deadline"):  # final: the candidate has failed
+            runner.evaluate(random_reward_state(2, np.random.default_rng(0)))
+    finally:
+        runner.close()
+
+
+def test_a_worker_that_dies_fails_the_candidate_with_the_signal(pool):
+    runner = IsolatedTerms(compile_code(GOOD))
+    state = pool.sample(16, np.random.default_rng(3))
+    try:
+        runner.evaluate(state)
+        os.kill(runner._worker.proc.pid, signal.SIGKILL)
+        with pytest.raises(RewardCodeError, match=r"^line \d+: crashed: the worker running `_\w+` on 16 environments "
+                                                  r"was killed by SIGKILL"):
+            runner.evaluate(state)
+        assert psutil.Process().children(recursive=True) == []
+    finally:
+        runner.close()
+
+
+def test_the_worker_memory_limit_stops_an_allocation_the_guard_allows(pool):
+    wide = "def _reward_wide(state):\n    w = np.zeros_like(state.joint_pos) + state.joint_pos\n    return w[:, 0]\n"
+    runner = IsolatedTerms(compile_code(wide), memory_bytes=8 << 20)
+    rss_before = max_rss_mb()
+    try:
+        with pytest.raises(RewardCodeError, match=r"^line \d+: memory: "):
+            runner.evaluate(random_reward_state(65_536, np.random.default_rng(4)))  # (N, 12) float64: 6 MB each
+    finally:
+        runner.close()
+    assert max_rss_mb() - rss_before < 200  # the batch itself, built here; the term's arrays stayed in the worker
+
+
+def test_worker_limits_forbid_new_files_and_sockets(tmp_path):
+    probe = (
+        "import os, socket, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from motionvl.rewards.sandbox.worker import _limit_resources\n"
+        "_limit_resources(1 << 30)\n"
+        "for make in (lambda: open('pwned_probe.txt', 'w'), lambda: socket.socket(), lambda: os.pipe()):\n"
+        "    try:\n        make()\n        print('opened')\n    except OSError as exc:\n        print('blocked', exc.errno)\n"
+    )
+    result = subprocess.run([sys.executable, "-I", "-c", probe, str(SRC)], cwd=tmp_path, capture_output=True,
+                            text=True, env={"PATH": os.defpath}, timeout=60)
+    assert result.stdout.split("\n")[:3] == ["blocked 24"] * 3, result  # EMFILE: no descriptor number left
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_bad_value_found_by_the_parent_too_and_failures_are_final():
+    compiled = compile_code("def _reward_x(state):\n    return state.base_height * 0.0 + 5.0 * state.gait_phase\n")
+    runner = IsolatedTerms(compiled)
+    try:
+        assert np.all(runner.evaluate(random_reward_state(8, np.random.default_rng(0)))["x"] <= OUTPUT_LIMIT)
+        state = dataclasses.replace(random_reward_state(8, np.random.default_rng(0)), gait_phase=np.full(8, 3.0))
+        with pytest.raises(RewardCodeError, match=r"^line 1: output-range: `_reward_x` returned 15 \(8 of 8"):
+            runner.evaluate(state)
+        with pytest.raises(RewardCodeError, match="output-range"):
+            runner.evaluate(random_reward_state(8, np.random.default_rng(0)))
+    finally:
+        runner.close()
+
+
+# -- the check runs candidates like training ---------------------------------------------------------
+def test_rollout_states_hold_falls_impacts_and_resets(pool):
+    rows = pool.rows
+    assert len(rows["base_pos"]) >= 1000
+    assert rows["terminated"].any()
+    assert rows["foot_contact_force"].max() > 500.0  # landings harder than the old check's largest force
+    assert (rows["base_height"] < 0.5).any() and (rows["base_height"] > 0.7).any()
+
+
+def test_check_batches_are_training_sized_and_fresh(monkeypatch):
+    from motionvl.rewards.sandbox.test_states import BATCHES
+
+    seen = []
+    real = IsolatedTerms.evaluate
+    monkeypatch.setattr(IsolatedTerms, "evaluate", lambda self, state: seen.append(state) or real(self, state))
+    check_reward_code(GOOD)
+    check_reward_code(GOOD)
+    assert {s.num_envs for s in seen} == {512} and len(seen) == 2 * sum(c for _, c in BATCHES)
+    first, second = seen[: len(seen) // 2], seen[len(seen) // 2:]
+    assert not np.array_equal(first[0].base_pos, second[0].base_pos)  # a fresh seed per check
+    assert 0.7 in {s.gait_period for s in seen}  # the training clock (the old check used 0.8 only)
+    assert any(s.terminated.all() for s in seen) and any(s.foot_contact_force.max() >= 5e3 for s in seen)
+
+
+def test_check_names_the_batch_and_the_seed():
+    source = "def _cost_flip(state):\n    return 1.0 / (1.0 - state.projected_gravity[:, 2]) * 0.0\n"
+    with pytest.raises(RewardCodeError) as info:
+        check_reward_code(source, seed=5)
+    assert info.value.problems[0].startswith("line 1: non-finite: `_cost_flip` returned NaN/inf")
+    assert "extreme-high batch 1 of 1, 512 environments, seed 5]" in info.value.problems[0]
