@@ -1,7 +1,7 @@
 """Left/right gait asymmetry of exported policies over many episodes (not a test).
 
 The kinematic critic reports `gait_asymmetry` (0 = left and right identical in step length, stance
-time, clearance and stance knee; see motionvl.critic.kinematic) for the one rollout it watches.
+time, clearance and stance knee; see motionvl.gait.metrics) for the one rollout it watches.
 One rollout cannot say whether a policy is lopsided or the episode was: this runs each policy on
 one unrandomised episode and on `--episodes` randomised ones at the task command and prints, per
 policy, one JSON line with the mean, median and 90th percentile of the per-episode asymmetry.
@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 
-from motionvl.critic.kinematic import analyse_gait
+from motionvl.gait.metrics import analyse_gait
 from motionvl.rl.evaluate import evaluate
 
 

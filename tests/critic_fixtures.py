@@ -42,10 +42,12 @@ def _corpus() -> list[str]:
     from motionvl.critic import prompts
 
     frames = [np.zeros((8, 8, 3), np.uint8)] * 3
-    p = prompts.build_frames_prompt(frames, [0.0, 0.1, 0.2], "walk forward with straight knees at 0.6 m/s",
-                                    previous_best="the robot walked with bent knees")
-    sheet = prompts.build_contact_sheet_prompt(frames, [0.0, 0.1, 0.2], "walk forward")
-    return [p.system, p.text, sheet.text, prompts.reask_text("no JSON object found in the answer"),
+    times = [0.0, 0.1, 0.2]
+    p = prompts.build_prompt(frames, times, "walk forward with straight knees at 0.6 m/s",
+                             previous_best="the robot walked with bent knees")
+    sheet = prompts.build_prompt(frames, times, "walk forward", options=prompts.FrameOptions(contact_sheet=True))
+    pair = prompts.build_comparison_prompt(frames, times, frames, times, "walk forward with straight knees")
+    return [p.system, p.text, sheet.text, pair.system, pair.text, prompts.reask_text("no JSON object found in the answer"),
             "0123456789 .,:;!?'\"()[]{}<>-+=*/_%#@&|~^$ abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ"]
 
 

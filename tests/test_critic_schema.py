@@ -5,6 +5,7 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+import dataclasses
 import doctest
 import json
 import math
@@ -13,11 +14,12 @@ import numpy as np
 import pytest
 
 from motionvl.critic import base, parsing, prompts, schema
-from motionvl.critic.base import Reply, available_critics, create_critic, critique_with_reask
+from motionvl.critic.base import Reply, available_critics, compare_with_reask, create_critic, critique_with_reask
 from motionvl.critic.parsing import (apply_token_confidence, coerce_unit_interval, combine_confidence,
-                                     extract_json_text, parse_feedback, token_offsets)
-from motionvl.critic.schema import (FEATURE_LABELS, QUANTITIES, Descriptor, MotionFeedback, SchemaError, Suggestion,
-                                    discretise, merge_measurements)
+                                     extract_json_text, parse_comparison, parse_feedback, token_offsets)
+from motionvl.critic.schema import (ANSWER_EXAMPLE, ANSWER_SCHEMA, COMPARISON_EXAMPLE, COMPARISON_SCHEMA,
+                                    FEATURE_LABELS, QUANTITIES, Comparison, Descriptor, MotionFeedback, SchemaError,
+                                    Suggestion, discretise, merge_measurements)
 
 GOOD = {
     "descriptors": [
@@ -315,6 +317,96 @@ def test_token_confidence_combination():
     assert dict(fb.features)["knees_bent"] == pytest.approx(fb.descriptors[0].confidence)
 
 
+# ----------------------------------------------------------------------------- the answer schemas
+
+def test_the_prompts_example_answers_parse():
+    critique_system = prompts.system_prompt()
+    assert json.dumps(ANSWER_EXAMPLE) in critique_system
+    assert json.dumps(ANSWER_SCHEMA, separators=(",", ":")) in critique_system
+    r = parse_feedback(json.dumps(ANSWER_EXAMPLE), "x", "walk with straight knees")
+    assert r.ok, r.error
+    assert [d.label for d in r.feedback.descriptors] == [d["label"] for d in ANSWER_EXAMPLE["descriptors"]]
+    assert r.feedback.alignment_score == ANSWER_EXAMPLE["alignment_score"] and r.repairs == []
+    compare_system = prompts.comparison_system_prompt()
+    assert json.dumps(COMPARISON_EXAMPLE) in compare_system
+    assert json.dumps(COMPARISON_SCHEMA, separators=(",", ":")) in compare_system
+    c = parse_comparison(json.dumps(COMPARISON_EXAMPLE), "x", "walk")
+    assert c.ok, c.error
+    assert (c.comparison.preferred, c.comparison.confidence, c.comparison.reason) == (
+        COMPARISON_EXAMPLE["preferred"], COMPARISON_EXAMPLE["confidence"], COMPARISON_EXAMPLE["reason"])
+
+
+def _fields(cls) -> set:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("answer_schema, example, parse, cls", [
+    (ANSWER_SCHEMA, ANSWER_EXAMPLE, lambda text: parse_feedback(text, "x", "t"), MotionFeedback),
+    (COMPARISON_SCHEMA, COMPARISON_EXAMPLE, lambda text: parse_comparison(text, "x", "t"), Comparison),
+])
+def test_answer_schemas_agree_with_the_parser_and_the_dataclasses(answer_schema, example, parse, cls):
+    properties = set(answer_schema["properties"])
+    assert properties <= _fields(cls) and set(example) <= properties
+    for key in properties:
+        rest = {k: v for k, v in example.items() if k != key}
+        r = parse(json.dumps(rest))
+        if key in answer_schema["required"]:
+            assert not r.ok and r.error.startswith(f"{key}:"), (key, r.error)
+        else:
+            assert r.ok, (key, r.error)
+
+
+def test_descriptor_and_suggestion_items_are_the_dataclasses_model_written_fields():
+    items = ANSWER_SCHEMA["properties"]
+    assert set(items["descriptors"]["items"]["properties"]) == _fields(Descriptor) - {"measured_value", "contradiction"}
+    assert set(items["suggestions"]["items"]["properties"]) == _fields(Suggestion)
+    assert items["descriptors"]["items"]["properties"]["region"]["enum"] == list(schema.REGIONS)
+    assert items["suggestions"]["items"]["properties"]["direction"]["enum"] == list(schema.DIRECTIONS)
+    assert COMPARISON_SCHEMA["properties"]["preferred"]["enum"] == [*schema.PREFERENCES, schema.ABSTAIN]
+
+
+@pytest.mark.parametrize("text, preferred, confidence", [
+    ('{"preferred": "first", "confidence": 0.8, "reason": "straighter knees"}', "first", 0.8),
+    ('```json\n{"preferred": "Second", "confidence": "70%"}\n```', "second", 0.7),
+    ('{"preferred": "neither", "confidence": 0.6, "reason": "they look alike"}', None, 0.6),
+    ('{"preferred": null, "confidence": 0.5}', None, 0.5),
+    ("{'preferred': 'tie', 'confidence': 1}", None, 1.0),
+])
+def test_parse_comparison(text, preferred, confidence):
+    r = parse_comparison(text, "vlm", "walk")
+    assert r.ok, r.error
+    assert r.comparison.preferred == preferred and r.comparison.confidence == pytest.approx(confidence)
+    assert r.comparison.valid and r.comparison.raw_text == text and r.comparison.critic == "vlm"
+
+
+@pytest.mark.parametrize("text, error", [
+    ("The first rollout is clearly better; first, first, first.", "no JSON object found"),
+    ('{"preferred": "the first rollout", "confidence": 0.9}', "preferred: 'the first rollout' is not one of"),
+    ('{"verdict": "first", "confidence": 0.9, "reason": "first is better"}', "preferred: missing"),
+    ('{"preferred": true, "confidence": 0.9}', "preferred: expected one of"),
+    ('{"preferred": "second", "reason": "second"}', "confidence: missing"),
+    ('{"preferred": "second", "confidence": 7.5e3}', "confidence"),
+])
+def test_a_word_in_free_text_never_decides_a_comparison(text, error):
+    r = parse_comparison(text, "vlm", "walk")
+    assert not r.ok and error in r.error
+
+
+def test_comparison_round_trip_mirror_and_validation():
+    c = Comparison("first", 0.8, "straighter knees", meta={"scores": [0.9, 0.4]}, critic="kinematic", task="walk")
+    assert Comparison.from_json(c.to_json()) == c
+    assert c.mirrored().preferred == "second" and c.mirrored().mirrored() == c
+    assert Comparison(None, 0.6, "alike").mirrored().preferred is None
+    with pytest.raises(SchemaError, match="preferred"):
+        Comparison("left", 0.5, "")
+    with pytest.raises(SchemaError, match="invalid comparison prefers nothing"):
+        Comparison("first", 0.5, "", valid=False)
+    with pytest.raises(SchemaError, match="confidence"):
+        Comparison("first", 1.5, "")
+    bad = Comparison.invalid("vlm", "walk", "no answer")
+    assert not bad.valid and bad.preferred is None and bad.error == "no answer"
+
+
 # ----------------------------------------------------------------------------- re-ask protocol
 
 class ScriptedBackend:
@@ -362,6 +454,21 @@ def test_no_reask_when_disabled_and_backend_errors_are_contained():
     assert not fb.valid and "server went away" in fb.error and fb.raw_text == "garbage"
 
 
+def test_compare_reasks_once_then_valid_or_invalid():
+    answer = json.dumps({"preferred": "second", "confidence": 0.9, "reason": "knees straighter"})
+    be = ScriptedBackend("The second one, definitely.", answer)
+    c = compare_with_reask(be, "vlm", "walk")
+    assert c.valid and c.preferred == "second" and c.meta["attempts"] == 2 and c.meta["reasked"]
+    assert be.calls[1][0] == ("assistant", "The second one, definitely.")
+    assert "could not be used: no JSON object found" in be.calls[1][1][1]
+    be = ScriptedBackend("second", '{"preferred": "2nd"}', answer)
+    c = compare_with_reask(be, "vlm", "walk")
+    assert not c.valid and c.preferred is None and len(be.calls) == 2
+    assert c.error.startswith("unusable answer after 2 attempt(s)") and c.raw_text == '{"preferred": "2nd"}'
+    c = compare_with_reask(ScriptedBackend(TimeoutError("read timed out")), "vlm", "walk")
+    assert not c.valid and "backend error: TimeoutError" in c.error
+
+
 # ----------------------------------------------------------------------------- prompts
 
 def _frames(n, h=48, w=64):
@@ -385,8 +492,8 @@ def test_select_frames_every_tenth_of_a_second():
 
 
 def test_frames_prompt_is_region_aware_with_temporal_cues():
-    p = prompts.build_frames_prompt(_frames(4), [0.0, 0.1, 0.2, 0.3], "walk forward with straight knees",
-                                    previous_best="walked with bent knees and a forward lean")
+    p = prompts.build_prompt(_frames(4), [0.0, 0.1, 0.2, 0.3], "walk forward with straight knees",
+                             previous_best="walked with bent knees and a forward lean")
     assert len(p.images) == 4 and p.times == [0.0, 0.1, 0.2, 0.3]
     text = p.text
     for region in ("knees", "ankles", "hips", "torso"):
@@ -399,13 +506,14 @@ def test_frames_prompt_is_region_aware_with_temporal_cues():
     # parts alternate caption -> image
     kinds = [x.kind for x in p.parts]
     assert kinds.count("image") == 4 and kinds[kinds.index("image") - 1] == "text"
-    no_best = prompts.build_frames_prompt(_frames(2), [0.0, 0.1], "walk")
+    no_best = prompts.build_prompt(_frames(2), [0.0, 0.1], "walk")
     assert "set \"better_than_best\" to null" in no_best.text
 
 
 def test_contact_sheet_prompt():
     frames = _frames(6, 48, 64)
-    p = prompts.build_contact_sheet_prompt(frames, [0.1 * k for k in range(6)], "walk", cols=3, tile_longest=None)
+    p = prompts.build_prompt(frames, [0.1 * k for k in range(6)], "walk",
+                             options=prompts.FrameOptions(contact_sheet=True, sheet_cols=3, tile_longest=None))
     assert len(p.images) == 1
     sheet = p.images[0]
     assert sheet.dtype == np.uint8 and sheet.shape == (2 * (48 + 2) + 2, 3 * (64 + 2) + 2, 3)
@@ -435,6 +543,9 @@ def test_registry(tmp_path):
 
         def critique(self, frames, times, task, previous_best=None, **kwargs):
             return MotionFeedback(critic=self.name, task=task)
+
+        def compare(self, first, second, task):
+            return Comparison(None, 1.0, "", critic=self.name, task=task)
 
     try:
         e = create_critic("echo-test", x=1)

@@ -20,11 +20,11 @@ from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.config import PPOConfig, TrainConfig
 from motionvl.rl.evaluate import episode_metrics, evaluate
 from motionvl.rl.export import ContractError, OnnxPolicy, check_contract, export_policy, load_policy, policy_metadata
-from motionvl.rl.gait_metrics import gait_metrics, truncate_at_fall
 from motionvl.rl.trainer import ENV_KEYS_ADDED_LATER, agree_on_standing, build_runner, run_iteration, train_policy, update_thread_count
 from motionvl.rl.vecenv import LocomotionVecEnv
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.sim.trajectory import Trajectory
+from gait_fixtures import synthetic_gait
 from rl_fixtures import PlaceholderReward, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -565,51 +565,6 @@ def test_eval_reports_the_share_of_steps_each_joint_sits_at_the_clip(trained_run
     shares = result["action_at_clip"]
     assert list(shares) == list(robot.joint_names)
     assert [shares[n] for n in robot.joint_names[:4]] == [1.0, 0.5, 0.0, 0.0]
-
-
-def synthetic_gait(T: int = 200, dt: float = 0.02) -> Trajectory:
-    """1 s gait cycle: each foot 60 % stance / 40 % swing, half a cycle apart; swing apex 8 cm."""
-    names = ("left_hip_pitch", "left_knee", "right_hip_pitch", "right_knee")
-    t = np.arange(T) * dt
-    phase = np.stack([(t % 1.0), ((t + 0.5) % 1.0)], axis=1)
-    contact = phase < 0.6 - 1e-9
-    swing = np.clip((phase - 0.6) / 0.4, 0.0, 1.0)
-    foot_pos = np.zeros((T, 2, 3))
-    foot_pos[..., 2] = np.where(contact, 0.0, 0.08 * np.sin(np.pi * swing))
-    foot_vel = np.zeros((T, 2, 3))
-    foot_vel[..., 0] = np.where(contact, 0.02, 1.0)
-    qpos = np.zeros((T, 7 + 4))
-    qpos[:, 3], qpos[:, 5] = np.cos(0.05), np.sin(0.05)  # pitch 0.1 rad about +y (leaning forward)
-    qpos[:, 8] = np.where(contact[:, 0], 0.5, 1.2)  # knees: 0.5 rad in stance, 1.2 in swing
-    qpos[:, 10] = np.where(contact[:, 1], 0.5, 1.2)
-    return Trajectory(dt=dt, joint_names=names, time=t, qpos=qpos, qvel=np.zeros((T, 6 + 4)), foot_pos=foot_pos,
-                      foot_vel=foot_vel, foot_contact=contact, command=np.zeros((T, 3)), fell=np.zeros(T, bool))
-
-
-def test_gait_metrics_on_synthetic_trajectory():
-    m = gait_metrics(synthetic_gait())
-    assert m["knee_angle_stance_deg"] == pytest.approx(np.degrees(0.5), abs=1e-6)
-    assert m["torso_pitch_deg"] == pytest.approx(np.degrees(0.1), abs=1e-6)
-    assert m["step_frequency_hz"] == pytest.approx(2.0, abs=1e-6)
-    assert m["swing_clearance_m"] == pytest.approx(0.08, abs=1e-6)
-    assert m["stance_slip_mps"] == pytest.approx(0.02, abs=1e-9)
-    assert m["double_support_fraction"] == pytest.approx(0.2, abs=0.011)
-    assert m["flight_fraction"] == 0.0
-    assert m["touchdown_speed_mps"] == pytest.approx(0.02, abs=1e-9)
-    # a foot still swinging at its first contact sample: a landing speed, not stance slip
-    landing = synthetic_gait()
-    first = landing.foot_contact & ~np.roll(landing.foot_contact, 1, axis=0)
-    first[0] = False
-    landing.foot_vel[first, 0] = 0.9
-    m = gait_metrics(landing)
-    assert m["stance_slip_mps"] == pytest.approx(0.02, abs=1e-9)
-    assert m["touchdown_speed_mps"] == pytest.approx(0.9, abs=1e-9)
-    hop = synthetic_gait(T=60)  # both feet land at one sample, once: a rate over the trajectory, not 1 / 0
-    hop.foot_contact[:, 1], hop.foot_pos[:, 1] = hop.foot_contact[:, 0], hop.foot_pos[:, 0]
-    assert gait_metrics(hop)["step_frequency_hz"] == pytest.approx(2 / 1.2)
-    traj = synthetic_gait()
-    traj.fell[50:] = True
-    assert len(truncate_at_fall(traj).time) == 51
 
 
 # ---------------------------------------------------------------------- config

@@ -23,6 +23,7 @@ import pytest
 
 from critic_fixtures import random_frames, tiny_vlm_path
 from motionvl.critic import create_critic
+from motionvl.critic.base import Rollout
 from motionvl.critic.vlm_openai import OpenAICritic
 from motionvl.llm.openai_client import ChatClient, ChatClientError, chat_completions_url
 
@@ -296,6 +297,40 @@ def test_no_api_key_means_no_auth_header(monkeypatch):
         assert len(srv.requests) == 1
 
 
+COMPARISON = json.dumps({"preferred": "second", "confidence": 0.75, "reason": "straighter knees in stance"})
+
+
+def test_compare_sends_both_rollouts_labelled_and_reads_the_verdict_field():
+    first, second = Rollout(*random_frames(3, h=40, w=56, seed=1)), Rollout(*random_frames(2, h=40, w=56, seed=2))
+    with ScriptedOpenAIServer([("reply", COMPARISON)]) as srv:
+        c = critic_for(srv).compare(first, second, "walk forward with straight knees")
+    assert c.valid and c.preferred == "second" and c.confidence == 0.75 and c.reason == "straighter knees in stance"
+    assert c.critic == "openai:scripted-vlm" and c.meta["attempts"] == 1 and c.meta["frames_used"] == 5
+    system, user = srv.requests[0]["json"]["messages"]
+    assert '"preferred"' in system["content"] and '"neither"' in system["content"]
+    images = [decode_data_url(p["image_url"]["url"])[1] for p in user["content"] if p["type"] == "image_url"]
+    assert [np.array_equal(a, b) for a, b in zip(images, first.frames + second.frames)] == [True] * 5
+    texts = "".join(p["text"] for p in user["content"] if p["type"] == "text")
+    assert texts.index("First rollout, frame 2 at t=0.20 s") < texts.index("Second rollout, frame 0 at t=0.00 s")
+
+
+def test_compare_reasks_a_verdict_in_prose_and_gives_up_after_one_reask():
+    frames, times = random_frames(2)
+    pair = (Rollout(frames, times), Rollout(frames, times))
+    # MoVLR's bug: a verdict read from a keyword. Prose is re-asked, never taken as "first".
+    with ScriptedOpenAIServer([("reply", "The first rollout is better."), ("reply", COMPARISON)]) as srv:
+        c = critic_for(srv).compare(*pair, "walk")
+    assert c.valid and c.preferred == "second" and c.meta["reasked"] and len(srv.requests) == 2
+    assert srv.requests[1]["json"]["messages"][-2] == {"role": "assistant", "content": "The first rollout is better."}
+    with ScriptedOpenAIServer([("reply", '{"preferred": "first one", "confidence": 0.9}'),
+                               ("reply", "first"), ("reply", COMPARISON)]) as srv:
+        c = critic_for(srv).compare(*pair, "walk")
+    assert not c.valid and c.preferred is None and len(srv.requests) == 2 and c.raw_text == "first"
+    with ScriptedOpenAIServer([("reply", '{"preferred": "neither", "confidence": 0.6, "reason": "alike"}')]) as srv:
+        c = critic_for(srv).compare(*pair, "walk")
+    assert c.valid and c.preferred is None and c.confidence == 0.6
+
+
 # ----------------------------------------------------------------------------- transformers serve
 
 def _free_port() -> int:
@@ -359,3 +394,13 @@ def test_against_transformers_serve_with_the_tiny_vlm(transformers_server):
         assert a["generated_tokens"] and a["generated_tokens"] > 0 and a["http_attempts"] == 1
         assert a["prompt_tokens"] > 100  # system prompt + image tokens
     assert isinstance(fb.raw_text, str) and fb.raw_text
+
+
+def test_compare_against_transformers_serve_with_the_tiny_vlm(transformers_server):
+    url, model = transformers_server
+    critic = OpenAICritic(url, model, max_tokens=12, timeout_s=60, max_retries=1, backoff=0.5, max_frames=2)
+    c = critic.compare(Rollout(*random_frames(3, seed=1)), Rollout(*random_frames(3, seed=2)), "walk forward")
+    # the real server ran the random model on both rollouts' images: garbage, re-asked once, no verdict
+    assert not c.valid and c.preferred is None and c.meta["attempts"] == 2 and critic.requests_made == 2
+    assert c.error.startswith("unusable answer after 2 attempt(s); last parse error")
+    assert all(a["generated_tokens"] > 0 and a["prompt_tokens"] > 100 for a in c.meta["attempt_log"])

@@ -14,6 +14,7 @@ import pytest
 
 from critic_fixtures import build_tiny_vlm, random_frames, teach_answer, tiny_vlm_path
 from motionvl.critic import create_critic
+from motionvl.critic.base import Rollout
 from motionvl.critic.parsing import combine_confidence
 from motionvl.critic.vlm_transformers import TransformersVLMCritic
 from motionvl.llm.hf_generate import HFGenerator, check_model_dir, resolve_device
@@ -47,11 +48,14 @@ def test_missing_model_dir_is_a_clear_error(tmp_path):
         TransformersVLMCritic(tmp_path / "empty")
 
 
-def test_device_auto_resolves_to_what_torch_sees():
+def test_device_auto_is_one_torch_can_use_and_the_model_lands_there(tiny_vlm):
     import torch
 
-    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
-    assert resolve_device("cpu") == "cpu"
+    device = torch.device(resolve_device("auto"))
+    assert torch.ones(2, device=device).sum().item() == 2.0  # fails if "auto" named a device that is not there
+    critic = TransformersVLMCritic(tiny_vlm, max_new_tokens=2)
+    assert {p.device.type for p in critic.generator.model.parameters()} == {device.type}
+    assert resolve_device("cpu") == "cpu" and resolve_device("cuda:1") == "cuda:1"  # explicit names pass through
 
 
 def test_random_model_runs_full_path_and_is_invalid_after_one_reask(tiny_vlm):
@@ -98,6 +102,28 @@ def test_contact_sheet_mode_and_registry(tiny_vlm):
     assert all(a["generated_tokens"] > 0 for a in fb.meta["attempt_log"])
     prompt = critic.build_prompt(frames, times, "stand still", "it stood on bent knees")
     assert len(prompt.images) == 1 and "it stood on bent knees" in prompt.text
+
+
+def test_compare_on_the_random_model_is_invalid_after_one_reask(tiny_vlm):
+    critic = CountingCritic(tiny_vlm, max_new_tokens=12, max_frames=3)
+    first, second = Rollout(*random_frames(4, seed=1)), Rollout(*random_frames(5, seed=2))
+    c = critic.compare(first, second, "walk forward with straight knees")
+    # garbage from random weights is no verdict: re-asked once, then invalid, preferring nothing
+    assert not c.valid and c.preferred is None and c.confidence == 0.0
+    assert c.error.startswith("unusable answer after 2 attempt(s); last parse error")
+    assert critic.generate_calls == 2 and c.meta["attempts"] == 2 and c.raw_text == critic.outputs[-1].text
+    assert all(out.n_tokens > 0 for out in critic.outputs)
+    system, user = critic.message_log[0][:2]
+    assert '"preferred"' in system["content"][0]["text"]
+    texts = [part["text"] for part in user["content"] if part["type"] == "text"]
+    images = [part["image"] for part in user["content"] if part["type"] == "image"]
+    assert len(images) == 6 and c.meta["frames_used"] == 6  # three of each rollout, the first's first
+    assert np.array_equal(images[0], first.frames[0]) and np.array_equal(images[3], second.frames[0])
+    assert any(t.startswith("Second rollout, frame 2 at t=0.40 s") for t in texts)
+    assert "Which rollout fulfils the task better?" in texts[-1]
+    no_frames = critic.compare(first, Rollout([], []), "walk")
+    assert not no_frames.valid and "no camera frames in the second rollout" in no_frames.error
+    assert critic.generate_calls == 2  # nothing was asked
 
 
 def test_no_reask_option(tiny_vlm):

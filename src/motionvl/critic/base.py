@@ -1,11 +1,12 @@
 """The critic protocol, a registry of critic backends, and the parse/re-ask protocol.
 
 Every critic (kinematic analysis, a local transformers VLM, an OpenAI-compatible endpoint)
-answers ``critique(frames, times, task, previous_best=None, **kwargs) -> MotionFeedback``.
-Model-backed critics share :func:`critique_with_reask`: ask, parse, and if the answer cannot be
-parsed ask ONCE more with the parse error; if that fails too, return a feedback with
-``valid=False`` and the error. Backend exceptions are caught as well, so the training loop
-never crashes on a critic.
+answers ``critique(frames, times, task, previous_best=None, **kwargs) -> MotionFeedback`` about
+one rollout and ``compare(first, second, task) -> Comparison`` about two :class:`Rollout` objects.
+Model-backed critics share :func:`critique_with_reask` / :func:`compare_with_reask`: ask, parse,
+and if the answer cannot be parsed ask ONCE more with the parse error; if that fails too, the
+answer has ``valid=False`` and the error. Backend exceptions are caught as well, so the training
+loop never crashes on a critic.
 """
 
 from __future__ import annotations
@@ -13,11 +14,49 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import time
+from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from .parsing import apply_token_confidence, parse_feedback
+import numpy as np
+
+from motionvl.sim.trajectory import Trajectory
+
+from .parsing import apply_token_confidence, parse_comparison, parse_feedback
 from .prompts import reask_text
-from .schema import MotionFeedback
+from .schema import Comparison, MotionFeedback
+
+
+@dataclasses.dataclass
+class Rollout:
+    """One rollout as a critic sees it: camera frames with their times, and the recorded states."""
+
+    frames: list
+    """H x W x 3 uint8 RGB images in time order (may be empty for the kinematic critic)."""
+    times: list
+    """Seconds since the rollout started, one per frame."""
+    trajectory: Trajectory | None = None
+    """The recorded states (what the kinematic critic reads); None when only frames exist."""
+
+    def save(self, directory: str | Path) -> Path:
+        """Write frames.npz (frames, times) and, if present, trajectory.npz into `directory`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        frames = np.stack(self.frames) if self.frames else np.zeros((0, 0, 0, 3), np.uint8)
+        np.savez_compressed(directory / "frames.npz", frames=frames, times=np.asarray(self.times, dtype=float))
+        if self.trajectory is not None:
+            self.trajectory.save(directory / "trajectory.npz")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Rollout":
+        """Read what `save` wrote; a clear error when the directory holds no rollout."""
+        directory = Path(directory)
+        if not (directory / "frames.npz").is_file():
+            raise FileNotFoundError(f"{directory} holds no rollout (no frames.npz)")
+        with np.load(directory / "frames.npz", allow_pickle=False) as f:
+            frames, times = list(f["frames"]), [float(t) for t in f["times"]]
+        traj_file = directory / "trajectory.npz"
+        return cls(frames, times, Trajectory.load(traj_file) if traj_file.is_file() else None)
 
 
 @runtime_checkable
@@ -31,6 +70,8 @@ class Critic(Protocol):
 
     def critique(self, frames: list, times: list[float], task: str, previous_best: str | None = None,
                  **kwargs: Any) -> MotionFeedback: ...
+
+    def compare(self, first: Rollout, second: Rollout, task: str) -> Comparison: ...
 
 
 # ----------------------------------------------------------------------------- registry
@@ -114,8 +155,55 @@ class Reply:
 
 
 AskFn = Callable[[list[tuple[str, str]]], Reply]
-"""Backend callback: given follow-up turns [(role, text), ...] to append after the critique
-prompt (empty on the first attempt), return the model's reply."""
+"""Backend callback: given follow-up turns [(role, text), ...] to append after the prompt (empty
+on the first attempt), return the model's reply."""
+
+
+@dataclasses.dataclass
+class _Asked:
+    parsed: Any
+    """What `parse` returned for the last answer (its `.ok` says whether it is usable)."""
+    reply: Reply | None
+    error: str
+    log: list
+    last_text: str | None
+    latency_s: float
+
+
+def _ask_with_reask(ask: AskFn, parse: Callable[[str], Any], reask: bool) -> _Asked:
+    """Ask, parse, and once more with the parse error when the answer is unusable; never raises."""
+    t0 = time.monotonic()
+    log: list[dict] = []
+    followups: list[tuple[str, str]] = []
+    last_text: str | None = None
+    error = "no attempt made"
+    parsed = reply = None
+    for _ in range(2 if reask else 1):
+        try:
+            reply = ask(list(followups))
+        except Exception as e:  # noqa: BLE001 - a critic must never crash the loop
+            error = f"backend error: {type(e).__name__}: {e}"
+            log.append({"backend_error": error})
+            parsed = None
+            break
+        text = reply.text if isinstance(reply.text, str) else ("" if reply.text is None else str(reply.text))
+        last_text = text
+        entry = dict(reply.meta)
+        log.append(entry)
+        parsed = parse(text)
+        if parsed.ok:
+            return _Asked(parsed, reply, "", log, text, round(time.monotonic() - t0, 4))
+        error = f"parse error: {parsed.error}"
+        entry["parse_error"] = parsed.error
+        followups = [("assistant", text), ("user", reask_text(parsed.error))]
+    if any("parse_error" in e for e in log) and not log[-1].get("backend_error"):
+        error = f"unusable answer after {len(log)} attempt(s); last {error}"
+    return _Asked(None, reply, error, log, last_text, round(time.monotonic() - t0, 4))
+
+
+def _attempts_meta(asked: _Asked) -> dict:
+    return {"attempts": len(asked.log), "reasked": len(asked.log) > 1, "attempt_log": asked.log,
+            "latency_s": asked.latency_s}
 
 
 def critique_with_reask(ask: AskFn, critic: str, task: str, reask: bool = True,
@@ -126,36 +214,23 @@ def critique_with_reask(ask: AskFn, critic: str, task: str, reask: bool = True,
     backend's meta plus ``parse_error`` if any) and ``latency_s``. A transport error (after
     the backend's own retries) is not re-asked: it ends the critique with ``valid=False``.
     """
-    t0 = time.monotonic()
-    log: list[dict] = []
-    followups: list[tuple[str, str]] = []
-    last_text: str | None = None
-    error = "no attempt made"
-    for attempt in range(2 if reask else 1):
-        try:
-            reply = ask(list(followups))
-        except Exception as e:  # noqa: BLE001 - a critic must never crash the loop
-            error = f"backend error: {type(e).__name__}: {e}"
-            log.append({"backend_error": error})
-            break
-        text = reply.text if isinstance(reply.text, str) else ("" if reply.text is None else str(reply.text))
-        last_text = text
-        entry = dict(reply.meta)
-        log.append(entry)
-        res = parse_feedback(text, critic, task)
-        if res.ok:
-            fb = res.feedback
-            if reply.token_probs and reply.token_spans:
-                apply_token_confidence(fb, res.raw_labels, reply.token_spans, reply.token_probs,
-                                       token_confidence_weight)
-            fb.meta.update(attempts=len(log), reasked=attempt > 0, attempt_log=log,
-                           latency_s=round(time.monotonic() - t0, 4))
-            return fb
-        error = f"parse error: {res.error}"
-        entry["parse_error"] = res.error
-        followups = [("assistant", text), ("user", reask_text(res.error))]
-    if any("parse_error" in e for e in log) and not log[-1].get("backend_error"):
-        error = f"unusable answer after {len(log)} attempt(s); last {error}"
-    return MotionFeedback.invalid(critic, task, error, raw_text=last_text,
-                                  meta={"attempts": len(log), "reasked": len(log) > 1, "attempt_log": log,
-                                        "latency_s": round(time.monotonic() - t0, 4)})
+    asked = _ask_with_reask(ask, lambda text: parse_feedback(text, critic, task), reask)
+    if asked.parsed is None:
+        return MotionFeedback.invalid(critic, task, asked.error, raw_text=asked.last_text, meta=_attempts_meta(asked))
+    fb = asked.parsed.feedback
+    reply = asked.reply
+    if reply.token_probs and reply.token_spans:
+        apply_token_confidence(fb, asked.parsed.raw_labels, reply.token_spans, reply.token_probs,
+                               token_confidence_weight)
+    fb.meta.update(_attempts_meta(asked))
+    return fb
+
+
+def compare_with_reask(ask: AskFn, critic: str, task: str, reask: bool = True) -> Comparison:
+    """The same protocol for a comparison answer (:func:`motionvl.critic.parsing.parse_comparison`)."""
+    asked = _ask_with_reask(ask, lambda text: parse_comparison(text, critic, task), reask)
+    if asked.parsed is None:
+        return Comparison.invalid(critic, task, asked.error, raw_text=asked.last_text, meta=_attempts_meta(asked))
+    comparison = asked.parsed.comparison
+    comparison.meta.update(_attempts_meta(asked))
+    return comparison

@@ -12,6 +12,10 @@
 4. validates against the schema and returns either a feedback or a precise error string
    naming the JSON path ("descriptors[2].confidence: ...") that the caller sends back once
    (see :func:`motionvl.critic.base.critique_with_reask`).
+
+:func:`parse_comparison` reads a comparison answer the same way (steps 1 and 2), then takes the
+verdict only from its ``preferred`` field, which must be one of the schema's values: a word in
+free text never decides a comparison.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import math
 import re
 from typing import Any
 
-from .schema import (DIRECTIONS, FEATURE_LABELS, QUANTITIES, REGIONS, Descriptor, MotionFeedback,
-                     SchemaError, Suggestion, discretise, normalise_label)
+from .schema import (ABSTAIN, DIRECTIONS, FEATURE_LABELS, PREFERENCES, QUANTITIES, REGIONS, Comparison, Descriptor,
+                     MotionFeedback, SchemaError, Suggestion, discretise, normalise_label)
 
 
 @dataclasses.dataclass
@@ -517,6 +521,69 @@ def parse_feedback(text: str | None, critic: str, task: str) -> ParseResult:
     fb.raw_text = text
     fb.meta["repairs"] = list(repairs)
     return ParseResult(fb, None, repairs, raw_labels)
+
+
+# ----------------------------------------------------------------------------- comparisons
+
+_ABSTENTIONS = (ABSTAIN, "none", "null", "tie", "equal", "same")
+"""Values of ``preferred`` read as an abstention (JSON null too)."""
+
+
+@dataclasses.dataclass
+class ComparisonParse:
+    comparison: Comparison | None
+    error: str | None
+    repairs: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.comparison is not None
+
+
+def comparison_from_answer(obj: Any, critic: str, task: str, repairs: list[str]) -> Comparison:
+    """Validate/coerce a decoded comparison answer; raises ValueError naming the field on failure."""
+    if isinstance(obj, list) and len(obj) == 1 and isinstance(obj[0], dict):
+        obj = obj[0]
+        repairs.append("unwrapped one-element list")
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object at the top level, got {type(obj).__name__}")
+    if "preferred" not in obj:
+        raise ValueError(f"preferred: missing (expected one of {[*PREFERENCES, ABSTAIN]})")
+    raw = obj["preferred"]
+    if raw is not None and not isinstance(raw, str):
+        raise ValueError(f"preferred: expected one of {[*PREFERENCES, ABSTAIN]}, got {raw!r}")
+    word = "" if raw is None else raw.strip().lower()
+    if raw is None or word in _ABSTENTIONS:
+        preferred = None
+    elif word in PREFERENCES:
+        preferred = word
+    else:
+        raise ValueError(f"preferred: {raw!r} is not one of {[*PREFERENCES, ABSTAIN]}")
+    if "confidence" not in obj:
+        raise ValueError("confidence: missing (expected a number in [0, 1])")
+    confidence, note = coerce_unit_interval(obj["confidence"], "confidence")
+    if note:
+        repairs.append(note)
+    reason = obj.get("reason", "")
+    reason = reason if isinstance(reason, str) else json.dumps(reason)
+    return Comparison(preferred=preferred, confidence=confidence, reason=reason, critic=critic, task=task)
+
+
+def parse_comparison(text: str | None, critic: str, task: str) -> ComparisonParse:
+    """Parse a comparison answer; never raises. On success ``comparison.raw_text`` is the answer and
+    ``comparison.meta["repairs"]`` lists what had to be repaired."""
+    text = text or ""
+    repairs: list[str] = []
+    try:
+        obj, repairs = loads_lenient(text)
+        comparison = comparison_from_answer(obj, critic, task, repairs)
+    except (ValueError, SchemaError) as e:
+        return ComparisonParse(None, str(e), repairs)
+    except Exception as e:  # noqa: BLE001 - model output must never crash the loop
+        return ComparisonParse(None, f"unexpected parse failure: {type(e).__name__}: {e}", repairs)
+    comparison.raw_text = text
+    comparison.meta["repairs"] = list(repairs)
+    return ComparisonParse(comparison, None, repairs)
 
 
 # ----------------------------------------------------------------------------- token confidence

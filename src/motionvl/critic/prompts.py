@@ -9,8 +9,10 @@ backend into base64 data URLs. Two layouts:
 * :func:`build_contact_sheet_prompt`: one grid image (:func:`make_contact_sheet`) whose tiles
   carry their frame index and time, for models that accept a single image or to save tokens.
 
-The model must answer with one JSON object following :data:`ANSWER_SCHEMA`; features are not
-asked for, they are derived from the descriptors with :func:`motionvl.critic.schema.discretise`.
+The model must answer with one JSON object following :data:`motionvl.critic.schema.ANSWER_SCHEMA`;
+features are not asked for, they are derived from the descriptors with
+:func:`motionvl.critic.schema.discretise`. A comparison (:func:`build_comparison_prompt`) shows two
+rollouts, labelled first and second, and asks for :data:`motionvl.critic.schema.COMPARISON_SCHEMA`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import math
 
 import numpy as np
 
-from .schema import DIRECTIONS, FEATURE_LABELS, QUANTITIES, REGIONS
+from .schema import (ABSTAIN, ANSWER_EXAMPLE, ANSWER_SCHEMA, COMPARISON_EXAMPLE, COMPARISON_SCHEMA, DIRECTIONS,
+                     FEATURE_LABELS, QUANTITIES, REGIONS)
 
 FRAME_PERIOD_S = 0.1
 """The paper samples one frame every 0.1 s."""
@@ -34,58 +37,6 @@ REGION_GUIDE: dict[str, str] = {
     "torso": "upright or leaning forward/backward/sideways, wobbling, steady heading",
 }
 """What to look at per region (the paper's four regions)."""
-
-ANSWER_SCHEMA: dict = {
-    "type": "object",
-    "required": ["descriptors", "alignment_score", "suggestions", "better_than_best", "unjudged"],
-    "properties": {
-        "descriptors": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["label", "region", "confidence"],
-                "properties": {
-                    "label": {"type": "string", "description": "a feature label or a quantity name"},
-                    "region": {"enum": list(REGIONS)},
-                    "value": {"type": ["number", "null"]},
-                    "unit": {"type": ["string", "null"]},
-                    "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                    "note": {"type": "string"},
-                },
-            },
-        },
-        "alignment_score": {"type": "number", "minimum": 0, "maximum": 1},
-        "suggestions": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["term", "direction"],
-                "properties": {
-                    "term": {"type": "string"},
-                    "direction": {"enum": list(DIRECTIONS)},
-                    "reason": {"type": "string"},
-                },
-            },
-        },
-        "better_than_best": {"type": ["boolean", "null"]},
-        "unjudged": {"type": "array", "items": {"type": "string"}},
-    },
-}
-"""JSON schema of the answer the model must produce (also usable as an API response_format)."""
-
-ANSWER_EXAMPLE: dict = {
-    "descriptors": [
-        {"label": "knee_flexion", "region": "knees", "value": 35, "unit": "deg", "confidence": 0.7,
-         "note": "both knees stay bent through stance from t=0.2 s on"},
-        {"label": "torso_leaning_forward", "region": "torso", "value": None, "unit": None, "confidence": 0.8,
-         "note": "trunk pitched forward in every frame"},
-    ],
-    "alignment_score": 0.35,
-    "suggestions": [{"term": "knee_extension", "direction": "increase", "reason": "the task asks for straight knees"}],
-    "better_than_best": None,
-    "unjudged": ["exact walking speed"],
-}
-
 
 @dataclasses.dataclass
 class PromptPart:
@@ -248,49 +199,90 @@ def _task_text(task: str, previous_best: str | None, n: int, times: list[float])
     return s
 
 
-def frame_caption(k: int, times: list[float]) -> str:
-    """The temporal-continuity cue placed before frame ``k``."""
+def frame_caption(k: int, times: list[float], rollout: str = "") -> str:
+    """The temporal-continuity cue placed before frame ``k`` (of the named rollout in a comparison)."""
+    who = f"{rollout} rollout, frame" if rollout else "Frame"
     if k == 0:
-        return f"Frame 0 at t={times[0]:.2f} s (start of the rollout):"
-    return (f"Frame {k} at t={times[k]:.2f} s, follows frame {k - 1} "
+        return f"{who} 0 at t={times[0]:.2f} s (start of the rollout):"
+    return (f"{who} {k} at t={times[k]:.2f} s, follows frame {k - 1} "
             f"(+{times[k] - times[k - 1]:.2f} s):")
 
 
-def build_frames_prompt(frames, times, task: str, previous_best: str | None = None,
-                        period_s: float = FRAME_PERIOD_S, max_frames: int | None = 16,
-                        image_longest: int | None = None) -> CritiquePrompt:
-    """One image per sampled frame, each with its temporal-continuity caption."""
-    frames, times = select_frames(frames, times, period_s, max_frames)
-    parts = [PromptPart.of_text(f"A rollout of \"{task}\" follows, one frame every {period_s:.2f} s.\n")]
+@dataclasses.dataclass(frozen=True)
+class FrameOptions:
+    """How a rollout's frames are sampled and shown to a model."""
+
+    period_s: float = FRAME_PERIOD_S
+    """Keep one frame per this many seconds (the paper: 0.1)."""
+    max_frames: int | None = 16
+    """At most this many frames per rollout, evenly spread, first and last kept (None = every sampled one)."""
+    contact_sheet: bool = False
+    """One grid image per rollout (tiles captioned with index and time) instead of one image per frame."""
+    image_longest: int | None = None
+    """One image per frame: downscale so the longest side is at most this many pixels (None = as given)."""
+    sheet_cols: int = 4
+    """Contact sheet: tiles per row."""
+    tile_longest: int | None = 256
+    """Contact sheet: downscale each tile so its longest side is at most this (None = as given)."""
+
+
+def _rollout_parts(frames, times, task: str, options: FrameOptions, rollout: str = ""
+                   ) -> tuple[list[PromptPart], list[float]]:
+    """The prompt parts showing one rollout, and the times of the frames shown."""
+    frames, times = select_frames(frames, times, options.period_s, options.max_frames)
+    if options.contact_sheet:
+        sheet = make_contact_sheet(frames, times, cols=options.sheet_cols, tile_longest=options.tile_longest)
+        cols = max(1, min(options.sheet_cols, len(frames)))
+        whose = f"the {rollout.lower()} rollout" if rollout else "the rollout"
+        layout = (f"The image is a contact sheet of {whose}: {len(frames)} frames in a grid of {cols} columns, "
+                  "read left to right, top to bottom; each tile is labelled with its frame index and time. "
+                  + " ".join(frame_caption(k, times).rstrip(":") + "." for k in range(len(frames))) + "\n")
+        return [PromptPart.of_image(sheet), PromptPart.of_text(layout)], times
+    intro = (f"The {rollout.lower()} rollout of \"{task}\" follows" if rollout else f"A rollout of \"{task}\" follows")
+    parts = [PromptPart.of_text(f"{intro}, one frame every {options.period_s:.2f} s.\n")]
     for k, f in enumerate(frames):
-        parts.append(PromptPart.of_text(frame_caption(k, times) + "\n"))
-        parts.append(PromptPart.of_image(resize_longest(f, image_longest)))
+        parts.append(PromptPart.of_text(frame_caption(k, times, rollout) + "\n"))
+        parts.append(PromptPart.of_image(resize_longest(f, options.image_longest)))
         parts.append(PromptPart.of_text("\n"))
-    parts.append(PromptPart.of_text(_task_text(task, previous_best, len(frames), times)))
+    return parts, times
+
+
+def build_prompt(frames, times, task: str, previous_best: str | None = None,
+                 options: FrameOptions = FrameOptions()) -> CritiquePrompt:
+    """The critique prompt: the rollout's frames (or its contact sheet), then the region-aware task text."""
+    parts, times = _rollout_parts(frames, times, task, options)
+    parts.append(PromptPart.of_text(_task_text(task, previous_best, len(times), times)))
     return CritiquePrompt(system_prompt(), parts, times)
 
 
-def build_contact_sheet_prompt(frames, times, task: str, previous_best: str | None = None,
-                               period_s: float = FRAME_PERIOD_S, max_frames: int | None = 16,
-                               cols: int = 4, tile_longest: int | None = 256) -> CritiquePrompt:
-    """One contact-sheet image (tiles captioned with index and time) plus the text."""
-    frames, times = select_frames(frames, times, period_s, max_frames)
-    sheet = make_contact_sheet(frames, times, cols=cols, tile_longest=tile_longest)
-    cols_eff = max(1, min(cols, len(frames)))
-    layout = (f"The image is a contact sheet of {len(frames)} frames in a grid of {cols_eff} columns, "
-              "read left to right, top to bottom; each tile is labelled with its frame index and time. "
-              + " ".join(frame_caption(k, times).rstrip(":") + "." for k in range(len(frames))) + "\n")
-    parts = [PromptPart.of_image(sheet), PromptPart.of_text(layout + _task_text(task, previous_best, len(frames), times))]
-    return CritiquePrompt(system_prompt(), parts, times)
+def comparison_system_prompt() -> str:
+    """The judge's role and the comparison answer format."""
+    return (
+        "You are a biomechanics expert who compares two rollouts of a simulated humanoid robot asked to "
+        "perform the same task, and says which one fulfils the task better. Judge only what is visible "
+        "in the frames.\n"
+        "Answer with ONE JSON object and nothing else (no prose, no code fence), following this "
+        f"JSON schema:\n{json.dumps(COMPARISON_SCHEMA, separators=(',', ':'))}\n"
+        f"Example answer:\n{json.dumps(COMPARISON_EXAMPLE)}\n"
+        f"\"preferred\" is \"first\" or \"second\" for the rollout that fulfils the task better, or "
+        f"\"{ABSTAIN}\" when you see no clear difference or cannot judge it from the frames. "
+        "\"confidence\" in [0, 1] says how sure you are of that answer; \"reason\" says what differs."
+    )
 
 
-def build_prompt(frames, times, task: str, previous_best: str | None = None, use_contact_sheet: bool = False,
-                 **kwargs) -> CritiquePrompt:
-    if use_contact_sheet:
-        return build_contact_sheet_prompt(frames, times, task, previous_best, **kwargs)
-    kwargs.pop("cols", None)
-    kwargs.pop("tile_longest", None)
-    return build_frames_prompt(frames, times, task, previous_best, **kwargs)
+def build_comparison_prompt(first_frames, first_times, second_frames, second_times, task: str,
+                            options: FrameOptions = FrameOptions()) -> CritiquePrompt:
+    """Both rollouts, labelled first and second, then the question; ``times`` holds the first's then the second's."""
+    first, t_first = _rollout_parts(first_frames, first_times, task, options, "First")
+    second, t_second = _rollout_parts(second_frames, second_times, task, options, "Second")
+    question = (f"Task both robots were asked to perform: \"{task}\".\n"
+                f"You saw the first rollout ({len(t_first)} frames) and then the second rollout "
+                f"({len(t_second)} frames), each in time order. Track each limb from frame to frame and "
+                "compare the motions region by region (knees, ankles, hips, torso, whole body: direction, "
+                "speed, falls or stumbles). Which rollout fulfils the task better?\n"
+                "Answer now with the JSON object only.")
+    return CritiquePrompt(comparison_system_prompt(), first + second + [PromptPart.of_text(question)],
+                          t_first + t_second)
 
 
 def reask_text(error: str) -> str:

@@ -337,9 +337,28 @@ def _construct(cls, d: dict, where: str):
     return obj
 
 
+class _JsonRecord:
+    """to_json / from_json over a class's to_dict / from_dict; `_where` names it in errors."""
+
+    _where = "record"
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_json(cls, text: str):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"{cls._where}: not JSON ({e})") from e
+        return cls.from_dict(obj)
+
+
 @dataclasses.dataclass
-class MotionFeedback:
+class MotionFeedback(_JsonRecord):
     """What one critic says about one rollout. See the module docstring."""
+
+    _where = "feedback"
 
     critic: str
     task: str
@@ -432,17 +451,6 @@ class MotionFeedback:
         d["features"] = [tuple(f) if isinstance(f, list) else f for f in d.get("features", [])]
         return _construct(cls, d, "feedback")
 
-    def to_json(self, **kwargs) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
-
-    @classmethod
-    def from_json(cls, text: str) -> "MotionFeedback":
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"feedback: not JSON ({e})") from e
-        return cls.from_dict(obj)
-
     @classmethod
     def invalid(cls, critic: str, task: str, error: str, raw_text: str | None = None,
                 meta: dict | None = None) -> "MotionFeedback":
@@ -450,8 +458,159 @@ class MotionFeedback:
         return cls(critic=critic or "unknown", task=task or "", valid=False, error=str(error),
                    raw_text=raw_text, meta=dict(meta or {}))
 
-    def feature_dict(self) -> dict[str, float]:
-        return dict(self.features)
+
+
+PREFERENCES: tuple[str, ...] = ("first", "second")
+"""What a comparison may prefer; None is an abstention."""
+
+
+@dataclasses.dataclass
+class Comparison(_JsonRecord):
+    """A critic's answer to "which of two rollouts fulfils the task better?" (MoVLR's judge).
+
+    The search asks in both orders and counts an answer only when the two agree (`mirrored`).
+    """
+
+    _where = "comparison"
+
+    preferred: str | None
+    """"first", "second", or None when the critic abstains (no clear difference, or cannot tell)."""
+    confidence: float
+    """How sure the critic is of its answer (of the abstention too), in [0, 1]."""
+    reason: str
+    """Why, in a sentence or two (measured values where the critic has them)."""
+    valid: bool = True
+    """False when the critic produced no usable answer (`error` says why); then preferred is None."""
+    meta: dict = dataclasses.field(default_factory=dict)
+    """Bookkeeping that is not part of the judgement (scores, attempts, token counts, latency, ...)."""
+    critic: str = ""
+    """Name of the critic that answered."""
+    task: str = ""
+    """The task sentence the rollouts were judged against."""
+    error: str | None = None
+    """Why the answer is not valid."""
+    raw_text: str | None = None
+    """The model's last raw answer (model-backed critics)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, where: str = "comparison") -> None:
+        if self.preferred is not None and self.preferred not in PREFERENCES:
+            raise SchemaError(f"{where}.preferred: {self.preferred!r} is not one of {list(PREFERENCES)} or null")
+        self.confidence = _check_unit_interval(f"{where}.confidence", self.confidence)
+        _check_str(f"{where}.reason", self.reason)
+        if not isinstance(self.valid, bool):
+            raise SchemaError(f"{where}.valid: expected a bool")
+        if not self.valid and self.preferred is not None:
+            raise SchemaError(f"{where}.preferred: an invalid comparison prefers nothing")
+        if not isinstance(self.meta, dict):
+            raise SchemaError(f"{where}.meta: expected an object")
+        _check_str(f"{where}.critic", self.critic)
+        _check_str(f"{where}.task", self.task)
+        for name in ("error", "raw_text"):
+            if getattr(self, name) is not None:
+                _check_str(f"{where}.{name}", getattr(self, name))
+
+    def mirrored(self) -> "Comparison":
+        """The same answer as seen with first and second swapped."""
+        swap = {"first": "second", "second": "first", None: None}
+        return dataclasses.replace(self, preferred=swap[self.preferred], meta=dict(self.meta))
+
+    def to_dict(self) -> dict:
+        return {f.name: (_jsonable(getattr(self, f.name)) if f.name == "meta" else getattr(self, f.name))
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Comparison":
+        if not isinstance(d, dict):
+            raise SchemaError(f"comparison: expected an object, got {type(d).__name__}")
+        return _construct(cls, d, "comparison")
+
+    @classmethod
+    def invalid(cls, critic: str, task: str, error: str, raw_text: str | None = None,
+                meta: dict | None = None) -> "Comparison":
+        """A comparison that says the critic produced nothing usable (never raises)."""
+        return cls(preferred=None, confidence=0.0, reason="", valid=False, meta=dict(meta or {}),
+                   critic=critic or "unknown", task=task or "", error=str(error), raw_text=raw_text)
+
+
+# ----------------------------------------------------------------------------- what a model writes
+# The answers a model-backed critic must write, as JSON schemas (usable as an API response_format)
+# with an example each; the prompts show them and the parser reads them (motionvl.critic.parsing).
+
+ANSWER_SCHEMA: dict = {
+    "type": "object",
+    "required": ["descriptors", "alignment_score"],
+    "properties": {
+        "descriptors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["label", "region", "confidence"],
+                "properties": {
+                    "label": {"type": "string", "description": "a feature label or a quantity name"},
+                    "region": {"enum": list(REGIONS)},
+                    "value": {"type": ["number", "null"]},
+                    "unit": {"type": ["string", "null"]},
+                    "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                    "note": {"type": "string"},
+                },
+            },
+        },
+        "alignment_score": {"type": "number", "minimum": 0, "maximum": 1},
+        "suggestions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["term", "direction"],
+                "properties": {
+                    "term": {"type": "string"},
+                    "direction": {"enum": list(DIRECTIONS)},
+                    "reason": {"type": "string"},
+                },
+            },
+        },
+        "better_than_best": {"type": ["boolean", "null"]},
+        "unjudged": {"type": "array", "items": {"type": "string"}},
+    },
+}
+"""JSON schema of a critique answer: the model-written fields of `MotionFeedback`."""
+
+ANSWER_EXAMPLE: dict = {
+    "descriptors": [
+        {"label": "knee_flexion", "region": "knees", "value": 35, "unit": "deg", "confidence": 0.7,
+         "note": "both knees stay bent through stance from t=0.2 s on"},
+        {"label": "torso_leaning_forward", "region": "torso", "value": None, "unit": None, "confidence": 0.8,
+         "note": "trunk pitched forward in every frame"},
+    ],
+    "alignment_score": 0.35,
+    "suggestions": [{"term": "knee_extension", "direction": "increase", "reason": "the task asks for straight knees"}],
+    "better_than_best": None,
+    "unjudged": ["exact walking speed"],
+}
+"""The example critique answer shown in the prompt (tests check that it parses)."""
+
+ABSTAIN = "neither"
+"""What a model writes to abstain in a comparison answer."""
+
+COMPARISON_SCHEMA: dict = {
+    "type": "object",
+    "required": ["preferred", "confidence"],
+    "properties": {
+        "preferred": {"enum": [*PREFERENCES, ABSTAIN]},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "reason": {"type": "string"},
+    },
+}
+"""JSON schema of a comparison answer: the model-written fields of `Comparison`."""
+
+COMPARISON_EXAMPLE: dict = {
+    "preferred": "second",
+    "confidence": 0.7,
+    "reason": "the second rollout keeps its knees nearly straight through stance; the first walks crouched",
+}
+"""The example comparison answer shown in the prompt (tests check that it parses)."""
 
 
 def _jsonable(x: Any) -> Any:

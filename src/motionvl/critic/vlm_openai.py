@@ -18,63 +18,50 @@ from typing import Any
 import numpy as np
 
 from ..llm.openai_client import ChatClient, image_part, text_part
+from .base import Reply
 from .parsing import token_offsets
-from .base import Reply, critique_with_reask
-from .prompts import FRAME_PERIOD_S, CritiquePrompt, build_prompt
-from .schema import MotionFeedback
+from .prompts import CritiquePrompt
+from .vlm import VLMCritic
 
 
-class OpenAICritic:
-    """``critique(frames, times, task, previous_best=None) -> MotionFeedback`` via an HTTP endpoint.
+class OpenAICritic(VLMCritic):
+    """``critique`` / ``compare`` (see :class:`~motionvl.critic.vlm.VLMCritic`) via an HTTP endpoint.
 
     Args:
         base_url: e.g. "http://127.0.0.1:8000" or "http://127.0.0.1:8000/v1".
         model: the model name the server expects.
         api_key: else env MOTIONVL_OPENAI_API_KEY, else OPENAI_API_KEY, else none (local servers).
-        timeout_s, max_retries, backoff: per-request timeout; retries on 5xx/429/connection
-            errors/timeouts with delays backoff * 2**k (capped at backoff_max_s).
+        timeout_s, max_retries, backoff, backoff_max_s: per-request timeout; retries on
+            5xx/429/connection errors/timeouts with delays backoff * 2**k (capped at backoff_max_s).
+        max_tokens: generation budget per answer.
         image_format: "png" (lossless) or "jpeg" (smaller; jpeg_quality).
-        Other arguments as in :class:`motionvl.critic.vlm_transformers.TransformersVLMCritic`.
+        json_mode: ask for ``response_format={"type": "json_object"}``.
+        request_logprobs: ask for token log-probabilities (combined with stated confidences).
+        extra_body: more request fields, sent as given.
+        image_detail: the ``detail`` of each image part ("low", "high", "auto"), None = not sent.
+        name: critic name in answers (default "openai:<model>").
+        Other keyword arguments: :class:`~motionvl.critic.vlm.VLMCritic` (frames, contact sheet,
+        temperature, token confidence, re-ask).
     """
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 120.0,
                  max_retries: int = 3, backoff: float = 1.0, backoff_max_s: float = 30.0, max_tokens: int = 1024,
-                 temperature: float = 0.0, use_contact_sheet: bool = False, image_format: str = "png",
-                 jpeg_quality: int = 90, frame_period_s: float = FRAME_PERIOD_S, max_frames: int | None = 16,
-                 image_longest: int | None = None, contact_sheet_cols: int = 4, tile_longest: int | None = 256,
-                 json_mode: bool = False, request_logprobs: bool = False, token_confidence_weight: float = 0.5,
-                 reask: bool = True, name: str | None = None, extra_body: dict | None = None,
-                 image_detail: str | None = None):
+                 image_format: str = "png", jpeg_quality: int = 90, json_mode: bool = False,
+                 request_logprobs: bool = False, name: str | None = None, extra_body: dict | None = None,
+                 image_detail: str | None = None, **options: Any):
+        super().__init__(name or f"openai:{model}", **options)
         self.client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries,
                                  backoff_s=backoff, backoff_max_s=backoff_max_s)
         self.model = model
-        self.name = name or f"openai:{model}"
         self.max_tokens = int(max_tokens)
-        self.temperature = float(temperature)
-        self.use_contact_sheet = bool(use_contact_sheet)
         self.image_format = image_format
         self.jpeg_quality = int(jpeg_quality)
-        self.frame_period_s = float(frame_period_s)
-        self.max_frames = max_frames
-        self.image_longest = image_longest
-        self.contact_sheet_cols = int(contact_sheet_cols)
-        self.tile_longest = tile_longest
         self.json_mode = bool(json_mode)
         self.request_logprobs = bool(request_logprobs)
-        self.token_confidence_weight = float(token_confidence_weight)
-        self.reask = bool(reask)
         self.extra_body = dict(extra_body or {})
         self.image_detail = image_detail
         self.requests_made = 0
         """Chat-completion calls made by this critic (each may include HTTP retries)."""
-
-    def build_prompt(self, frames, times, task: str, previous_best: str | None = None) -> CritiquePrompt:
-        kw: dict[str, Any] = dict(period_s=self.frame_period_s, max_frames=self.max_frames)
-        if self.use_contact_sheet:
-            kw.update(cols=self.contact_sheet_cols, tile_longest=self.tile_longest)
-        else:
-            kw.update(image_longest=self.image_longest)
-        return build_prompt(frames, times, task, previous_best, use_contact_sheet=self.use_contact_sheet, **kw)
 
     def messages(self, prompt: CritiquePrompt, followups: list[tuple[str, str]] = ()) -> list[dict]:
         """OpenAI chat messages: system text, a user turn with text and image_url parts, follow-ups."""
@@ -88,13 +75,12 @@ class OpenAICritic:
         msgs += [{"role": role, "content": text} for role, text in followups]
         return msgs
 
-    def _ask(self, base: list[dict], followups: list[tuple[str, str]]) -> Reply:
+    def _ask(self, prompt: CritiquePrompt, followups: list[tuple[str, str]]) -> Reply:
         self.requests_made += 1
-        msgs = base + [{"role": role, "content": text} for role, text in followups]
-        extra = dict(self.extra_body)
-        res = self.client.chat(msgs, max_tokens=self.max_tokens, temperature=self.temperature,
+        res = self.client.chat(self.messages(prompt, followups), max_tokens=self.max_tokens,
+                               temperature=self.temperature,
                                response_format={"type": "json_object"} if self.json_mode else None,
-                               logprobs=self.request_logprobs, **extra)
+                               logprobs=self.request_logprobs, **self.extra_body)
         spans = probs = None
         if res.logprobs:
             spans = token_offsets([t for t, _ in res.logprobs])
@@ -105,13 +91,5 @@ class OpenAICritic:
                            "prompt_tokens": (res.usage or {}).get("prompt_tokens"),
                            "latency_s": round(res.latency_s, 4)})
 
-    def critique(self, frames: list[np.ndarray], times: list[float], task: str,
-                 previous_best: str | None = None, **kwargs: Any) -> MotionFeedback:
-        """Describe the rollout; never raises on server or model failures (``valid=False``)."""
-        prompt = self.build_prompt(frames, times, task, previous_best)
-        base = self.messages(prompt)
-        fb = critique_with_reask(lambda fu: self._ask(base, fu), self.name, task, reask=self.reask,
-                                 token_confidence_weight=self.token_confidence_weight)
-        fb.meta.update(frames_used=len(prompt.times), frame_times=list(prompt.times),
-                       contact_sheet=self.use_contact_sheet, endpoint=self.client.url)
-        return fb
+    def _describe(self) -> dict:
+        return {"endpoint": self.client.url}

@@ -16,69 +16,42 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..llm.hf_generate import GenerationOutput, HFGenerator
-from .base import Reply, critique_with_reask
-from .prompts import FRAME_PERIOD_S, CritiquePrompt, build_prompt
-from .schema import MotionFeedback
+from .base import Reply
+from .prompts import CritiquePrompt
+from .vlm import VLMCritic
 
 
-class TransformersVLMCritic:
-    """``critique(frames, times, task, previous_best=None) -> MotionFeedback`` with a local VLM.
+class TransformersVLMCritic(VLMCritic):
+    """``critique`` / ``compare`` (see :class:`~motionvl.critic.vlm.VLMCritic`) with a local VLM.
 
     Args:
         model_dir: local model directory (config.json, weights, processor files).
         device: "auto" (cuda when torch sees a GPU, else cpu), "cpu", "cuda:1", ...
         max_new_tokens: generation budget per answer.
-        use_contact_sheet: send one grid image instead of one image per frame.
-        temperature: 0 = greedy.
-        frame_period_s / max_frames: frame sampling (paper: every 0.1 s), capped in count.
-        image_longest: downscale frames so their longest side is at most this (None = as given).
-        contact_sheet_cols / tile_longest: contact-sheet layout.
         dtype: None = float32 on CPU, the checkpoint's dtype on GPU.
-        token_confidence_weight: weight of the token probability against the stated confidence
-            (0 = stated only, 1 = token probability only).
-        reask: re-ask once with the parse error when the answer is unusable.
         system_role: put the instructions in a system turn; None = try, and fold them into the
             user turn if the chat template rejects a system role.
-        name: critic name in feedbacks (default "transformers:<directory name>").
+        name: critic name in answers (default "transformers:<directory name>").
+        trust_remote_code: let transformers run the model directory's own code.
+        Other keyword arguments: :class:`~motionvl.critic.vlm.VLMCritic` (frames, contact sheet,
+        temperature, token confidence, re-ask).
     """
 
-    def __init__(self, model_dir: str | Path, device: str = "auto", max_new_tokens: int = 512,
-                 use_contact_sheet: bool = False, temperature: float = 0.0,
-                 frame_period_s: float = FRAME_PERIOD_S, max_frames: int | None = 16,
-                 image_longest: int | None = None, contact_sheet_cols: int = 4, tile_longest: int | None = 256,
-                 dtype: Any = None, token_confidence_weight: float = 0.5, reask: bool = True,
-                 system_role: bool | None = None, name: str | None = None, trust_remote_code: bool = False):
+    def __init__(self, model_dir: str | Path, device: str = "auto", max_new_tokens: int = 512, dtype: Any = None,
+                 system_role: bool | None = None, name: str | None = None, trust_remote_code: bool = False,
+                 **options: Any):
         self.generator = HFGenerator(model_dir, device=device, dtype=dtype, kind="vision",
                                      trust_remote_code=trust_remote_code)
-        self.name = name or f"transformers:{self.generator.name}"
+        super().__init__(name or f"transformers:{self.generator.name}", **options)
         self.max_new_tokens = int(max_new_tokens)
-        self.use_contact_sheet = bool(use_contact_sheet)
-        self.temperature = float(temperature)
-        self.frame_period_s = float(frame_period_s)
-        self.max_frames = max_frames
-        self.image_longest = image_longest
-        self.contact_sheet_cols = int(contact_sheet_cols)
-        self.tile_longest = tile_longest
-        self.token_confidence_weight = float(token_confidence_weight)
-        self.reask = bool(reask)
         self.system_role = system_role
         self.generate_calls = 0
-        """Model.generate calls made by this critic (all critiques)."""
+        """Model.generate calls made by this critic (all critiques and comparisons)."""
 
     @property
     def device(self) -> str:
         return self.generator.device
-
-    def build_prompt(self, frames, times, task: str, previous_best: str | None = None) -> CritiquePrompt:
-        kw: dict[str, Any] = dict(period_s=self.frame_period_s, max_frames=self.max_frames)
-        if self.use_contact_sheet:
-            kw.update(cols=self.contact_sheet_cols, tile_longest=self.tile_longest)
-        else:
-            kw.update(image_longest=self.image_longest)
-        return build_prompt(frames, times, task, previous_best, use_contact_sheet=self.use_contact_sheet, **kw)
 
     def messages(self, prompt: CritiquePrompt, followups: list[tuple[str, str]] = (),
                  system_role: bool = True) -> list[dict]:
@@ -119,15 +92,5 @@ class TransformersVLMCritic:
                      meta={"generated_tokens": out.n_tokens, "prompt_tokens": out.prompt_tokens,
                            "finish_reason": out.finish_reason, "latency_s": round(out.latency_s, 4)})
 
-    def critique(self, frames: list[np.ndarray], times: list[float], task: str,
-                 previous_best: str | None = None, **kwargs: Any) -> MotionFeedback:
-        """Describe the rollout; never raises on model output (``valid=False`` instead).
-
-        Bad inputs (no frames, frames/times length mismatch, non-RGB arrays) raise ValueError.
-        """
-        prompt = self.build_prompt(frames, times, task, previous_best)
-        fb = critique_with_reask(lambda fu: self._ask(prompt, fu), self.name, task, reask=self.reask,
-                                 token_confidence_weight=self.token_confidence_weight)
-        fb.meta.update(frames_used=len(prompt.times), frame_times=list(prompt.times),
-                       contact_sheet=self.use_contact_sheet, device=self.device)
-        return fb
+    def _describe(self) -> dict:
+        return {"device": self.device}

@@ -15,7 +15,7 @@ import numpy as np
 from motionvl.envs.config import CommandConfig, EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.rl.export import OnnxPolicy, check_contract, load_policy
-from motionvl.rl.gait_metrics import GAIT_KEYS, gait_metrics, truncate_at_fall
+from motionvl.gait.metrics import EVAL_KEYS, gait_metrics, truncate_at_fall
 from motionvl.robot import ConfigError, RobotConfig, load_robot_config
 from motionvl.sim.math import to_heading_frame, yaw_of
 from motionvl.sim.trajectory import Trajectory
@@ -163,7 +163,7 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
         "yaw_rate_error_rps": mean("yaw_rate_error_rps"), "heading_error_deg": mean("heading_error_deg"),
         "fell_fraction": mean("fell"),
         "time_upright_s": mean("time_upright_s"), "success_rate": mean("success"), "task_score": mean("task_score"),
-        **{k: mean(k) for k in GAIT_KEYS},
+        **{k: mean(k) for k in EVAL_KEYS},
         # share of policy steps each joint's action sits at the clip: the joint asks for more than its range
         "action_at_clip": {n: round(float(v / max(steps, 1)), 4) for n, v in zip(env.robot.joint_names, at_clip)},
     }
