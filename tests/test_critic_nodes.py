@@ -30,7 +30,8 @@ from sensor_msgs.msg import CameraInfo, Image, JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from motionvl.critic.schema import Descriptor, MotionFeedback  # noqa: E402
+from motionvl.critic.base import Rollout  # noqa: E402
+from motionvl.critic.schema import Comparison, Descriptor, MotionFeedback  # noqa: E402
 from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
 from motionvl.ros.camera_renderer_node import CameraRendererNode  # noqa: E402
 from motionvl.ros.vlm_critic_node import VlmCriticNode, image_to_rgb  # noqa: E402
@@ -58,6 +59,7 @@ class Probe:
         self.images: list = []
         self.infos: list = []
         self.feedback: list = []
+        self.comparisons: list = []
         self.js_pub = n.create_publisher(JointState, "joint_states", STATES)
         self.odom_pub = n.create_publisher(Odometry, "odom", STATES)
         self.boundary_pub = n.create_publisher(String, "rollout/boundary", RELIABLE)
@@ -65,6 +67,8 @@ class Probe:
         n.create_subscription(Image, "camera/image_raw", self._keep(self.images), qos_profile_sensor_data)
         n.create_subscription(CameraInfo, "camera/camera_info", self._keep(self.infos), qos_profile_sensor_data)
         n.create_subscription(String, "critic/feedback", self._keep(self.feedback), LATCHED)
+        n.create_subscription(String, "critic/comparison", self._keep(self.comparisons), LATCHED)
+        self.compare_pub = n.create_publisher(String, "critic/compare", RELIABLE)
         self.critique_client = n.create_client(Trigger, "vlm_critic/critique")
 
     def _keep(self, store: list):
@@ -125,11 +129,22 @@ def params(**kw):
 def test_camera_node_publishes_image_and_camera_info(graph, ros_context):
     cam, probe = graph(lambda ns: CameraRendererNode(context=ros_context, namespace=ns, parameter_overrides=params(
         width=160, height=120, frame_interval_s=0.05)))
-    assert wait_for(lambda: probe.js_pub.get_subscription_count() > 0 and probe.odom_pub.get_subscription_count() > 0)
-    time.sleep(0.3)
-    assert probe.count(probe.images) == 0  # nothing to draw before a joint state arrives
-    t = 1.5
-    assert wait_for(lambda: (probe.publish_state(t), probe.count(probe.images) > 0)[1], timeout=20.0, period=0.1)
+    assert wait_for(lambda: probe.js_pub.get_subscription_count() > 0 and probe.odom_pub.get_subscription_count() > 0
+                    and probe.node.count_publishers("camera/image_raw") > 0)
+    time.sleep(0.3)  # frame timers fire with no state yet; the states below are the sentinel
+    sent = []
+
+    def publish(t: float) -> None:
+        sent.append((int(t), int(round((t - int(t)) * 1e9))))
+        probe.publish_state(t)
+
+    def stamps() -> list:
+        with probe.lock:
+            return [(m.header.stamp.sec, m.header.stamp.nanosec) for m in probe.images]
+
+    # each state gets its own stamp, so a frame says which state it drew
+    assert wait_for(lambda: (publish(1.5 + 1e-3 * len(sent)), probe.count(probe.images) > 0)[1], timeout=20.0, period=0.1)
+    assert set(stamps()) <= set(sent)  # nothing was drawn before a joint state arrived
     img, info = probe.last(probe.images), probe.last(probe.infos)
     assert wait_for(lambda: probe.last(probe.infos) is not None)
     info = probe.last(probe.infos)
@@ -137,16 +152,26 @@ def test_camera_node_publishes_image_and_camera_info(graph, ros_context):
     assert len(img.data) == 160 * 120 * 3
     rgb = image_to_rgb(img)
     assert rgb.std() > 10.0  # not blank
-    assert img.header.stamp.sec == 1 and abs(img.header.stamp.nanosec - 5e8) < 1e3  # the drawn state's stamp
+    assert (img.header.stamp.sec, img.header.stamp.nanosec) in sent  # the drawn state's stamp
     assert (info.width, info.height) == (160, 120)
     fy = 60.0 / math.tan(math.radians(45.0) / 2)
     np.testing.assert_allclose(info.k, [fy, 0, 79.5, 0, fy, 59.5, 0, 0, 1], rtol=1e-6)
-    # idle: once the states sent are drawn, no new state means no new frames
+    # idle: no new state means no new frame. Once the newest state is drawn, leave the camera idle, then
+    # send a sentinel state: between the two, at most one more frame of the newest state (its odom may
+    # arrive after its joint state), where a camera drawing while idle would have sent about ten
+    for _ in range(10):  # the newest state's joint message may be lost (best effort): then send another
+        if wait_for(lambda: stamps()[-1] == sent[-1], timeout=2.0):
+            break
+        publish(1.5 + 1e-3 * len(sent))
+    assert stamps()[-1] == sent[-1]
+    drawn = len(stamps())
     time.sleep(0.5)
-    n = probe.count(probe.images)
-    time.sleep(0.5)
-    assert probe.count(probe.images) == n
-    assert cam.frames_published >= 1
+    first_sentinel = len(sent)
+    assert wait_for(lambda: (publish(2.25 + 1e-3 * len(sent)), any(s in sent[first_sentinel:] for s in stamps()))[1],
+                    timeout=20.0, period=0.1)
+    between = [s for s in stamps()[drawn:] if s not in sent[first_sentinel:]]
+    assert between in ([], [sent[first_sentinel - 1]]), between
+    assert cam.frames_published >= drawn
 
 
 def feed_rollout(probe: Probe, critic, seconds: float, speed: float = 0.0, knee: float = 0.4, t0: float = 10.0,
@@ -227,6 +252,56 @@ def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):
         ex.spin_once(timeout_sec=0.1)
     node.destroy_node()
     assert late and json.loads(late[0].data)["valid"] is False
+
+
+def comparison_for(probe: Probe, request_id) -> Comparison | None:
+    with probe.lock:
+        found = [Comparison.from_json(m.data) for m in probe.comparisons]
+    return next((c for c in found if c.meta.get("request_id") == request_id), None)
+
+
+def test_critic_node_compares_two_rollouts_named_in_each_request(graph, ros_context, tmp_path):
+    critic, probe = graph(lambda ns: VlmCriticNode(context=ros_context, namespace=ns, parameter_overrides=params(
+        backend="kinematic", rollout_dir=str(tmp_path / "rollouts"))))
+    assert wait_for(lambda: probe.boundary_pub.get_subscription_count() > 0 and probe.compare_pub.get_subscription_count() > 0
+                    and probe.js_pub.get_subscription_count() > 0 and probe.odom_pub.get_subscription_count() > 0)
+    task = "walk forward at 0.5 m/s"
+    for n, (rollout_id, speed) in enumerate((("stood", 0.0), ("moved", 0.5))):
+        start_rollout(probe, critic, task=task, id=rollout_id)
+        sent = feed_rollout(probe, critic, seconds=2.0, speed=speed, t0=10.0 + 10 * n)
+        assert wait_for(lambda: min(critic.collected()["states"], critic.collected()["odom"]) >= sent, timeout=10.0)
+        probe.boundary(event="end")
+        assert wait_for(lambda: probe.count(probe.feedback) >= n + 1)
+    stood = MotionFeedback.from_json(probe.feedback[0].data)
+    moved = MotionFeedback.from_json(probe.feedback[1].data)
+    # no best kept by the node: nothing to judge the second rollout against unless the boundary sends it
+    assert stood.better_than_best is None and moved.better_than_best is None
+    saved = Rollout.load(stood.meta["rollout_path"])
+    assert saved.frames == [] and len(saved.trajectory.time) == stood.meta["states"]
+
+    def ask(request_id, first, second, **extra):
+        probe.compare_pub.publish(String(data=json.dumps({"id": request_id, "task": task, "first": first,
+                                                          "second": second, **extra})))
+
+    ask("q1", {"rollout_id": "stood"}, {"rollout_id": "moved"})
+    ask("q2", {"rollout_id": "moved"}, {"path": stood.meta["rollout_path"]})  # r* as a saved rollout
+    assert wait_for(lambda: comparison_for(probe, "q1") and comparison_for(probe, "q2"))
+    q1, q2 = comparison_for(probe, "q1"), comparison_for(probe, "q2")
+    assert q1.valid and q1.preferred == "second" and q1.critic == "kinematic" and q1.task == task
+    assert q2.valid and q2.preferred == "first" and q2.confidence == q1.confidence  # asked the other way round
+    # bad requests get an answer too, saying what is wrong
+    ask("q3", {"rollout_id": "never-seen"}, {"rollout_id": "moved"})
+    probe.compare_pub.publish(String(data='{"id": "q4", "first": {}}'))
+    assert wait_for(lambda: comparison_for(probe, "q3") and comparison_for(probe, "q4"))
+    assert not comparison_for(probe, "q3").valid and "no recent rollout with id 'never-seen'" in comparison_for(probe, "q3").error
+    assert not comparison_for(probe, "q4").valid and "first must be" in comparison_for(probe, "q4").error
+    # the orchestrator sends the best feedback so far with the boundary: then the critique judges against it
+    start_rollout(probe, critic, task=task, id="again")
+    sent = feed_rollout(probe, critic, seconds=2.0, speed=0.0, t0=40.0)
+    assert wait_for(lambda: min(critic.collected()["states"], critic.collected()["odom"]) >= sent, timeout=10.0)
+    probe.boundary(event="end", previous_best=moved.to_dict())
+    assert wait_for(lambda: probe.count(probe.feedback) >= 3)
+    assert MotionFeedback.from_json(probe.last(probe.feedback).data).better_than_best is False
 
 
 class SlowFakeVLM:

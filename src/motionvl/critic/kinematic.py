@@ -69,9 +69,14 @@ def _ramp(x: float, lo: float, hi: float, c0: float = 0.6, c1: float = 0.95) -> 
 
 
 def measured(a: GaitAnalysis, label: str) -> float | None:
-    """A descriptor's measured value in its own unit (None where the analysis has none)."""
+    """A descriptor's measured value in its own unit (None where the analysis has none).
+
+    knee_flexion without a stance sample (the feet never touched) is the mean knee angle over the
+    whole window: what a camera would still see of the knees."""
     key, scale, *_ = DESCRIPTORS[label]
     value = a.get(key)
+    if value is None and label == "knee_flexion":
+        value = a.get("knee_angle_mean_deg")
     if value is None or (label == "foot_clearance" and not sum(a.swings)):
         return None
     return value * scale
@@ -84,7 +89,7 @@ def build_descriptors(a: GaitAnalysis) -> list[Descriptor]:
     swings = sum(a.swings)
     moving = abs(v("forward_speed_mps") or 0.0) > 0.1 or abs(v("lateral_speed_mps") or 0.0) > 0.1
     conf = {
-        "knee_flexion": 0.9 if sum(a.stance_phases) >= 2 else 0.75,
+        "knee_flexion": 0.9 if sum(a.stance_phases) >= 2 else 0.75 if sum(a.stance_phases) else 0.7,
         "knee_flexion_left": 0.9 if a.stance_phases[0] >= 1 else 0.7,
         "knee_flexion_right": 0.9 if a.stance_phases[1] >= 1 else 0.7,
         "swing_knee_flexion": _conf_from_count(swings),
@@ -103,6 +108,8 @@ def build_descriptors(a: GaitAnalysis) -> list[Descriptor]:
             continue
         if label == "speed_error" and not any(abs(x) > 1e-9 for x in a.command):
             continue
+        if label == "knee_flexion" and a.get("knee_angle_stance_deg") is None:
+            note = "mean knee angle over the rollout (no foot was on the ground)"
         if label == "fell":  # "fell" is also a feature label: state it only when it happened
             if a.fall_time_s is None:
                 continue

@@ -285,6 +285,18 @@ def build_comparison_prompt(first_frames, first_times, second_frames, second_tim
                           t_first + t_second)
 
 
+def describe_feedback(feedback) -> str:
+    """A feedback (the best motion so far) as the text a critique prompt quotes."""
+    parts = [f"alignment score {feedback.alignment_score:.2f}"]
+    if feedback.features:
+        parts.append("features: " + ", ".join(f"{label} ({conf:.2f})" for label, conf in feedback.features))
+    notes = [f"{d.label}" + (f" {d.value:g} {d.unit or ''}".rstrip() if d.value is not None else "")
+             + (f": {d.note}" if d.note else "") for d in feedback.descriptors[:12]]
+    if notes:
+        parts.append("descriptors: " + "; ".join(notes))
+    return ". ".join(parts)
+
+
 def reask_text(error: str) -> str:
     """The single follow-up turn after an unparsable answer."""
     return (f"Your previous answer could not be used: {error}\n"

@@ -23,6 +23,7 @@ key                            unit       definition (on the window)
 knee_angle_stance_deg          deg        see above
 knee_angle_stance_left_deg     deg        the left leg's stance samples only (right: likewise)
 knee_angle_swing_peak_deg      deg        peak knee angle of each swing, averaged over swings
+knee_angle_mean_deg            deg        knee angle over every window sample, both legs
 torso_pitch_deg                deg        mean base pitch, + = leaning forward (nose down)
 torso_roll_deg                 deg        mean base roll, + = leaning right
 torso_pitch_std_deg            deg        standard deviation of the pitch (roll: likewise)
@@ -277,6 +278,8 @@ def analyse_gait(traj: Trajectory, *, warmup_s: float = WARMUP_S, min_phase_s: f
         v[f"knee_angle_stance_{side}_deg"] = float(stance_knee[k].mean()) if stance_knee[k].size else nan
     pooled = np.concatenate(stance_knee)
     v["knee_angle_stance_deg"] = float(pooled.mean()) if pooled.size else nan
+    both = [k for k in knees if k is not None]
+    v["knee_angle_mean_deg"] = float(np.degrees(np.asarray(tr.joint_pos[:, both], dtype=float).mean())) if both else nan
     v["knee_angle_swing_peak_deg"] = _mean(swing_knee)
     v["swing_clearance_m"] = _mean(clearance[0] + clearance[1])
     slip_all = np.concatenate(slip) if slip else np.array([])
