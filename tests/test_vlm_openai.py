@@ -232,10 +232,9 @@ def test_timeout_then_retry_and_timeout_giving_up():
         fb = critic_for(srv, timeout_s=0.3, max_retries=1).critique(frames, times, "walk")
     assert fb.valid and fb.meta["attempt_log"][0]["http_attempts"] == 2
     with ScriptedOpenAIServer([("sleep", 1.0, GOOD_TEXT)]) as srv:
-        t0 = time.monotonic()
         fb = critic_for(srv, timeout_s=0.3, max_retries=0).critique(frames, times, "walk")
-        assert time.monotonic() - t0 < 0.9
-    assert not fb.valid and "timeout after 0.3 s" in fb.error
+    # the valid answer came after the timeout: the critic had given up on it
+    assert not fb.valid and "timeout after 0.3 s" in fb.error and fb.raw_text is None
 
 
 def test_dropped_connection_and_unreachable_server():
