@@ -7,19 +7,22 @@ Backends (created by name with :func:`create_critic`):
   (:class:`~motionvl.critic.vlm_transformers.TransformersVLMCritic`);
 * ``openai``: an OpenAI-compatible HTTP endpoint (:class:`~motionvl.critic.vlm_openai.OpenAICritic`).
 
+Every backend answers ``critique(frames, times, task, ...) -> MotionFeedback`` about one rollout
+and ``compare(first, second, task) -> Comparison`` about two :class:`Rollout` objects.
 The model-backed backends import torch/transformers only when created.
 """
 
-from .base import Critic, Reply, available_critics, create_critic, critique_with_reask, register_critic
-from .parsing import ParseResult, parse_feedback
-from .schema import (DIRECTIONS, EXCLUSIVE_GROUPS, FEATURE_LABELS, QUANTITIES, REGIONS, Descriptor, MotionFeedback,
-                     SchemaError, Suggestion, discretise, merge_measurements, normalise_label)
+from .base import (Critic, Reply, Rollout, available_critics, compare_with_reask, create_critic, critique_with_reask,
+                   register_critic)
+from .parsing import ParseResult, parse_comparison, parse_feedback
+from .schema import (DIRECTIONS, EXCLUSIVE_GROUPS, FEATURE_LABELS, QUANTITIES, REGIONS, Comparison, Descriptor,
+                     MotionFeedback, SchemaError, Suggestion, discretise, merge_measurements, normalise_label)
 
 __all__ = [
-    "Critic", "Reply", "available_critics", "create_critic", "critique_with_reask", "register_critic",
-    "ParseResult", "parse_feedback",
-    "DIRECTIONS", "EXCLUSIVE_GROUPS", "FEATURE_LABELS", "QUANTITIES", "REGIONS", "Descriptor", "MotionFeedback",
-    "SchemaError", "Suggestion", "discretise", "merge_measurements", "normalise_label",
+    "Critic", "Reply", "Rollout", "available_critics", "compare_with_reask", "create_critic", "critique_with_reask",
+    "register_critic", "ParseResult", "parse_comparison", "parse_feedback",
+    "DIRECTIONS", "EXCLUSIVE_GROUPS", "FEATURE_LABELS", "QUANTITIES", "REGIONS", "Comparison", "Descriptor",
+    "MotionFeedback", "SchemaError", "Suggestion", "discretise", "merge_measurements", "normalise_label",
     "TransformersVLMCritic", "OpenAICritic",
 ]
 

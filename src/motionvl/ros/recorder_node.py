@@ -49,7 +49,7 @@ NODE_NAME = "recorder"
 # the training loop's topics (relative names resolve in the recorder's namespace; /clock is global)
 DEFAULT_TOPICS = [
     "joint_states", "imu/data", "odom", "/clock", "cmd_vel", "camera/camera_info",
-    "critic/feedback", "reward_candidates", "rollout/boundary",
+    "critic/feedback", "critic/compare", "critic/comparison", "reward_candidates", "rollout/boundary",
     "trainer/status", "trainer/progress", "trainer/statistics", "trainer/policy",
 ]
 IMAGE_TOPIC = "camera/image_raw"

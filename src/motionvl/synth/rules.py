@@ -4,7 +4,7 @@ The offline default of the synthesizer. It reads what a language model would rea
 rules instead of a model, and answers with conservative, focused term-level edits of the parent
 spec (r*, or the reference spec at the start):
 
-* the task sentence, parsed by the kinematic critic's rules (`motionvl.critic.kinematic.parse_task`):
+* the task sentence, parsed by the keyword rules the kinematic critic uses (`motionvl.task.parse_task`):
   "straight knees" raises knee_extension (with its straight-leg companions), "upright torso" the
   orientation cost, "high steps" the clearance target, "without slipping" foot_slip, ...; a lean
   the library has no term for becomes a generated term;
@@ -197,7 +197,7 @@ def _urgency(gap: float | None) -> float:
 
 # ----------------------------------------------------------------------------- the moves
 def task_moves(parent: RewardSpec, task, measured: dict) -> list[Move]:
-    """Edits the task sentence asks for (task = motionvl.critic.kinematic.TaskSpec)."""
+    """Edits the task sentence asks for (task = motionvl.task.TaskSpec)."""
     moves: list[Move] = []
     knee = measured.get("knee_flexion")
     if task.knees == "straight":
@@ -385,7 +385,7 @@ class RulesSynthesizer(RewardSynthesizer):
         self.robot = robot
 
     def _propose(self, request: SynthesisRequest) -> list[Candidate]:
-        from motionvl.critic.kinematic import parse_task
+        from motionvl.task import parse_task
 
         parent = request.parent or self.start
         task = parse_task(request.task)
