@@ -31,6 +31,11 @@ def trained_policy(tmp_path_factory):
     return result.policy_path
 
 
+# a shared test machine can stall the process for longer than a robot may (a fault then ends the run
+# early); the faults themselves are tested in test_deploy_policy / test_deployment_node
+LENIENT = ("--state-timeout", 2.0, "--overrun-periods", 100)
+
+
 def motionvl(*args, timeout: float = 240.0) -> tuple[dict, str]:
     done = subprocess.run([sys.executable, "-m", "motionvl.cli", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout)
@@ -43,7 +48,7 @@ def test_deploy_sim_drive_path_recorded_and_analysed(trained_policy, tmp_path):
     robot_yaml = write_robot_yaml(tmp_path, hardware_section())
     bag = tmp_path / "bag"
     result, log = motionvl("deploy-sim", "--policy", trained_policy, "--seconds", 1.0, "--path", "pd",
-                           "--record", bag, "--robot-config", robot_yaml, "--stand-seconds", 0.5)
+                           "--record", bag, "--robot-config", robot_yaml, "--stand-seconds", 0.5, *LENIENT)
     assert result["reached_run"], log[-3000:]
     assert result["transitions"][:2] == ["PASSIVE->STAND", "STAND->RUN"]
     assert result["policy_steps"] > 0 and result["cycles"] > result["policy_steps"] - 1
@@ -69,6 +74,6 @@ def test_deploy_sim_drive_path_recorded_and_analysed(trained_policy, tmp_path):
 
 def test_deploy_sim_torque_path(trained_policy):
     result, log = motionvl("deploy-sim", "--policy", trained_policy, "--seconds", 0.5, "--path", "torque",
-                           "--stand-seconds", 0.2)
+                           "--stand-seconds", 0.2, *LENIENT)
     assert result["reached_run"], log[-3000:]
     assert result["policy_steps"] > 0 and result["cycles"] >= result["policy_steps"]

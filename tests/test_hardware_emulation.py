@@ -153,3 +153,17 @@ def test_gantry_lets_go_when_the_stand_completes(emulated):
     assert sim.sim.gantry
     status_pub.publish(String(data=json.dumps({"mode": "STAND", "stand_complete": True})))
     assert wait_for(lambda: not sim.sim.gantry)
+
+
+def test_randomized_drive_strength_scales_every_applied_torque():
+    sim = SingleSim(ROBOT, mode="effort")
+    draws = sim.randomize(np.random.default_rng(1), strength_range=(0.8, 1.2))
+    assert 0.2 <= draws["friction"] <= 1.3 and len(draws["joint_friction_scale"]) == J
+    torques = np.linspace(-5.0, 5.0, J)
+    sim.set_efforts(torques)
+    sim.step(1)
+    np.testing.assert_allclose(sim.data.actuator_force[sim.index.actuators], torques * sim.strength, rtol=1e-9)
+    before = sim.data.qvel[0:2].copy()
+    kick = sim.push(np.random.default_rng(2), 0.5)
+    np.testing.assert_allclose(sim.data.qvel[0:2] - before, kick)
+    assert np.all(np.abs(kick) <= 0.5)

@@ -29,9 +29,17 @@ def add_arguments(parser) -> None:
                         help="velocity command (m/s, m/s, rad/s)")
     parser.add_argument("--path", choices=("pd", "torque"), default="pd",
                         help="pd: drive-side PD commands at the policy rate; torque: host torques at the PD rate")
+    parser.add_argument("--randomize", action="store_true",
+                        help="domain randomisation in the simulator (friction, joint friction, drive strength, pushes)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the randomisation")
     parser.add_argument("--record", metavar="BAG", help="record a bag (MCAP) at this directory")
     parser.add_argument("--robot-config", default="", help="robot YAML (default: the package's)")
     parser.add_argument("--stand-seconds", type=float, default=1.0, help="STAND ramp time")
+    parser.add_argument("--state-timeout", type=float, default=0.5,
+                        help="the deployment node's stale-state timeout, s (a shared machine's simulator can stall "
+                             "longer than a robot's drives may: 0.1 s on hardware)")
+    parser.add_argument("--overrun-periods", type=int, default=3,
+                        help="the deployment node's overrun fault: policy periods late (see its parameter)")
     parser.add_argument("--realtime-priority", type=int, default=0,
                         help="SCHED_FIFO priority for the process's threads (0: none)")
     parser.add_argument("--timeout", type=float, default=120.0, help="give up after this many wall seconds")
@@ -98,10 +106,12 @@ def build_nodes(args, robot, context) -> list:
     config = str(args.robot_config or "")
     simulator = SimulatorNode(context=context, parameter_overrides=params(
         robot_config=config, mode="effort", publish_rate_hz=1.0 / period, gantry=True,
-        emulate_hardware=not robot.hardware.identity, realtime=True))
+        emulate_hardware=not robot.hardware.identity, realtime=True, randomize=bool(args.randomize),
+        randomization_seed=int(args.seed)))
     deployment = DeploymentNode(context=context, parameter_overrides=params(
         robot_config=config, policy=str(Path(args.policy).resolve()), path=args.path, autostart="run",
-        stand_seconds=float(args.stand_seconds), realtime_priority=int(args.realtime_priority)))
+        stand_seconds=float(args.stand_seconds), realtime_priority=int(args.realtime_priority),
+        state_timeout=float(args.state_timeout), overrun_periods=int(args.overrun_periods)))
     nodes = [simulator, deployment]
     if args.record:
         from motionvl.ros.recorder_node import RecorderNode
@@ -142,6 +152,7 @@ class Monitor(Node):
         self.run_start: float | None = None  # simulated time of the first odom in RUN
         self.poses: list = []  # (t, x, y, z, qw, qx, qy, qz) from RUN on
         self.fell_at: float | None = None
+        self.faults: list = []
         self.done = threading.Event()
         self.seconds = 0.0
         self.cmd_pub = self.create_publisher(Twist, "cmd_vel", 1)
@@ -161,8 +172,8 @@ class Monitor(Node):
                 self.transitions.append(t)
             self.mode = status.get("mode")
             self.faults = status.get("faults", [])
-            if self.mode not in (None, "RUN") and self.run_start is not None:
-                self.done.set()  # left RUN (a fault): the run is over
+            if (self.mode not in (None, "RUN") and self.run_start is not None) or self.faults:
+                self.done.set()  # left RUN, or a fault before it: the run is over
 
     def _on_odom(self, msg) -> None:
         p, o = msg.pose.pose.position, msg.pose.pose.orientation

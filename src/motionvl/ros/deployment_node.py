@@ -185,6 +185,7 @@ class DeploymentNode(Node):
         self._had_state = False
         self._autostart = p["autostart"]
         self._status_key = None
+        self._logged_transitions = 0
         self._publish_status(force=True)
         self._thread = threading.Thread(target=self._control_loop, name="deployment-control", daemon=True)
         self._thread.start()
@@ -380,11 +381,19 @@ class DeploymentNode(Node):
                    None if c.policy is None else str(c.policy.path), len(c.modes.transitions))
             if key == self._status_key and not force:
                 return
+            new_transitions = c.modes.transitions[self._logged_transitions:]
+            self._logged_transitions = len(c.modes.transitions)
             self._status_key = key
             status = {"mode": c.mode.value, "stand_complete": c.stand_complete, "faults": list(key[2]),
                       "policy": key[3], "path": c.config.path, "dry_run": c.config.dry_run, "cycle": c.cycle_index,
                       "transition": None if last is None else {"from": last.source.value, "to": last.target.value,
                                                                "why": last.why, "cycle": last.cycle}}
+        for t in new_transitions:  # every mode change and fault, with its reason, in the log too
+            text = f"{t.source.value} -> {t.target.value}: {t.why} (cycle {t.cycle})"
+            if t.why in ("requested",) or t.why.startswith("re-armed"):
+                self.get_logger().info(text)
+            else:
+                self.get_logger().error(text)
         self.status_pub.publish(String(data=json.dumps(status)))
 
     def _publish_diagnostics(self) -> None:

@@ -64,6 +64,7 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from motionvl.deploy.commands import PD_FIELDS
+from motionvl.envs.config import RandomizationConfig
 from motionvl.deploy.mapping import JointMapping
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.runtime import run_node
@@ -94,6 +95,9 @@ PARAMETERS = {
     "odom_frame": ("odom", "Frame id of odom and the /tf parent."),
     "emulate_hardware": (False, "Behave like the robot config's hardware section describes: joint states and commands "
                                 "in motor names, order, sign and offset; the IMU in its mounted frame."),
+    "randomize": (False, "Domain randomisation as in training (RandomizationConfig's ranges): ground friction, joint "
+                         "friction, drive strength drawn at start and each reset, and a push every push interval."),
+    "randomization_seed": (0, "Seed of the randomisation draws and pushes."),
     "gantry": (False, "Hold the pelvis on a virtual gantry until the deployment node reports its STAND ramp complete "
                       "(and again after ~/reset)."),
     "gantry_release_topic": ("deployment/status", "std_msgs/String JSON status whose stand_complete (or mode RUN) "
@@ -125,6 +129,10 @@ class SimulatorNode(Node):
         self.robot = load_robot_config(p["robot_config"] or None)
         self.sim = SingleSim(self.robot, TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]), mode=p["mode"],
                              command_timeout=p["command_timeout"], gantry=p["gantry"])
+        self.randomization = RandomizationConfig() if p["randomize"] else None
+        self._rng = np.random.default_rng(p["randomization_seed"])
+        self._next_push = None
+        self._randomize()
         # the emulated hardware's side of the joint mapping: identity unless asked to emulate the config's
         self.hardware = JointMapping(self.robot) if p["emulate_hardware"] else None
         self._drive_names_ok = True
@@ -188,7 +196,24 @@ class SimulatorNode(Node):
             self._debt -= periods * steps * dt
         else:
             self.sim.advance(self.period)
+        self._maybe_push()
         self.publish_state()
+
+    def _randomize(self) -> None:
+        r = self.randomization
+        if r is None:
+            return
+        draws = self.sim.randomize(self._rng, r.friction_range, r.joint_friction_range, r.gain_scale_range)
+        self._next_push = self.sim.clock + r.push_interval_s if r.push else None
+        self.get_logger().info(f"randomised: friction {draws['friction']:.2f}, joint friction x "
+                               f"{np.round(draws['joint_friction_scale'], 2).tolist()}, drive strength x "
+                               f"{np.round(draws['strength'], 2).tolist()}")
+
+    def _maybe_push(self) -> None:
+        if self._next_push is not None and self.sim.clock >= self._next_push:
+            kick = self.sim.push(self._rng, self.randomization.push_velocity)
+            self._next_push += self.randomization.push_interval_s
+            self.get_logger().info(f"push: {np.round(kick, 3).tolist()} m/s at t={self.sim.clock:.2f} s")
 
     def publish_state(self) -> None:
         s = self.sim.state()
@@ -316,6 +341,7 @@ class SimulatorNode(Node):
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         self.sim.reset()
+        self._randomize()
         self._wall, self._debt = None, 0.0
         response.success = True
         response.message = f"reset to the standing pose at t={self.sim.clock:.3f} s"

@@ -17,6 +17,10 @@ always the torque applied at each joint (what /joint_states reports as effort):
   When no command has arrived for `command_timeout` seconds of simulated time the emulated
   drive's watchdog falls back to damping: gain = 0, bias = -Kd dq.
 
+`randomize` draws the episode's physics as training's domain randomisation does (ground friction,
+joint friction loss, a drive strength scale on every torque the emulated drives apply) and `push`
+kicks the base; the caller passes the ranges (`motionvl.envs.config.RandomizationConfig`'s).
+
 A virtual gantry (`gantry=True`) holds the pelvis where the standing keyframe puts it (a weld to
 the world) until `release_gantry()`, as a robot hangs in its gantry during bring-up.
 
@@ -126,6 +130,10 @@ class SingleSim:
         self.max_tilt_rad = float(max_tilt_rad)
         self._gain0 = self.model.actuator_gainprm.copy()
         self._bias0 = self.model.actuator_biasprm.copy()
+        self._friction0 = self.model.geom_friction.copy()
+        self._frictionloss0 = self.model.dof_frictionloss.copy()
+        self.strength = np.ones(robot.num_joints)
+        """Drive strength scale per joint (randomised): every torque the emulated drives apply is scaled."""
         self._act = self.index.actuators
         self._imu_gyro = self.index.sensor["imu_gyro"]
         self._imu_accel = self.index.sensor["imu_accel"]
@@ -195,6 +203,27 @@ class SingleSim:
         self._drive_fresh = True
         self._apply_actuation()
         return self.drive
+
+    def randomize(self, rng: np.random.Generator, friction_range=(0.2, 1.3), joint_friction_range=(0.1, 3.0),
+                  strength_range=(0.8, 1.2)) -> dict:
+        """Draw ground friction, joint friction loss (x the config's) and drive strength per joint; returns
+        the draws."""
+        friction = float(rng.uniform(*friction_range))
+        self.model.geom_friction[:] = self._friction0
+        self.model.geom_friction[:, 0] = friction
+        scale = rng.uniform(*joint_friction_range, self.robot.num_joints)
+        self.model.dof_frictionloss[:] = self._frictionloss0
+        self.model.dof_frictionloss[self.index.qvel_joints] *= scale
+        self.strength = rng.uniform(*strength_range, self.robot.num_joints)
+        self._actuation = ""  # re-apply the gains with the new strength
+        self._apply_actuation()
+        return {"friction": friction, "joint_friction_scale": scale.tolist(), "strength": self.strength.tolist()}
+
+    def push(self, rng: np.random.Generator, velocity: float) -> np.ndarray:
+        """Add a random horizontal velocity (each axis in [-velocity, velocity], m/s) to the base."""
+        kick = rng.uniform(-velocity, velocity, 2)
+        self.data.qvel[0:2] += kick
+        return kick
 
     @property
     def gantry(self) -> bool:
@@ -267,13 +296,13 @@ class SingleSim:
             m.actuator_gainprm[:] = self._gain0
             m.actuator_biasprm[:] = self._bias0
             if regime != "pd":
-                m.actuator_gainprm[a, 0] = 1.0 if regime in ("torque", "drive") else 0.0
+                m.actuator_gainprm[a, 0] = self.strength if regime in ("torque", "drive") else 0.0
                 m.actuator_biasprm[a, :3] = 0.0
                 if regime == "damping":
                     m.actuator_biasprm[a, 2] = -self.robot.kd
                 elif regime == "drive":  # the drive's own PD, evaluated by MuJoCo every physics step
-                    m.actuator_biasprm[a, 1] = -self.drive[2]
-                    m.actuator_biasprm[a, 2] = -self.drive[3]
+                    m.actuator_biasprm[a, 1] = -self.drive[2] * self.strength
+                    m.actuator_biasprm[a, 2] = -self.drive[3] * self.strength
             self._actuation = regime
             self._drive_fresh = False
         if regime == "drive":
