@@ -130,7 +130,8 @@ def test_an_endpoint_that_keeps_failing_rejects_the_round_without_raising():
     with RecordedAnswerServer([status(503)] * 3) as server:
         candidates = synth(server, max_retries=1).propose(request(k=3))
     assert len(server.requests) == 2  # one call, retried once; the rest of the round not attempted
-    assert candidates[0].rejection.startswith("model call failed: HTTP 503") and "gave up after 2 attempts" in candidates[0].rejection
+    assert candidates[0].rejection.startswith("model call failed: HTTP 503")
+    assert "gave up after 2 attempts" in candidates[0].rejection
     assert all(c.rejection.startswith("not attempted: model call failed") for c in candidates[1:])
     unreachable = make_synthesizer("openai", base_url=server.url, model="m", max_retries=0, timeout_s=2.0)
     assert "cannot reach" in unreachable.propose(request())[0].rejection  # the server is gone now

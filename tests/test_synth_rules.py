@@ -117,6 +117,19 @@ def test_a_suggestion_the_measurement_contradicts_is_left_out():
     assert all("knee_extension" not in {e["term"] for e in c.edits} for c in candidates if c.ok)
 
 
+def test_suggestions_on_a_generated_term_of_the_parent_are_followed():
+    lean = propose(task="walk forward leaning forward", k=1)[0].spec
+    full = lean.with_weights({"torso_lean": 1.0})
+    feedback = knee_feedback(20.0, suggestions=[Suggestion("torso_lean", "decrease", "leans too far"),
+                                                Suggestion("made_up_term", "increase", "")])
+    first = propose(task="walk forward", k=1, iteration=1, parent=full, feedback=feedback)[0]
+    assert first.ok and first.spec.weights["torso_lean"] == pytest.approx(0.7)
+    assert "'increase made_up_term' left out" in first.prompt
+    raised = propose(task="walk forward", k=1, iteration=1, parent=full, feedback=knee_feedback(
+        20.0, suggestions=[Suggestion("torso_lean", "increase", "")]))[0]
+    assert not raised.ok and "nothing to change" in raised.rejection  # at weight 1 and without params: no edit
+
+
 def test_upright_torso_raises_orientation_and_a_fall_prone_parent_gets_stabilised_first():
     reference = load_reward_spec()
     upright = propose(task="walk with an upright torso", k=2, parent_scores={"torso_pitch_deg": 16.0})

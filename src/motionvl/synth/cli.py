@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="rules", help="rules (default, model-free) | openai | transformers | replay")
     parser.add_argument("--parent", type=Path, help="reward spec to revise (YAML/JSON)")
     parser.add_argument("--run", type=Path, help="a training run directory: its spec, term_stats.json and eval.json")
-    parser.add_argument("--feedback", type=Path, help="a MotionFeedback JSON file (the feedback.json of motionvl critique --out DIR)")
+    parser.add_argument("--feedback", type=Path,
+                        help="a MotionFeedback JSON file (the feedback.json of motionvl critique --out DIR)")
     parser.add_argument("--base-url", help="openai: the endpoint")
     parser.add_argument("--model", help="openai: the model name")
     parser.add_argument("--model-dir", help="transformers: a local causal LM directory")
@@ -102,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
         if not c.ok:
             print(f"  #{k} rejected: {c.rejection}")
             continue
-        changes = ", ".join(f"{e['term']} {e['change']}"
-                            + (f" {json.dumps(e['old'])}->{json.dumps(e['new'])}" if e["change"] in ("weight", "params") else "")
+        changes = ", ".join(f"{e['term']} {e['change']}" + (f" {json.dumps(e['old'])}->{json.dumps(e['new'])}"
+                                                            if e["change"] in ("weight", "params") else "")
                             for e in c.edits)
         print(f"  #{k} ok: {changes or 'no change'}" + (f"  [{c.rationale}]" if c.rationale else ""))
         if args.out is not None:

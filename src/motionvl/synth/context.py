@@ -130,7 +130,8 @@ def robot_summary(robot=None) -> str:
                  "a in [-1, 1], tracked by a PD controller per joint.")
     lines.append("joint              default  range (rad)      effort (N m)  kp")
     for j in robot.joints:
-        lines.append(f"{j.name:<18} {j.default:+.2f}    [{j.lower:+.2f}, {j.upper:+.2f}]   {j.effort:6.0f}        {j.kp:.0f}")
+        lines.append(f"{j.name:<18} {j.default:+.2f}    [{j.lower:+.2f}, {j.upper:+.2f}]   {j.effort:6.0f}"
+                     f"        {j.kp:.0f}")
     return "\n".join(lines)
 
 
@@ -277,8 +278,8 @@ def build_prompt(request: SynthesisRequest, *, robot=None, max_prompt_chars: int
         "library": "## Library terms: sign name(default params): meaning\n" + describe_library(),
         "code": "## Generated terms (only when no library term fits)\n" + _code_reference(short=False),
         "parent": f"## {header}\n{spec_section(base)}",
-        "statistics": "## Training statistics of r* (reward reflection)\n" + statistics_section(request.parent_statistics, base)
-        if request.parent_statistics else "",
+        "statistics": "## Training statistics of r* (reward reflection)\n"
+        + statistics_section(request.parent_statistics, base) if request.parent_statistics else "",
         "scores": "## Reward-free evaluation of r*\n" + scores_section(request.parent_scores)
         if request.parent_scores else "",
         "feedback": "## The critic on r*'s motion\n" + feedback_section(request.feedback) if request.feedback else "",

@@ -138,7 +138,8 @@ class ModelSynthesizer(RewardSynthesizer):
                 return Candidate(spec=spec, ok=True, rejection=None, prompt=first_prompt, response=response,
                                  attempts=attempt + 1, usage=usage, edits=term_diff(parent, spec), rationale=rationale,
                                  exchanges=exchanges), None
-            messages = messages + [{"role": "assistant", "content": response}, {"role": "user", "content": repair_text(rejection)}]
+            messages = messages + [{"role": "assistant", "content": response},
+                                   {"role": "user", "content": repair_text(rejection)}]
         return rejected(f"{rejection} (still refused after {1 + self.max_repairs} attempts)", prompt=first_prompt,
                         response=response, attempts=1 + self.max_repairs, usage=usage, exchanges=exchanges), None
 
@@ -154,7 +155,9 @@ class ModelSynthesizer(RewardSynthesizer):
         spec, rejection = check_spec(raw, where=f"candidate {k}", robot=self.robot)
         if spec is None:
             return None, rationale, rejection
-        same = lambda a, b: a.to_dict()["terms"] == b.to_dict()["terms"] and (a.code or None) == (b.code or None)  # noqa: E731
+        def same(a: RewardSpec, b: RewardSpec) -> bool:
+            return a.to_dict()["terms"] == b.to_dict()["terms"] and (a.code or None) == (b.code or None)
+
         if same(spec, parent):
             return None, rationale, "the spec is identical to r*'s terms: change at least one weight, parameter or term"
         for j, c in enumerate(earlier):

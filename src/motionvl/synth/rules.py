@@ -111,7 +111,7 @@ def _raise(parent: RewardSpec, term: str, step: float, add_weight: float, params
         return Edit(term, _w(max(w + step, w * 1.5) if w > 0 else add_weight))
     for key in STRICTER_PARAMS:
         value = _param(parent, term, key)
-        if value is not None and parent.term(term).source == "library":
+        if value is not None:
             return Edit(term, None, {key: round(value * 0.7, 4)})
     return None
 
@@ -122,11 +122,13 @@ def _lower(parent: RewardSpec, term: str, factor: float) -> Edit | None:
 
 
 def _param(parent: RewardSpec, term: str, key: str) -> float | None:
-    if term in parent.weights:
-        value = parent.term(term).params.get(key, REGISTRY[term].params.get(key))
-    else:
-        value = REGISTRY[term].params.get(key) if term in REGISTRY else None
-    return value if isinstance(value, (int, float)) else None
+    """A library term's numeric parameter as the parent sets it (else its default); None for generated terms."""
+    lib = REGISTRY.get(term)
+    own = parent.term(term) if term in parent.weights else None
+    if lib is None or (own is not None and own.source != "library"):
+        return None
+    value = (own.params if own is not None else {}).get(key, lib.params.get(key))
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _weight_move(parent, key, term, direction, priority, reason, add_weight=0.3) -> Move:
@@ -196,97 +198,117 @@ def _urgency(gap: float | None) -> float:
 
 
 # ----------------------------------------------------------------------------- the moves
-def task_moves(parent: RewardSpec, task, measured: dict) -> list[Move]:
-    """Edits the task sentence asks for (task = motionvl.task.TaskSpec)."""
-    moves: list[Move] = []
-    knee = measured.get("knee_flexion")
-    if task.knees == "straight":
-        gap = _gap(knee, 10.0, 30.0)
-        focus = _raise(parent, "knee_extension", 0.2, 0.6, STRAIGHT_KNEE)
-        if focus is None:  # already at full weight: ask for a straighter band instead
-            band = _param(parent, "knee_extension", "max_angle") or 0.2
-            focus = Edit("knee_extension", None, {"max_angle": round(max(0.05, band * 0.75), 3)})
-        companions = [_raise(parent, "ankle_stance", 0.1, 0.3)] if "ankle_stance" not in parent.weights else []
-        height = _param(parent, "base_height", "target")
-        if "base_height" in parent.weights and height is not None and height < 0.85:
-            companions.append(Edit("base_height", None, {"target": 0.85}))
-        clearance = _param(parent, "feet_clearance", "height")
-        if "feet_clearance" in parent.weights and clearance is not None and clearance > 0.05:
-            companions.append(Edit("feet_clearance", None, {"height": 0.05}))  # a stiff leg lifts less
-        base_w = parent.weights.get("knee_extension") or 0.6
-        band = {} if "knee_extension" in parent.weights else STRAIGHT_KNEE
-        strong = [Edit("knee_extension", _w(base_w + 0.3), {**band, "max_angle": 0.15}), *companions[:1]]
-        firmer = Edit("knee_extension", _w(base_w + 0.2), band or None)
-        guarded = [focus, _raise(parent, "orientation", 0.2, 0.3)]  # straighter legs fell more often (probe note)
-        mild = Edit("knee_extension", _w(base_w - 0.2) if "knee_extension" not in parent.weights else None, band or None)
-        moves.append(Move("task:straight_knees", _urgency(gap),
-                          "the task asks for straight knees" + (f"; stance knees bend {knee:.1f} deg" if knee is not None else ""),
-                          [[focus], [focus, *companions], strong, guarded, [firmer, *companions],
-                           [mild] if mild.weight is not None else []]))
-    elif task.knees == "bent":
-        gap = _gap(-knee if knee is not None else None, -35.0, -15.0)
-        moves.append(Move("task:bent_knees", _urgency(gap),
-                          "the task asks for bent knees" + (f"; stance knees bend {knee:.1f} deg" if knee is not None else ""),
-                          [[Edit("knee_extension", _w(max(0.5, parent.weights.get("knee_extension", 0) + 0.2)), BENT_KNEE)],
-                           [Edit("knee_extension", 0.8, BENT_KNEE), _lower(parent, "base_height", 0.5)]]))
-    pitch = measured.get("torso_pitch")
-    if task.torso == "upright":
-        gap = _gap(abs(pitch) if pitch is not None else None, 5.0, 20.0)
+def _with_measure(text: str, label: str, value: float | None, fmt: str) -> str:
+    return text if value is None else f"{text}; {label} {value:{fmt}} deg"
+
+
+def _knee_moves(parent: RewardSpec, knees: str | None, knee: float | None) -> list[Move]:
+    """Straight (or bent) stance knees: knee_extension first, then with the straight-leg companions of
+    config/rewards/straight_knees.yaml, stronger, guarded against falls, firmer, milder."""
+    if knees == "bent":
+        weight = _w(max(0.5, parent.weights.get("knee_extension", 0) + 0.2))
+        return [Move("task:bent_knees", _urgency(_gap(None if knee is None else -knee, -35.0, -15.0)),
+                     _with_measure("the task asks for bent knees", "stance knees bend", knee, ".1f"),
+                     [[Edit("knee_extension", weight, BENT_KNEE)],
+                      [Edit("knee_extension", 0.8, BENT_KNEE), _lower(parent, "base_height", 0.5)]])]
+    if knees != "straight":
+        return []
+    has_term = "knee_extension" in parent.weights
+    focus = _raise(parent, "knee_extension", 0.2, 0.6, STRAIGHT_KNEE)
+    if focus is None:  # already at full weight: ask for a straighter band instead
+        band = _param(parent, "knee_extension", "max_angle") or 0.2
+        focus = Edit("knee_extension", None, {"max_angle": round(max(0.05, band * 0.75), 3)})
+    companions = [] if "ankle_stance" in parent.weights else [Edit("ankle_stance", 0.3)]
+    height = _param(parent, "base_height", "target")
+    if "base_height" in parent.weights and height is not None and height < 0.85:
+        companions.append(Edit("base_height", None, {"target": 0.85}))  # straighter legs stand taller
+    clearance = _param(parent, "feet_clearance", "height")
+    if "feet_clearance" in parent.weights and clearance is not None and clearance > 0.05:
+        companions.append(Edit("feet_clearance", None, {"height": 0.05}))  # a stiff leg lifts less
+    base_w = parent.weights.get("knee_extension") or 0.6
+    band = None if has_term else STRAIGHT_KNEE
+    strong = [Edit("knee_extension", _w(base_w + 0.3), {**(band or {}), "max_angle": 0.15}), *companions[:1]]
+    guarded = [focus, _raise(parent, "orientation", 0.2, 0.3)]  # straighter legs fell more often (probe note)
+    firmer = [Edit("knee_extension", _w(base_w + 0.2), band), *companions]
+    mild = [] if has_term else [Edit("knee_extension", _w(base_w - 0.2), band)]
+    return [Move("task:straight_knees", _urgency(_gap(knee, 10.0, 30.0)),
+                 _with_measure("the task asks for straight knees", "stance knees bend", knee, ".1f"),
+                 [[focus], [focus, *companions], strong, guarded, firmer, mild])]
+
+
+def _torso_moves(parent: RewardSpec, torso: str | None, pitch: float | None) -> list[Move]:
+    """An upright torso raises the tilt cost; a lean, which no library term pays, becomes a generated term."""
+    if torso == "upright":
         tilt = _param(parent, "orientation", "tilt_scale") or 0.4
-        moves.append(Move("task:upright_torso", _urgency(gap), "the task asks for an upright torso"
-                          + (f"; torso pitch {pitch:+.1f} deg" if pitch is not None else ""),
-                          [[_raise(parent, "orientation", 0.2, 0.3)],
-                           [_raise(parent, "orientation", 0.3, 0.5), Edit("orientation", None, {"tilt_scale": round(tilt * 0.75, 3)})]
-                           if "orientation" in parent.weights else [], [_raise(parent, "ang_vel_xy", 0.2, 0.2)]]))
-    elif task.torso in ("forward", "backward"):
-        target = 0.25 if task.torso == "forward" else -0.2
-        lean = Edit("torso_lean", 0.4, source="generated", code=TORSO_LEAN_CODE.format(target=target))
-        lean_deg = None if pitch is None else (pitch if task.torso == "forward" else -pitch)
-        gap = _gap(None if lean_deg is None else -lean_deg, -15.0, 0.0)
-        moves.append(Move(f"task:lean_{task.torso}", _urgency(gap), f"the task asks for a {task.torso} lean; the library "
-                          "has no torso-pitch target, so a generated term pays it",
-                          [[lean, _lower(parent, "orientation", 0.3)], [dataclasses.replace(lean, weight=0.7),
-                                                                        _lower(parent, "orientation", 0.0)]]))
-    clearance = measured.get("foot_clearance")
-    for want in task.steps:
+        stricter = [_raise(parent, "orientation", 0.3, 0.5),
+                    Edit("orientation", None, {"tilt_scale": round(tilt * 0.75, 3)})]
+        return [Move("task:upright_torso", _urgency(_gap(None if pitch is None else abs(pitch), 5.0, 20.0)),
+                     _with_measure("the task asks for an upright torso", "torso pitch", pitch, "+.1f"),
+                     [[_raise(parent, "orientation", 0.2, 0.3)], stricter if "orientation" in parent.weights else [],
+                      [_raise(parent, "ang_vel_xy", 0.2, 0.2)]])]
+    if torso not in ("forward", "backward"):
+        return []
+    lean = Edit("torso_lean", 0.4, source="generated",
+                code=TORSO_LEAN_CODE.format(target=0.25 if torso == "forward" else -0.2))
+    lean_deg = None if pitch is None else (pitch if torso == "forward" else -pitch)
+    return [Move(f"task:lean_{torso}", _urgency(_gap(None if lean_deg is None else -lean_deg, -15.0, 0.0)),
+                 f"the task asks for a {torso} lean; the library has no torso-pitch target, so a generated term pays it",
+                 [[lean, _lower(parent, "orientation", 0.3)],
+                  [dataclasses.replace(lean, weight=0.7), _lower(parent, "orientation", 0.0)]])]
+
+
+def _step_moves(parent: RewardSpec, steps: list, clearance: float | None) -> list[Move]:
+    moves = []
+    lift = parent.weights.get("feet_clearance", 0.4)
+    for want in steps:
         if want == "high":
-            gap = _gap(-clearance if clearance is not None else None, -0.12, -0.03)
-            moves.append(Move("task:high_steps", _urgency(gap), "the task asks for high steps",
-                              [[Edit("feet_clearance", _w(parent.weights.get("feet_clearance", 0.4) + 0.2), {"height": 0.12})],
-                               [Edit("feet_clearance", _w(parent.weights.get("feet_clearance", 0.4) + 0.4), {"height": 0.15}),
+            moves.append(Move("task:high_steps", _urgency(_gap(None if clearance is None else -clearance, -0.12, -0.03)),
+                              "the task asks for high steps",
+                              [[Edit("feet_clearance", _w(lift + 0.2), {"height": 0.12})],
+                               [Edit("feet_clearance", _w(lift + 0.4), {"height": 0.15}),
                                 _raise(parent, "feet_air_time", 0.2, 0.3)]]))
         elif want == "low":
             moves.append(Move("task:low_steps", 1.5, "the task asks for low, shuffling steps",
                               [[Edit("feet_clearance", None, {"height": 0.03})], [_lower(parent, "feet_clearance", 0.4)]]))
         elif want == "clear":
-            gap = _gap(-clearance if clearance is not None else None, -0.05, 0.0)
-            moves.append(Move("task:no_dragging", _urgency(gap), "the task asks not to drag the feet",
+            moves.append(Move("task:no_dragging", _urgency(_gap(None if clearance is None else -clearance, -0.05, 0.0)),
+                              "the task asks not to drag the feet",
                               [[_raise(parent, "feet_clearance", 0.2, 0.5)], [_raise(parent, "feet_air_time", 0.2, 0.3)]]))
-        elif want == "long":
-            moves.append(_weight_move(parent, "task:long_steps", "feet_air_time", "increase", 1.5, "the task asks for long steps"))
-        elif want == "short":
-            moves.append(_weight_move(parent, "task:short_steps", "feet_air_time", "decrease", 1.5, "the task asks for short steps"))
-    slip = measured.get("foot_slip")
+        elif want in ("long", "short"):
+            moves.append(_weight_move(parent, f"task:{want}_steps", "feet_air_time",
+                                      "increase" if want == "long" else "decrease", 1.5, f"the task asks for {want} steps"))
+    return moves
+
+
+_WEIGHT_ASKS = (  # (TaskSpec field, value, term, direction, priority, what the task asks)
+    ("low_sway", True, "ang_vel_xy", "increase", 1.5, "little sway"),
+    ("symmetric", True, "contact_phase", "increase", 1.5, "a symmetric gait"),
+    ("gait", "run", "feet_air_time", "increase", 1.5, "a run (flight phases)"),
+    ("gait", "turn", "tracking_ang_vel", "increase", 1.2, "a turn"),
+)
+
+
+def task_moves(parent: RewardSpec, task, measured: dict) -> list[Move]:
+    """Edits the task sentence asks for (task = motionvl.task.TaskSpec)."""
+    moves = _knee_moves(parent, task.knees, measured.get("knee_flexion"))
+    moves += _torso_moves(parent, task.torso, measured.get("torso_pitch"))
+    moves += _step_moves(parent, task.steps, measured.get("foot_clearance"))
     if task.no_slip:
-        moves.append(_weight_move(parent, "task:no_slip", "foot_slip", "increase", _urgency(_gap(slip, 0.03, 0.15)),
-                                  "the task asks for no slipping"))
-    if task.low_sway:
-        moves.append(_weight_move(parent, "task:low_sway", "ang_vel_xy", "increase", 1.5, "the task asks for little sway"))
-    if task.symmetric:
-        moves.append(_weight_move(parent, "task:symmetric", "contact_phase", "increase", 1.5, "the task asks for a symmetric gait"))
+        moves.append(_weight_move(parent, "task:no_slip", "foot_slip", "increase",
+                                  _urgency(_gap(measured.get("foot_slip"), 0.03, 0.15)), "the task asks for no slipping"))
     if task.stable:
         moves.append(Move("task:stable", 1.2, "the task asks for a steady gait",
-                          [[_raise(parent, "orientation", 0.2, 0.3)], [_raise(parent, "termination", 0.0, 1.0),
-                                                                        _raise(parent, "ang_vel_xy", 0.2, 0.2)]]))
+                          [[_raise(parent, "orientation", 0.2, 0.3)],
+                           [_raise(parent, "termination", 0.0, 1.0), _raise(parent, "ang_vel_xy", 0.2, 0.2)]]))
     if task.stance in ("wide", "narrow"):
         band = {"min_dist": 0.30, "max_dist": 0.45} if task.stance == "wide" else {"min_dist": 0.06, "max_dist": 0.14}
         w = parent.weights.get("feet_distance", 0.2)
         moves.append(Move(f"task:{task.stance}_stance", 1.5, f"the task asks for a {task.stance} stance",
                           [[Edit("feet_distance", _w(w + 0.2), band)], [Edit("feet_distance", _w(w + 0.4), band)]]))
-    if task.gait == "run":
-        moves.append(_weight_move(parent, "task:run", "feet_air_time", "increase", 1.5, "the task asks to run (flight phases)"))
-    if task.turn is not None or task.gait == "turn":
-        moves.append(_weight_move(parent, "task:turn", "tracking_ang_vel", "increase", 1.2, "the task asks to turn"))
+    turning = task.turn is not None
+    for field, value, term, direction, priority, ask in _WEIGHT_ASKS:
+        if getattr(task, field) == value or (value == "turn" and turning):
+            moves.append(_weight_move(parent, f"task:{term}", term, direction, priority, f"the task asks for {ask}"))
     return moves
 
 
@@ -306,9 +328,11 @@ def critic_moves(parent: RewardSpec, feedback: dict | None, measured: dict, take
     alignment = float(feedback.get("alignment_score") or 0.0)
     moves, notes = [], []
     for i, s in enumerate(feedback.get("suggestions") or []):
-        term, direction = ALIASES.get(str(s.get("term")), str(s.get("term"))), str(s.get("direction"))
-        if term not in REGISTRY:
-            notes.append(f"critic suggestion '{direction} {s.get('term')}' left out: not a library term")
+        term, direction = str(s.get("term")), str(s.get("direction"))
+        term = term if term in parent.weights else ALIASES.get(term, term)  # a generated term of the parent keeps its name
+        if term not in REGISTRY and term not in parent.weights:
+            notes.append(f"critic suggestion '{direction} {s.get('term')}' left out: neither a library term nor one "
+                         "of the parent's")
             continue
         met = _MET_ALREADY.get((term, direction))
         if met and met[0] in measured and met[1](measured[met[0]]):
@@ -398,9 +422,11 @@ class RulesSynthesizer(RewardSynthesizer):
         moves = [m for m in moves if m.variants]
         summary = self._summary(request, task, measured, moves, notes)
         if not moves:
-            reason = ("the rules found nothing to change: the task " + (f"asks for nothing beyond walking ('{request.task}')"
-                      if not task.unjudged else f"has parts no rule understands ({'; '.join(task.unjudged)})")
-                      + " and there is no critic suggestion, failed gate or training statistic to act on")
+            asks = (f"has parts no rule understands ({'; '.join(task.unjudged)})" if task.unjudged else
+                    f"asks for nothing the parent can be edited towards ('{request.task}')")
+            reason = (f"the rules found nothing to change: the task {asks}; "
+                      + ("; ".join(notes) + "; " if notes else "")
+                      + "no critic suggestion, failed gate or training statistic gave an applicable edit")
             return [rejected(reason, prompt=summary) for _ in range(request.num_candidates)]
         rng = np.random.default_rng([request.seed, request.iteration])
         options = self._options(moves, rng)
