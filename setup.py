@@ -8,8 +8,8 @@ from setuptools import find_namespace_packages, setup
 PACKAGE = "motionvl"
 HERE = Path(__file__).resolve().parent
 
-# The nodes: console script name -> module under motionvl.ros with a main(args=None).
-# reward_synthesizer_node joins when it is written.
+# The nodes: console script name = module under motionvl.ros with a main(args=None). The script
+# enters through motionvl.ros.console, which takes SIGINT/SIGTERM before the module's imports.
 NODES = (
     "simulator_node",
     "camera_renderer_node",
@@ -52,6 +52,6 @@ setup(
     ],
     entry_points={
         "console_scripts": [f"{PACKAGE}={PACKAGE}.cli:main"]
-        + [f"{node}={PACKAGE}.ros.{node}:main" for node in NODES],
+        + [f"{node}={PACKAGE}.ros.console:{node}" for node in NODES],
     },
 )

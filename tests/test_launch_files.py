@@ -19,7 +19,8 @@ LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
 
 
 def _console_scripts() -> dict:
-    """name -> 'module:function' from setup.py, read without running it."""
+    """name -> 'module:function' the script runs (nodes: their module's main(), entered through
+    motionvl.ros.console), from setup.py read without running it."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     consts = {}
     for node in ast.walk(tree):
@@ -104,7 +105,12 @@ def test_nodes_yaml_is_a_params_file():
 
 def test_console_scripts_point_at_main_functions():
     """Each console script's module exists with a main(): no script points at nothing."""
+    from motionvl.ros import console
+
+    assert "ros.console:{node}" in (ROOT / "setup.py").read_text(), "node scripts enter through motionvl.ros.console"
     for script, target in _console_scripts().items():
+        if script != "motionvl":
+            assert callable(getattr(console, script)), script
         module, func = target.split(":")
         assert importlib.util.find_spec(module) is not None, f"{script}: no module {module}"
         source = Path(importlib.util.find_spec(module).origin).read_text()

@@ -259,22 +259,13 @@ class TrainingQueue:
         self._cancel.set()
         return True
 
-    def shutdown(self, timeout: float = 30.0) -> None:
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop: the job in training ends after its current iteration (saved and exported, not
+        evaluated), queued jobs are left; waits up to `timeout` s (None: until then) for the worker."""
         self._stop.set()
         self._cancel.set()
         self._jobs.put(None)
         self._thread.join(timeout)
-
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until every queued job finished (for tests and scripts)."""
-        done = threading.Event()
-
-        def check():
-            self._jobs.join()
-            done.set()
-
-        threading.Thread(target=check, daemon=True).start()
-        return done.wait(timeout)
 
     # ------------------------------------------------------------------ worker
     def _work(self) -> None:
@@ -287,6 +278,8 @@ class TrainingQueue:
                 self._jobs.task_done()
 
     def _run(self, job: TrainingJob) -> None:
+        if self._stop.is_set():  # shut down while it waited: leave the job untouched
+            return
         self.current, cid = job.candidate_id, job.candidate_id
         self._cancel.clear()
         run_dir = Path(job.run_dir) if job.run_dir else self.runs_dir / cid
@@ -295,7 +288,7 @@ class TrainingQueue:
 
         def on_iteration(record: dict):
             self._emit["progress"]({"candidate_id": cid, "phase": "training", **record})
-            return not self._cancel.is_set()
+            return not (self._cancel.is_set() or self._stop.is_set())
 
         def on_phase(phase: str) -> None:  # the status message marks the start of training
             if phase != "training":

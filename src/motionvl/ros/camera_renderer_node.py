@@ -199,11 +199,12 @@ class CameraRendererNode(Node):
         return info
 
     def destroy_node(self):
+        # the GL thread ends (its context released) before the node and the rclpy context go;
+        # a frame being drawn is finished first (motionvl.ros.runtime bounds the whole shutdown)
         with self._job_ready:
             self._stop = True
             self._job_ready.notify()
-        if self._worker.is_alive():
-            self._worker.join(timeout=5.0)
+        self._worker.join()
         return super().destroy_node()
 
 

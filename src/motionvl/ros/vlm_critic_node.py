@@ -265,9 +265,9 @@ class VlmCriticNode(Node):
                                + (f" error: {comparison.error}" if comparison.error else ""))
 
     def destroy_node(self):
+        # the critique in progress finishes and is published (motionvl.ros.runtime bounds the wait)
         self._jobs.put(None)
-        if self._worker.is_alive():
-            self._worker.join(timeout=5.0)
+        self._worker.join()
         return super().destroy_node()
 
 

@@ -1,0 +1,42 @@
+"""The nodes' console scripts (setup.py: `<name>_node = motionvl.ros.console:<name>_node`).
+
+A node module imports rclpy, MuJoCo and more for about half a second; a SIGINT or SIGTERM in
+that time would get Python's default action (a KeyboardInterrupt traceback, or death by
+SIGTERM). Each console script therefore installs the stop handlers first
+(`motionvl.ros.runtime.catch_signals`, standard library only), then imports
+`motionvl.ros.<name>_node` and returns its `main()`, which finds a signal that came early and
+exits 0.
+
+`from motionvl.ros.console import simulator_node` gives that entry point for any node module
+(PEP 562 module __getattr__), so a new node only needs its name in setup.py's NODES.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import signal
+
+from motionvl.ros.runtime import STOP_SIGNALS, catch_signals
+
+
+def run(module: str) -> int:
+    """Entry point of node module `motionvl.ros.<module>`: stop handlers first, then its main()."""
+    catch_signals()
+    try:
+        return importlib.import_module(f"motionvl.ros.{module}").main()
+    finally:
+        # Leaving: the interpreter's teardown would put back the default actions of signals
+        # with Python handlers (a late Ctrl-C would then kill the process); ignored ones stay.
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def __getattr__(name: str):
+    if name.endswith("_node") and importlib.util.find_spec(f"motionvl.ros.{name}") is not None:
+        def entry() -> int:
+            return run(name)
+
+        entry.__name__ = entry.__qualname__ = name
+        return entry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,258 @@
+"""Every node, as its own process (its console script), exits 0 on SIGINT or SIGTERM at any moment.
+
+Signals are sent the ways they arrive in use, at random moments during start-up and during work:
+  terminal        SIGINT to the process group (Ctrl-C)
+  terminal-twice  SIGINT to the group, then again a moment later (an impatient Ctrl-C)
+  launch          SIGINT to the process, then SIGTERM if it still runs after a timeout (as
+                  `ros2 launch` does; the timeout here is short so SIGTERM lands mid-shutdown)
+  sigterm         SIGTERM alone (systemd, docker stop, kill)
+Each run asserts exit code 0 (so no segfault and no death by the signal), no "Traceback" on
+stderr, and for the recorder a bag that rosbags reads in full.
+
+"Start-up" counts from the moment the process catches SIGTERM (its handlers are installed; seen
+in /proc/<pid>/status): before that the interpreter is still starting (two interpreter starts,
+the ros-wheels bootstrapper re-execs) and no Python code of ours can run.
+
+MOTIONVL_SHUTDOWN_RUNS (default 3) runs per node; MOTIONVL_SHUTDOWN_SEED replays a run's moments
+(each failure names its seed). A soak: MOTIONVL_SHUTDOWN_RUNS=40 pytest tests/test_node_shutdown.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+rclpy = pytest.importorskip("rclpy")
+from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.qos import qos_profile_sensor_data  # noqa: E402
+from sensor_msgs.msg import Image, JointState  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+from motionvl.bags import read_bag  # noqa: E402
+from motionvl.rewards.spec import load_reward_spec  # noqa: E402
+from motionvl.robot import load_robot_config  # noqa: E402
+from spinning import Spinners  # noqa: E402
+from waiting import wait_for  # noqa: E402
+
+BIN = Path(sys.executable).parent
+RUNS = int(os.environ.get("MOTIONVL_SHUTDOWN_RUNS", "3"))
+SEED = int(os.environ.get("MOTIONVL_SHUTDOWN_SEED", str(random.SystemRandom().randrange(1 << 30))))
+PATTERNS = ("terminal", "terminal-twice", "launch", "sigterm")
+STAGES = ("start-up", "work")
+START_UP_S = 2.0  # start-up moments are drawn from [0, START_UP_S) after the handlers are installed
+WORK_S = 1.0  # work moments: [0, WORK_S) after the node is seen working
+EXIT_TIMEOUT_S = 20.0  # longer than the node's own shutdown budget (motionvl.ros.runtime)
+TINY_TRAINING = {"seed": 0, "save_interval": 1, "env": {"num_envs": 8, "episode_length_s": 2.0},
+                 "ppo": {"num_steps_per_env": 8, "num_learning_epochs": 1, "num_mini_batches": 2,
+                         "actor_hidden_dims": [16, 16], "critic_hidden_dims": [16, 16]}}
+
+
+class Feeder(Node):
+    """What the nodes work on: joint states and odom at 50 Hz, rollouts for the critic, a
+    candidate for the trainer; and what they put out (frames, feedback, training progress)."""
+
+    def __init__(self, context):
+        super().__init__("shutdown_test_feeder", context=context)
+        self.joints = list(load_robot_config().joint_names)
+        self.joint_pub = self.create_publisher(JointState, "joint_states", 10)
+        self.odom_pub = self.create_publisher(Odometry, "odom", 10)
+        self.boundary_pub = self.create_publisher(String, "rollout/boundary", 10)
+        self.candidate_pub = self.create_publisher(String, "reward_candidates", 50)
+        self.frames = self.feedback = self.progress = 0
+        self.create_subscription(Image, "camera/image_raw", self._on_frame, qos_profile_sensor_data)
+        self.create_subscription(String, "critic/feedback", self._on_feedback, 10)
+        self.create_subscription(String, "trainer/progress", self._on_progress, 50)
+        self._ticks = 0
+        self.create_timer(0.02, self._tick)
+
+    def _tick(self) -> None:
+        stamp = self.get_clock().now().to_msg()
+        js = JointState(name=self.joints, position=[0.0] * len(self.joints), velocity=[0.0] * len(self.joints))
+        js.header.stamp = stamp
+        self.joint_pub.publish(js)
+        odom = Odometry()
+        odom.header.stamp = stamp
+        odom.pose.pose.position.z, odom.pose.pose.orientation.w = 0.8, 1.0
+        self.odom_pub.publish(odom)
+        if self._ticks % 25 == 0:  # a rollout every half second: the critic critiques every 0.5 s
+            self.boundary_pub.publish(String(data=json.dumps({"event": "end"})))
+            self.boundary_pub.publish(String(data=json.dumps({"event": "start", "task": "stand still"})))
+        self._ticks += 1
+
+    def _on_frame(self, _msg) -> None:
+        self.frames += 1
+
+    def _on_feedback(self, _msg) -> None:
+        self.feedback += 1
+
+    def _on_progress(self, _msg) -> None:
+        self.progress += 1
+
+
+@dataclass
+class NodeCase:
+    """How to start one node and how to tell that it is working."""
+
+    params: dict = field(default_factory=dict)
+    working: object = None  # (stderr text, feeder, process info) -> bool
+    prepare: object = None  # (tmp_path) -> extra params
+
+
+def _training_config(tmp_path: Path) -> dict:
+    path = tmp_path / "training.yaml"
+    path.write_text(yaml.safe_dump(TINY_TRAINING))
+    return {"runs_dir": str(tmp_path / "runs"), "training_config": str(path), "eval_episodes": 1}
+
+
+CASES = {
+    "simulator_node": NodeCase(working=lambda err, feeder: "publishing at" in err),
+    "camera_renderer_node": NodeCase(params={"width": 64, "height": 48, "shadows": False, "frame_interval_s": 0.05},
+                                     working=lambda err, feeder: feeder.frames > 0),
+    "vlm_critic_node": NodeCase(working=lambda err, feeder: feeder.feedback > 0),
+    "policy_trainer_node": NodeCase(prepare=_training_config, working=lambda err, feeder: feeder.progress > 0),
+    "recorder_node": NodeCase(prepare=lambda tmp: {"output_dir": str(tmp / "bags"), "bag_name": "bag",
+                                                   "discovery_period_s": 0.2},
+                              working=lambda err, feeder: "recording /joint_states (" in err),
+}
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a SIGTERM handler (ours: Python installs none of its own)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def _send(proc: subprocess.Popen, pattern: str, rng: random.Random) -> None:
+    def group(sig):
+        os.killpg(proc.pid, sig)
+
+    if pattern == "terminal":
+        group(signal.SIGINT)
+    elif pattern == "terminal-twice":
+        group(signal.SIGINT)
+        time.sleep(rng.uniform(0.0, 0.5))
+        group(signal.SIGINT)
+    elif pattern == "launch":
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(rng.uniform(0.05, 1.0))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGTERM)
+
+
+def run_once(node: str, stage: str, pattern: str, seed: int, tmp_path: Path, feeder: Feeder) -> dict:
+    """Start the node, signal it at a random moment of `stage`, return what happened."""
+    rng = random.Random(seed)
+    case = CASES[node]
+    params = {**case.params, **(case.prepare(tmp_path) if case.prepare else {})}
+    args = [str(BIN / node), "--ros-args"] + [a for k, v in params.items() for a in ("-p", f"{k}:={v}")]
+    err_path = tmp_path / "stderr.txt"
+    feeder.frames = feeder.feedback = feeder.progress = 0
+    with open(err_path, "wb") as err, open(tmp_path / "stdout.txt", "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+    t0 = time.monotonic()
+    try:
+        assert wait_for(lambda: _catches_sigterm(proc.pid) or proc.poll() is not None, timeout=30, period=0.002), \
+            "no signal handlers after 30 s"
+        catching_s = time.monotonic() - t0
+        if stage == "start-up":
+            time.sleep(rng.uniform(0.0, START_UP_S))
+        else:
+            if node == "policy_trainer_node":
+                _submit_candidate(feeder, err_path, f"candidate-{seed}")
+            assert wait_for(lambda: case.working(err_path.read_text(errors="replace"), feeder) or proc.poll() is not None,
+                            timeout=120), f"{node} was not seen working within 120 s"
+            time.sleep(rng.uniform(0.0, WORK_S))
+        assert proc.poll() is None, f"{node} ended before the signal (exit {proc.returncode})"
+        signalled = time.monotonic()
+        _send(proc, pattern, rng)
+        try:
+            code = proc.wait(EXIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = "hung"
+        return {"code": code, "stderr": err_path.read_text(errors="replace"), "catching_s": catching_s,
+                "shutdown_s": time.monotonic() - signalled}
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _submit_candidate(feeder: Feeder, err_path: Path, candidate_id: str) -> None:
+    """Publish one candidate once the trainer is ready, again until it says it has it."""
+    spec = load_reward_spec(None).to_dict()
+    request = json.dumps({"candidate_id": candidate_id, "spec": spec, "max_iterations": 10000, "evaluate": False})
+    assert wait_for(lambda: "ready: candidates on" in err_path.read_text(errors="replace"), timeout=60)
+    deadline = time.monotonic() + 60
+    while f'"candidate_id": "{candidate_id}"' not in err_path.read_text(errors="replace") and time.monotonic() < deadline:
+        if feeder.candidate_pub.get_subscription_count():
+            feeder.candidate_pub.publish(String(data=request))
+        time.sleep(0.5)
+
+
+def schedule(node: str, runs: int) -> list[tuple[str, str]]:
+    """(stage, pattern) of each run: every combination in turn, each node starting elsewhere."""
+    combos = [(s, p) for p in PATTERNS for s in STAGES]
+    start = sorted(CASES).index(node) * 3
+    return [combos[(start + i) % len(combos)] for i in range(runs)]
+
+
+@pytest.fixture
+def feeder(ros_context):
+    spinners = Spinners(ros_context)
+    node = spinners.add(Feeder(ros_context))
+    yield node
+    spinners.shutdown()
+
+
+@pytest.mark.parametrize("node", sorted(CASES))
+def test_node_exits_cleanly_on_signals(node, feeder, tmp_path):
+    failures = []
+    for i, (stage, pattern) in enumerate(schedule(node, RUNS)):
+        seed = SEED + i
+        run_dir = tmp_path / f"run{i}"
+        run_dir.mkdir()
+        result = run_once(node, stage, pattern, seed, run_dir, feeder)
+        what = f"{node} run {i} ({stage}, {pattern}, MOTIONVL_SHUTDOWN_SEED={SEED} run {i})"
+        problems = []
+        if result["code"] != 0:
+            problems.append(f"exit code {result['code']}")
+        if "Traceback" in result["stderr"]:
+            problems.append("a traceback on stderr")
+        if node == "recorder_node":
+            problems += _bag_problems(run_dir / "bags" / "bag", stage)
+        print(f"{what}: exit {result['code']}, handlers after {result['catching_s']:.3f} s, "
+              f"stopped {result['shutdown_s']:.2f} s after the signal")
+        if problems:
+            failures.append(f"{what}: {', '.join(problems)}\n--- stderr ---\n{result['stderr'][-3000:]}")
+    assert not failures, "\n\n".join(failures)
+
+
+def _bag_problems(bag: Path, stage: str) -> list[str]:
+    """The recorder's bag must be complete (metadata written) and readable; it exists once the
+    node was seen working (a signal before the node was built leaves no bag, which is fine)."""
+    if not bag.exists():
+        return ["no bag although the recorder was working"] if stage == "work" else []
+    try:
+        for _ in read_bag(bag):
+            pass
+    except Exception as exc:  # noqa: BLE001 - any reader error is the failure being looked for
+        return [f"bag unreadable: {type(exc).__name__}: {exc}"]
+    return []
