@@ -19,6 +19,7 @@ MOTIONVL_SHUTDOWN_RUNS (default 3) runs per node; MOTIONVL_SHUTDOWN_SEED replays
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import random
@@ -45,6 +46,7 @@ from motionvl.robot import load_robot_config  # noqa: E402
 from spinning import Spinners  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 RUNS = int(os.environ.get("MOTIONVL_SHUTDOWN_RUNS", "3"))
 SEED = int(os.environ.get("MOTIONVL_SHUTDOWN_SEED", str(random.SystemRandom().randrange(1 << 30))))
@@ -59,8 +61,9 @@ TINY_TRAINING = {"seed": 0, "save_interval": 1, "env": {"num_envs": 8, "episode_
 
 
 class Feeder(Node):
-    """What the nodes work on: joint states and odom at 50 Hz, rollouts for the critic, a
-    candidate for the trainer; and what they put out (frames, feedback, training progress)."""
+    """What the nodes work on: joint states and odom at 50 Hz, rollouts for the critic, requests
+    for the synthesizer, a candidate for the trainer; and what they put out (frames, feedback,
+    answers, training progress)."""
 
     def __init__(self, context):
         super().__init__("shutdown_test_feeder", context=context)
@@ -69,10 +72,12 @@ class Feeder(Node):
         self.odom_pub = self.create_publisher(Odometry, "odom", 10)
         self.boundary_pub = self.create_publisher(String, "rollout/boundary", 10)
         self.candidate_pub = self.create_publisher(String, "reward_candidates", 50)
-        self.frames = self.feedback = self.progress = 0
+        self.request_pub = self.create_publisher(String, "synthesizer/request", 50)
+        self.frames = self.feedback = self.progress = self.answers = 0
         self.create_subscription(Image, "camera/image_raw", self._on_frame, qos_profile_sensor_data)
         self.create_subscription(String, "critic/feedback", self._on_feedback, 10)
         self.create_subscription(String, "trainer/progress", self._on_progress, 50)
+        self.create_subscription(String, "synthesizer/candidates", self._on_answer, 50)
         self._ticks = 0
         self.create_timer(0.02, self._tick)
 
@@ -85,9 +90,11 @@ class Feeder(Node):
         odom.header.stamp = stamp
         odom.pose.pose.position.z, odom.pose.pose.orientation.w = 0.8, 1.0
         self.odom_pub.publish(odom)
-        if self._ticks % 25 == 0:  # a rollout every half second: the critic critiques every 0.5 s
+        if self._ticks % 25 == 0:  # every half second: a rollout for the critic, a request for the synthesizer
             self.boundary_pub.publish(String(data=json.dumps({"event": "end"})))
             self.boundary_pub.publish(String(data=json.dumps({"event": "start", "task": "stand still"})))
+            self.request_pub.publish(String(data=json.dumps({"request_id": f"r{self._ticks}", "task": "walk forward",
+                                                             "iteration": 0, "num_candidates": 2})))
         self._ticks += 1
 
     def _on_frame(self, _msg) -> None:
@@ -98,6 +105,9 @@ class Feeder(Node):
 
     def _on_progress(self, _msg) -> None:
         self.progress += 1
+
+    def _on_answer(self, _msg) -> None:
+        self.answers += 1
 
 
 @dataclass
@@ -121,10 +131,19 @@ CASES = {
                                      working=lambda err, feeder: feeder.frames > 0),
     "vlm_critic_node": NodeCase(working=lambda err, feeder: feeder.feedback > 0),
     "policy_trainer_node": NodeCase(prepare=_training_config, working=lambda err, feeder: feeder.progress > 0),
+    "reward_synthesizer_node": NodeCase(working=lambda err, feeder: feeder.answers > 0),
     "recorder_node": NodeCase(prepare=lambda tmp: {"output_dir": str(tmp / "bags"), "bag_name": "bag",
                                                    "discovery_period_s": 0.2},
                               working=lambda err, feeder: "recording /joint_states (" in err),
 }
+
+
+def test_every_node_has_a_case():
+    """A node added to setup.py's NODES joins this test (with what it needs to be seen working)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    nodes = next(ast.literal_eval(n.value) for n in tree.body
+                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "NODES")
+    assert set(CASES) == set(nodes)
 
 
 def _catches_sigterm(pid: int) -> bool:
@@ -164,7 +183,7 @@ def run_once(node: str, stage: str, pattern: str, seed: int, tmp_path: Path, fee
     params = {**case.params, **(case.prepare(tmp_path) if case.prepare else {})}
     args = [str(BIN / node), "--ros-args"] + [a for k, v in params.items() for a in ("-p", f"{k}:={v}")]
     err_path = tmp_path / "stderr.txt"
-    feeder.frames = feeder.feedback = feeder.progress = 0
+    feeder.frames = feeder.feedback = feeder.progress = feeder.answers = 0
     with open(err_path, "wb") as err, open(tmp_path / "stdout.txt", "wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
     t0 = time.monotonic()

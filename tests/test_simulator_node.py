@@ -21,7 +21,8 @@ from geometry_msgs.msg import Twist, TwistStamped  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
+from rcl_interfaces.msg import Log  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
 from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
@@ -33,13 +34,18 @@ from spinning import Spinners  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+ROSOUT = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 ROBOT = load_robot_config()
 
 
-
-
 class Probe:
-    """A test node that records what the simulator publishes and sends it commands."""
+    """A test node that records what the simulator publishes and sends it commands.
+
+    It also reads the simulator's log lines on /rosout: a refused command is logged in the
+    callback that refused it, so "the command arrived and was refused" is seen, not assumed
+    from a quiet moment (the command subscriptions keep only the newest message, so a later
+    good command could replace a bad one before it is read, and a test would pass untested).
+    """
 
     def __init__(self, context, namespace: str):
         self.node = Node(f"probe_{uuid.uuid4().hex[:6]}", namespace=namespace, context=context)
@@ -49,12 +55,15 @@ class Probe:
         self.odom: list = []
         self.command: list = []
         self.clock: list = []
+        self.log: list = []
+        self.logger_name = f"{namespace.strip('/')}.simulator"
         n = self.node
         n.create_subscription(JointState, "joint_states", self._keep(self.joint_states), RELIABLE)
         n.create_subscription(Imu, "imu/data", self._keep(self.imu), qos_profile_sensor_data)
         n.create_subscription(Odometry, "odom", self._keep(self.odom), RELIABLE)
         n.create_subscription(TwistStamped, "simulator/command", self._keep(self.command), RELIABLE)
         n.create_subscription(Clock, "/clock", self._keep(self.clock), qos_profile_sensor_data)
+        n.create_subscription(Log, "/rosout", self._keep(self.log), ROSOUT)
         self.position_pub = n.create_publisher(Float64MultiArray, "joint_position_commands", 1)
         self.effort_pub = n.create_publisher(Float64MultiArray, "joint_effort_commands", 1)
         self.named_pub = n.create_publisher(JointState, "joint_commands", 1)
@@ -71,9 +80,12 @@ class Probe:
         with self.lock:
             return store[-1][1] if store else None
 
-    def count_since(self, store: list, t0: float) -> int:
+    def refused(self, *what: str) -> bool:
+        """Whether the simulator logged that it ignored a command of one of `what` (e.g. "cmd_vel").
+        The warning is throttled: after one, others within 2 s are not logged."""
         with self.lock:
-            return sum(1 for t, _ in store if t >= t0)
+            return any(m.name == self.logger_name and m.msg.startswith(tuple(f"{w} ignored" for w in what))
+                       for _, m in self.log)
 
     def connected(self) -> bool:
         return all(p.get_subscription_count() > 0 for p in
@@ -102,13 +114,11 @@ def ros_graph(ros_context):
     spinners.shutdown()
 
 
-def test_publishes_joint_states_at_configured_rate(ros_graph):
+def test_publishes_the_robot_state(ros_graph):
+    """What is published (the rate in real time is a benchmark matter; the simulated-time rate is
+    checked exactly in test_as_fast_as_possible_with_clock)."""
     sim, probe = ros_graph(publish_rate_hz=40.0)
-    t0 = time.monotonic()
-    time.sleep(2.0)
-    count = probe.count_since(probe.joint_states, t0)
-    # slack below for a loaded machine (the timer fires late); never more than the rate
-    assert 80 * 0.5 <= count <= 80 * 1.3, f"{count} joint_states in 2 s at 40 Hz"
+    assert wait_for(lambda: len(probe.joint_states) >= 20, timeout=30.0)
     with probe.lock:
         stamps = np.array([m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for _, m in probe.joint_states])
     assert np.all(np.diff(stamps) > 0), "stamps (simulated time) increase message by message"
@@ -123,7 +133,7 @@ def test_publishes_joint_states_at_configured_rate(ros_graph):
     assert imu.linear_acceleration.z == pytest.approx(9.81, abs=1.5)  # standing still: specific force up
     assert odom.pose.pose.position.z > 0.75 and odom.child_frame_id == ROBOT.base_link
     stamp = js.header.stamp.sec + js.header.stamp.nanosec * 1e-9
-    assert 0.5 < stamp < 60.0
+    assert 0.0 < stamp < 60.0
 
 
 def test_reset_service(ros_graph):
@@ -136,9 +146,11 @@ def test_reset_service(ros_graph):
     assert future.result().success, future.result().message
     np.testing.assert_allclose(sim.sim.target, ROBOT.default_pose)
     before = probe.last(probe.clock).clock
-    time.sleep(0.3)
-    after = probe.last(probe.clock).clock
-    assert (after.sec, after.nanosec) > (before.sec, before.nanosec), "the clock must keep going after a reset"
+
+    def later(clock):
+        return (clock.sec, clock.nanosec) > (before.sec, before.nanosec)
+
+    assert wait_for(lambda: later(probe.last(probe.clock).clock), timeout=10.0), "the clock must keep going after a reset"
 
 
 def test_bad_commands_ignored_robot_stays_upright(ros_graph):
@@ -151,6 +163,8 @@ def test_bad_commands_ignored_robot_stays_upright(ros_graph):
         probe.named_pub.publish(JointState(name=["left_wing"], position=[0.3]))  # unknown joint
         probe.effort_pub.publish(Float64MultiArray(data=[1.0] * 12))  # wrong mode
         time.sleep(0.05)
+    assert wait_for(lambda: probe.refused("joint_position_commands", "joint_commands (position)",
+                                          "joint_effort_commands"), timeout=10.0)
     np.testing.assert_allclose(sim.sim.target, ROBOT.default_pose)
     odom = probe.last(probe.odom)
     assert odom.pose.pose.position.z > 0.75, "the robot must stay up on its last good target"
@@ -183,7 +197,7 @@ def test_effort_mode_applies_torques(ros_graph):
     assert sim.sim.actuation == "torque"
     # position commands are refused in effort mode
     probe.send(probe.position_pub, ROBOT.upper)
-    time.sleep(0.2)
+    assert wait_for(lambda: probe.refused("joint_position_commands"), timeout=10.0)
     np.testing.assert_allclose(sim.sim.target, ROBOT.default_pose)
     # stop sending: after command_timeout the watchdog switches to damping
     assert wait_for(lambda: sim.sim.actuation == "damping", timeout=5.0)
@@ -203,7 +217,7 @@ def test_cmd_vel_accepted(ros_graph):
     cmd = probe.last(probe.command).twist
     assert (cmd.linear.y, cmd.angular.z) == (pytest.approx(-0.1), pytest.approx(0.3))
     probe.cmd_vel_pub.publish(twist(math.nan, 0.0, 0.0))  # rejected: the last good one stays
-    time.sleep(0.3)
+    assert wait_for(lambda: probe.refused("cmd_vel"), timeout=10.0)
     np.testing.assert_allclose(sim.sim.command, [0.6, -0.1, 0.3])
 
 
@@ -242,7 +256,8 @@ def test_bad_parameter_exits_nonzero(param, message):
 
 
 def test_as_fast_as_possible_with_clock(ros_graph):
-    """Without real time every tick adds exactly one publish period of simulated time.
+    """Without real time every tick adds exactly one publish period (1 / publish_rate_hz) of
+    simulated time (a whole number of physics steps at 50 Hz).
 
     Checked on the stamps, not against the wall clock, so a loaded machine cannot fail it.
     """

@@ -152,9 +152,10 @@ class RewardSynthesizerNode(Node):
         return {"request_id": request_id, **record, "cap_reached": any(c.cap_reached for c in candidates)}
 
     def destroy_node(self):
+        # the proposal in progress is answered first; motionvl.ros.runtime bounds the wait (a model
+        # call still in flight when the stop budget ends is abandoned with the process)
         self._jobs.put(None)
-        if self._worker.is_alive():
-            self._worker.join(timeout=3.0)  # within the stop budget; a model call in flight is abandoned (daemon)
+        self._worker.join()
         return super().destroy_node()
 
 
