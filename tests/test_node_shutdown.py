@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,8 +38,8 @@ rclpy = pytest.importorskip("rclpy")
 from nav_msgs.msg import Odometry  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
-from sensor_msgs.msg import Image, JointState  # noqa: E402
-from std_msgs.msg import String  # noqa: E402
+from sensor_msgs.msg import Image, Imu, JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
 from motionvl.bags import read_bag  # noqa: E402
 from motionvl.rewards.spec import load_reward_spec  # noqa: E402
@@ -70,6 +71,7 @@ class Feeder(Node):
         self.joints = list(load_robot_config().joint_names)
         self.joint_pub = self.create_publisher(JointState, "joint_states", 10)
         self.odom_pub = self.create_publisher(Odometry, "odom", 10)
+        self.imu_pub = self.create_publisher(Imu, "imu/data", qos_profile_sensor_data)
         self.boundary_pub = self.create_publisher(String, "rollout/boundary", 10)
         self.candidate_pub = self.create_publisher(String, "reward_candidates", 50)
         self.request_pub = self.create_publisher(String, "synthesizer/request", 50)
@@ -78,8 +80,18 @@ class Feeder(Node):
         self.create_subscription(String, "critic/feedback", self._on_feedback, 10)
         self.create_subscription(String, "trainer/progress", self._on_progress, 50)
         self.create_subscription(String, "synthesizer/candidates", self._on_answer, 50)
+        self.commands: dict[str, int] = {}  # motor command topic -> messages seen
         self._ticks = 0
         self.create_timer(0.02, self._tick)
+
+    def watch_commands(self, topic: str) -> None:
+        """Count the Float64MultiArray commands on `topic` (the deployment node's, one topic per run)."""
+        self.commands[topic] = 0
+
+        def count(_msg):
+            self.commands[topic] += 1
+
+        self.create_subscription(Float64MultiArray, topic, count, 1)
 
     def _tick(self) -> None:
         stamp = self.get_clock().now().to_msg()
@@ -90,6 +102,9 @@ class Feeder(Node):
         odom.header.stamp = stamp
         odom.pose.pose.position.z, odom.pose.pose.orientation.w = 0.8, 1.0
         self.odom_pub.publish(odom)
+        imu = Imu()
+        imu.header.stamp, imu.orientation.w = stamp, 1.0
+        self.imu_pub.publish(imu)
         if self._ticks % 25 == 0:  # every half second: a rollout for the critic, a request for the synthesizer
             self.boundary_pub.publish(String(data=json.dumps({"event": "end"})))
             self.boundary_pub.publish(String(data=json.dumps({"event": "start", "task": "stand still"})))
@@ -115,14 +130,20 @@ class NodeCase:
     """How to start one node and how to tell that it is working."""
 
     params: dict = field(default_factory=dict)
-    working: object = None  # (stderr text, feeder, process info) -> bool
-    prepare: object = None  # (tmp_path) -> extra params
+    working: object = None  # (stderr text, feeder) -> bool
+    prepare: object = None  # (tmp_path, feeder) -> extra params
 
 
-def _training_config(tmp_path: Path) -> dict:
+def _training_config(tmp_path: Path, _feeder) -> dict:
     path = tmp_path / "training.yaml"
     path.write_text(yaml.safe_dump(TINY_TRAINING))
     return {"runs_dir": str(tmp_path / "runs"), "training_config": str(path), "eval_episodes": 1}
+
+
+def _deployment_topic(_tmp_path: Path, feeder) -> dict:
+    feeder.deployment_topic = f"deploy_{uuid.uuid4().hex[:8]}/commands"
+    feeder.watch_commands(feeder.deployment_topic)
+    return {"command_topic": feeder.deployment_topic}
 
 
 CASES = {
@@ -132,8 +153,12 @@ CASES = {
     "vlm_critic_node": NodeCase(working=lambda err, feeder: feeder.feedback > 0),
     "policy_trainer_node": NodeCase(prepare=_training_config, working=lambda err, feeder: feeder.progress > 0),
     "reward_synthesizer_node": NodeCase(working=lambda err, feeder: feeder.answers > 0),
-    "recorder_node": NodeCase(prepare=lambda tmp: {"output_dir": str(tmp / "bags"), "bag_name": "bag",
-                                                   "discovery_period_s": 0.2},
+    # a command topic of its own per run: a publisher left in the graph by the run before must not
+    # count as a second writer (the node refuses to start beside one)
+    "deployment_node": NodeCase(params={"realtime_priority": 0}, prepare=_deployment_topic,
+                                working=lambda err, feeder: feeder.commands[feeder.deployment_topic] > 0),
+    "recorder_node": NodeCase(prepare=lambda tmp, _feeder: {"output_dir": str(tmp / "bags"), "bag_name": "bag",
+                                                            "discovery_period_s": 0.2},
                               working=lambda err, feeder: "recording /joint_states (" in err),
 }
 
@@ -180,7 +205,7 @@ def run_once(node: str, stage: str, pattern: str, seed: int, tmp_path: Path, fee
     """Start the node, signal it at a random moment of `stage`, return what happened."""
     rng = random.Random(seed)
     case = CASES[node]
-    params = {**case.params, **(case.prepare(tmp_path) if case.prepare else {})}
+    params = {**case.params, **(case.prepare(tmp_path, feeder) if case.prepare else {})}
     args = [str(BIN / node), "--ros-args"] + [a for k, v in params.items() for a in ("-p", f"{k}:={v}")]
     err_path = tmp_path / "stderr.txt"
     feeder.frames = feeder.feedback = feeder.progress = feeder.answers = 0
