@@ -156,9 +156,11 @@ def build_descriptors(a: GaitAnalysis) -> list[Descriptor]:
     if error is not None and abs(a.command[0]) > 1e-9:
         tolerance = max(0.15, 0.25 * abs(a.command[0]))
         if error < -tolerance:
-            feature("too_slow", "whole_body", error, "m/s", _ramp(-error, tolerance, 2 * tolerance), "slower than commanded")
+            feature("too_slow", "whole_body", error, "m/s", _ramp(-error, tolerance, 2 * tolerance),
+                    "slower than commanded")
         elif error > tolerance:
-            feature("too_fast", "whole_body", error, "m/s", _ramp(error, tolerance, 2 * tolerance), "faster than commanded")
+            feature("too_fast", "whole_body", error, "m/s", _ramp(error, tolerance, 2 * tolerance),
+                    "faster than commanded")
     return out
 
 
@@ -290,6 +292,7 @@ class KinematicCritic:
         spec = parse_task(task)
         judged = judge(spec, a, rollout_s=traj.duration, fall_penalty=self.fall_penalty)
         previous = _previous_score(previous_best)
+        better = None if previous is None else bool(judged.score > previous + self.margin)
         meta = {
             "analysis": a.to_dict(),
             "measurements": {k: round(v, 5) for k, v in measurements(a).items()},
@@ -301,7 +304,7 @@ class KinematicCritic:
         }
         return MotionFeedback(critic=self.name, task=task, descriptors=descriptors, features=discretise(descriptors),
                               alignment_score=round(judged.score, 4), suggestions=suggestions(judged, a, spec),
-                              better_than_best=None if previous is None else bool(judged.score > previous + self.margin),
+                              better_than_best=better,
                               unjudged=judged.unjudged, valid=True, meta=meta)
 
     # -- the comparison ------------------------------------------------------------
@@ -369,6 +372,6 @@ def _differences(one: _Judged, two: _Judged, better: str, most: int = 3) -> str:
     shared.sort(key=lambda n: -sign * (second[n].score - first[n].score) * first[n].weight)
     parts = [f"{n}: {first[n].measured} vs {second[n].measured} (target {first[n].target})" for n in shared[:most]
              if sign * (second[n].score - first[n].score) > 0]
-    falls = [f"the {who} rollout fell at t={j.analysis.fall_time_s:.1f} s" for who, j in (("first", one), ("second", two))
-             if j.analysis.fall_time_s is not None]
+    falls = [f"the {who} rollout fell at t={j.analysis.fall_time_s:.1f} s"
+             for who, j in (("first", one), ("second", two)) if j.analysis.fall_time_s is not None]
     return "; ".join(falls + parts) or f"scores {one.task.score:.3f} vs {two.task.score:.3f}"

@@ -46,7 +46,8 @@ def backend_factory(backend: str, *, model: str = "", base_url: str = "", device
     if backend == "transformers":
         if not model:
             raise ValueError("backend 'transformers' needs model (a local model directory)")
-        return lambda: create_critic("transformers", model_dir=model, device=device, use_contact_sheet=use_contact_sheet)
+        return lambda: create_critic("transformers", model_dir=model, device=device,
+                                     use_contact_sheet=use_contact_sheet)
     if not (model and base_url):
         raise ValueError("backend 'openai' needs base_url and model")
     return lambda: create_critic("openai", base_url=base_url, model=model, use_contact_sheet=use_contact_sheet)
@@ -149,8 +150,9 @@ class CriticService:
         if isinstance(critic, KinematicCritic):
             if rollout.trajectory is None:
                 counts = collected.counts()
-                return MotionFeedback.invalid(critic.name, task, "the kinematic critic needs joint_states and odom of "
-                                              f"the rollout; got {counts['states']} joint states, {counts['odom']} odom")
+                return MotionFeedback.invalid(critic.name, task, "the kinematic critic needs joint_states and odom "
+                                              f"of the rollout; got {counts['states']} joint states, "
+                                              f"{counts['odom']} odom")
             return critic.critique(rollout.trajectory, task, previous_best=collected.previous_best)
         if not rollout.frames:
             return MotionFeedback.invalid(self._name(), task, "no camera frames were received for this rollout")

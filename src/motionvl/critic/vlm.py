@@ -62,7 +62,8 @@ class VLMCritic:
         return build_prompt(frames, times, task, previous_best, options=self.frames)
 
     def build_comparison_prompt(self, first: Rollout, second: Rollout, task: str) -> CritiquePrompt:
-        return build_comparison_prompt(first.frames, first.times, second.frames, second.times, task, options=self.frames)
+        return build_comparison_prompt(first.frames, first.times, second.frames, second.times, task,
+                                       options=self.frames)
 
     def critique(self, frames: list[np.ndarray], times: list[float], task: str,
                  previous_best: str | None = None, **kwargs: Any) -> MotionFeedback:

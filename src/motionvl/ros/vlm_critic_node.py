@@ -92,6 +92,7 @@ PARAMETERS = {
                         "the feedback's meta.rollout_path. Empty = do not save."),
     "robot_config": ("", "Robot YAML; empty = the package's config/robot.yaml."),
     "terrain": ("flat", "'flat' or 'rough' (the floor used to find foot contacts; match the simulator's)."),
+    "terrain_seed": (0, "Seed of the rough height field (match the simulator's)."),
 }
 
 FEEDBACK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
@@ -143,9 +144,10 @@ class VlmCriticNode(Node):
         self.p = p
         self.backend = p["backend"]
         self.robot = load_robot_config(p["robot_config"] or None)
-        self.service = CriticService(critic_factory, model=build_model(self.robot, single_floor(TerrainConfig(
-            kind=p["terrain"]))), robot=self.robot, default_task=p["task"], merge_kinematics=p["merge_kinematics"],
-            keep_rollouts=p["keep_rollouts"], rollout_dir=p["rollout_dir"] or None)
+        floor = single_floor(TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]))
+        self.service = CriticService(critic_factory, model=build_model(self.robot, floor), robot=self.robot,
+                                     default_task=p["task"], merge_kinematics=p["merge_kinematics"],
+                                     keep_rollouts=p["keep_rollouts"], rollout_dir=p["rollout_dir"] or None)
         self.collector = RolloutCollector(CollectLimits(frame_interval_s=p["frame_interval_s"],
                                                         max_frames=p["max_frames"], max_samples=p["max_samples"]))
         self.feedback_count = 0
@@ -215,7 +217,8 @@ class VlmCriticNode(Node):
         if any(n not in index for n in self.robot.joint_names) or len(msg.position) != len(msg.name):
             self.get_logger().warning("joint_states without every robot joint ignored", throttle_duration_sec=5.0)
             return
-        self.collector.add_joint_state(self._t(msg.header.stamp), [msg.position[index[n]] for n in self.robot.joint_names])
+        self.collector.add_joint_state(self._t(msg.header.stamp),
+                                       [msg.position[index[n]] for n in self.robot.joint_names])
 
     def _on_odom(self, msg: Odometry) -> None:
         p, o = msg.pose.pose.position, msg.pose.pose.orientation
