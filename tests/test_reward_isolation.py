@@ -5,11 +5,13 @@ reference reward's terms as generated code give the library's numbers, isolated 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -160,6 +162,28 @@ def test_a_worker_that_dies_fails_the_candidate_with_the_signal(pool):
         runner.close()
 
 
+def test_ctrl_c_stops_a_call_that_hangs_and_the_next_call_gets_a_fresh_worker(pool):
+    runner = IsolatedTerms(compile_code(GOOD), deadline_s=120.0)
+    state = pool.sample(16, np.random.default_rng(5))
+    try:
+        expected = runner.evaluate(state)
+        hung = runner._worker.proc.pid
+        os.kill(hung, signal.SIGSTOP)  # a call that never returns, as far as this process can tell
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            runner.evaluate(state)
+        timer.join()
+        assert time.monotonic() - start < 60  # not the 120 s deadline: Ctrl-C ends the wait
+        assert not psutil.pid_exists(hung)  # the hung worker was killed and reaped
+        again = runner.evaluate(state)  # not a failure of the candidate: a new worker answers
+        for name, value in expected.items():
+            np.testing.assert_array_equal(again[name], value)
+    finally:
+        runner.close()
+
+
 def test_the_worker_memory_limit_stops_an_allocation_the_guard_allows(pool):
     wide = "def _reward_wide(state):\n    w = np.zeros_like(state.joint_pos) + state.joint_pos\n    return w[:, 0]\n"
     runner = IsolatedTerms(compile_code(wide), memory_bytes=8 << 20)
@@ -231,3 +255,19 @@ def test_check_names_the_batch_and_the_seed():
         check_reward_code(source, seed=5)
     assert info.value.problems[0].startswith("line 1: non-finite: `_cost_flip` returned NaN/inf")
     assert "extreme-high batch 1 of 1, 512 environments, seed 5]" in info.value.problems[0]
+
+
+def test_good_generated_terms_train_the_same_isolated_or_in_process(tmp_path):
+    """Positive control in training: the worker changes nothing a run records (timing fields aside)."""
+    from motionvl.rl.trainer import train_policy
+    from rl_fixtures import tiny_config
+
+    timing = {"elapsed_s", "collect_s", "learn_s", "steps_per_s"}
+    histories = []
+    spec = load_reward_spec(REFERENCE_GENERATED)
+    for name, variant in (("isolated", spec), ("in_process", spec.with_isolation(False))):
+        train_policy(tmp_path / name, variant, tiny_config(), max_iterations=2, progress=False)
+        records = [json.loads(line) for line in (tmp_path / name / "history.jsonl").read_text().splitlines()]
+        histories.append([{k: v for k, v in r.items() if k not in timing} for r in records])
+    assert len(histories[0]) == 2 and histories[0] == histories[1]
+    assert set(histories[0][-1]["terms"]) == {t.name for t in spec.terms}

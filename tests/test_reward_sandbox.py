@@ -270,6 +270,23 @@ def test_term_fn_budget_resets_per_call_and_errors_name_the_line():
         evaluate_term(broken, state)
 
 
+def test_work_is_charged_by_what_each_operation_costs():
+    from motionvl.rewards.sandbox.guard import CONST_WORK, COST, WORK_PER_ENV, Guard
+
+    safe_namespace.warm_up()  # every wrapper charges an operation COST knows (else a KeyError here)
+    assert COST["sin"] >= 64 * COST["+"] and COST["**"] > 64 * COST["small-power"] and COST["median"] > COST["sum"]
+
+    def spent(source: str) -> float:
+        term = next(iter(compile_reward_code(source).values()))
+        guard = next(c.cell_contents for c in term.fn.__closure__ if isinstance(c.cell_contents, Guard))
+        term.fn(random_reward_state(256, np.random.default_rng(0)))
+        return (WORK_PER_ENV * 256 + CONST_WORK - guard.work_left) / 256
+
+    cube = spent("def _reward_c(state):\n    return np.exp(-np.abs(state.joint_pos ** 3).sum(axis=1))\n")
+    product = spent("def _reward_c(state):\n    q = state.joint_pos\n    return np.exp(-np.abs(q * q * q).sum(axis=1))\n")
+    assert cube > 20 * product  # pow() of negative bases: about a thousand additions per element
+
+
 def test_all_problems_are_listed_at_once():
     source = "import os\n\n\ndef _reward_a(state):\n    while True:\n        pass\n    return open('x')\n"
     with pytest.raises(RewardCodeError) as info:

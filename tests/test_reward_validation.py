@@ -124,3 +124,26 @@ def test_node_intake_rejects_with_the_bounded_message():
     with pytest.raises(JobError, match=r"line 1: non-finite") as info:
         TrainingJob.from_json(json.dumps({"candidate_id": "c1", "spec": raw}))
     assert len(str(info.value)) <= messages.MAX_MESSAGE_CHARS
+
+
+def test_reward_check_and_training_accept_exactly_the_same_code(tmp_path):
+    """`reward check` runs the code like the training config it is given (batch size, rollout states), and the
+    validation training runs does the same: a term that breaks only at some batch sizes is judged alike."""
+    import yaml
+
+    from motionvl.rl.config import TrainConfig
+
+    path = DATA / "hostile_rewards" / "training_size_only.py"  # non-finite when num_envs % 16 == 0
+    for num_envs, accepted in ((24, True), (32, False)):
+        config = tmp_path / f"training_{num_envs}.yaml"
+        config.write_text(yaml.safe_dump({"env": {"num_envs": num_envs}}))
+        cli = subprocess.run([sys.executable, "-m", "motionvl.cli", "reward", "check", str(path), "--training-config",
+                              str(config)], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(SRC)})
+        assert cli.returncode == (0 if accepted else 1), cli.stderr
+        spec = generated_spec(path.read_text(), "sized")
+        if accepted:
+            validate_spec(spec, env_cfg=TrainConfig.from_yaml(config).env)
+        else:
+            with pytest.raises(RewardValidationError, match="non-finite"):
+                validate_spec(spec, env_cfg=TrainConfig.from_yaml(config).env)

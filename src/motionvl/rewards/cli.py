@@ -1,6 +1,6 @@
 """`motionvl reward ...`: tools for generated reward code.
 
-  motionvl reward check FILE   validate FILE like a synthesizer candidate (exit 0 ok, 1 rejected, 2 no file)
+  motionvl reward check FILE   check FILE as training will (exit 0 ok, 1 rejected, 2 no file or bad config)
   motionvl reward doc          print the reward code format, the np namespace and the state fields
 """
 
@@ -15,8 +15,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="reward_command", metavar="ACTION", required=True)
     check = sub.add_parser("check", help="validate a reward code file (static rules + isolated test run)")
     check.add_argument("file", type=Path, help="Python source with _reward_<name>/_cost_<name> functions")
+    check.add_argument("--training-config", type=Path, default=None,
+                       help="training YAML whose environment the check runs like: its batch size and rollout states "
+                            "(default: config/training.yaml, what train-policy uses), so the check accepts exactly "
+                            "what training accepts")
     check.add_argument("--num-envs", type=int, default=None,
-                       help="test batch size (default: the training batch size, as training checks it)")
+                       help="test batch size (default: the training config's env.num_envs)")
     check.add_argument("--timeout", type=float, default=60.0, help="wall-time limit of the whole check, s")
     check.add_argument("--seed", type=int, default=None, help="seed of the test batches (default: fresh)")
     sub.add_parser("doc", help="print the reward code format and the state API (the LLM's reference)")
@@ -34,8 +38,17 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"motionvl reward check: cannot read {args.file}: {exc}", file=sys.stderr)
         return 2
+    from motionvl.rl.config import TrainConfig
+    from motionvl.robot import ConfigError
+
     try:
-        terms = sandbox.check_reward_code(source, num_envs=args.num_envs, timeout_s=args.timeout, seed=args.seed)
+        env_cfg = TrainConfig.from_yaml(args.training_config).env
+    except ConfigError as exc:
+        print(f"motionvl reward check: {exc}", file=sys.stderr)
+        return 2
+    try:
+        terms = sandbox.check_reward_code(source, num_envs=args.num_envs, env_cfg=env_cfg, timeout_s=args.timeout,
+                                          seed=args.seed)
     except sandbox.RewardCodeError as exc:
         print(f"{args.file}: rejected ({len(exc.problems)} problem(s)):", file=sys.stderr)
         for problem in exc.problems:

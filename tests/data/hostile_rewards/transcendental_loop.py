@@ -1,4 +1,4 @@
-# attack: 64 exp/log passes over the joints per call: few elements, many expensive operations
+# attack: 64 sine and cosine passes over the joints per call: few elements, each costing ~100 additions
 # class: work-accounting
 # expect: work-budget
 # stage: run
@@ -7,5 +7,5 @@
 def _reward_heavy(state):
     total = np.zeros_like(state.joint_pos)
     for i in range(64):
-        total = total + np.exp(np.log(np.abs(state.joint_pos) + 1.0))  # <- rejected here
-    return np.exp(-np.mean(total, axis=1))
+        total = total + np.sin(state.joint_pos) * np.cos(state.joint_pos)  # <- rejected here
+    return np.exp(-np.mean(np.abs(total), axis=1))

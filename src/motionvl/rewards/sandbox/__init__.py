@@ -59,11 +59,13 @@ Rules (checked before anything runs; each problem reads `line L: rule: what to d
 - Literals: ints <= 2**63, strings <= 4096 chars, displays <= 256 items; `**` exponent literals
   within [-64, 64]; `seq * n` with a literal n <= 4096; no `@`, `<<`, `>>`, `'%'` formatting,
   chained comparisons (`a < b < c`: write `(a < b) & (b < c)`).
-- At run time intermediate arrays stay <= 64 values per environment, a term call does <= 4096
-  weighted element-operations per environment (exp/log/trigonometric functions count 8, powers
-  16, a median 16), numpy takes numbers, numeric arrays and flat lists of numbers (no nested
-  lists, no strings), norms are vector norms (give axis=-1 for rows), indices are plain ints (no
-  masks or index arrays: use np.where), ints/strings/sequences cannot grow without bound.
+- At run time intermediate arrays stay <= 64 values per environment; a term call builds <= 4096
+  array elements per environment in all and does <= 65536 additions' worth of work per
+  environment (per element: exp/log/sqrt count 8, a reduction along an axis 32-64, sin/cos, %,
+  // and a median 256, a power other than ** 2, ** 0.5 or ** -1 2048); numpy takes numbers,
+  numeric arrays and flat lists of numbers (no nested lists, no strings); norms are vector norms
+  (give axis=-1 for rows); indices are plain ints (no masks or index arrays: use np.where);
+  ints/strings/sequences cannot grow without bound.
 - Terms run in a separate process with CPU, memory and file limits and a deadline per call,
   in the check and in training alike. The check calls every term several times on batches of
   the training size: states recorded from the training environment under a random policy

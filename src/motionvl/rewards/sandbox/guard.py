@@ -5,11 +5,13 @@ Generated code is rewritten (instrument.py) so that every operator that can allo
 builtins (namespace.py) charge the guard before computing. A guard checks *before* computing:
 - an array result stays within `max_elems` (PER_ENV_ELEMS per environment + CONST_ELEMS), so an
   (N, 1) * (N,) outer product fails on a training-sized batch instead of eating memory;
-- the term call's work stays within a budget linear in N. Work is charged in element
-  operations weighted by what numpy really spends per element (COST: a transcendental function
-  costs several additions, a median a partition of a copy, a conversion from a Python sequence
-  an object per element); what cannot be charged that way (matrix norms, nested sequences,
+- the term call's work stays within a budget linear in N. Work is charged per element in
+  additions, weighted by what numpy really spends per element of each operation (COST, measured:
+  a sine costs a hundred additions, a power of a negative base a thousand, a reduction along the
+  short joint axis tens); what no element count can charge (matrix norms, nested sequences,
   object or string arrays) is refused by namespace.py instead;
+- the elements of all arrays a call builds stay within a second budget linear in N (ALLOC_PER_ENV),
+  so raising the work budget for cheap operations does not raise the memory a call may hold;
 - Python ints, strings, lists and tuples cannot grow without bound (repeated squaring, doubling);
 - indices are plain integers (no fancy indexing, whose result size depends on the index).
 Violations raise `GuardError(rule, message)`; the sandbox turns it into a message with the line.
@@ -27,24 +29,40 @@ from motionvl.rewards.sandbox.errors import GuardError
 
 PER_ENV_ELEMS = 64  # largest intermediate per environment: (N, 12) joints, (N, 2, 3) feet fit easily
 CONST_ELEMS = 4096  # arrays that do not scale with N (weights, constants)
-WORK_PER_ENV = 4096  # weighted element operations per environment per term call
-CONST_WORK = 1 << 20
+WORK_PER_ENV = 1 << 16  # work per environment per term call, in additions (~20 us per environment)
+CONST_WORK = 1 << 22
+ALLOC_PER_ENV = 4096  # array elements built per environment per term call (32 KB of float64)
+CONST_ALLOC = 1 << 20
 MAX_SEQ_LEN = 4096  # elements in one str/list/tuple
 MAX_INT_BITS = 1024
 MAX_ITERATIONS = 64  # one loop's length (also enforced statically)
 
 COST = {
-    "cheap": 1,  # + - * comparisons, logical ops, abs, min/max, sums, copies
-    "divide": 2,  # /, //, sqrt, clip, where, norms, cumsum
-    "moments": 3,  # std, var (two passes and a temporary)
-    "round": 4,
-    "transcendental": 8,  # exp, log, trigonometric and hyperbolic functions, %, hypot
-    "power": 16,  # **, np.power
-    "median": 16,  # a copy and a partition
-    "python": 32,  # an element converted from a Python list/tuple (one object each)
+    **dict.fromkeys("+ - * & | ^ < <= > >= == != neg pos invert abs absolute fabs square floor ceil rint trunc "
+                    "logical_not logical_and logical_or logical_xor isfinite isnan isinf negative add subtract "
+                    "multiply copy astype reshape squeeze flatten ravel transpose zeros_like ones_like full_like "
+                    "array".split(), 1),
+    **dict.fromkeys("/ divide clip minimum maximum fmin fmax".split(), 2),
+    **dict.fromkeys("sign where exp exp2 cbrt round argmax argmin sqrt log log1p log2 log10 expm1 tan arctan arcsin "
+                    "sinh cosh any all stack concatenate deg2rad rad2deg radians degrees small-power".split(), 8),
+    **dict.fromkeys("tanh arccos heaviside".split(), 16),
+    **dict.fromkeys("sum mean prod count_nonzero norm linalg_norm arctan2 nan_to_num".split(), 32),
+    **dict.fromkeys("min max amin amax cumsum std var fmod".split(), 64),
+    **dict.fromkeys("sin cos % mod // hypot median".split(), 256),
+    **dict.fromkeys("** power".split(), 2048),  # pow() of a negative base: ~1000 additions per element
+    "python": 512,  # per element of a Python list/tuple numpy converts
 }
-"""Weighted element operations per element, measured as ratios of numpy's time per element on
-float64 arrays (bench/reward_isolation.py prints the calibration); conservative upward."""
+"""Work per element of each operation, in additions (np.add's time per element): numpy's measured time on
+(N, 12) float64 arrays (reductions along the short joint axis, negative bases for powers), with margin for
+its spread, rounded up to a power of two. bench/reward_isolation.py prints the measurement beside these."""
+SMALL_EXPONENTS = (0, 1, 2, 0.5, -1, -2)
+"""`x ** k` numpy computes without pow() (a multiplication, a square root, a reciprocal): charged small-power."""
+
+
+def power_op(exponent) -> str:
+    """The COST entry of `x ** exponent`."""
+    return "small-power" if isinstance(exponent, NUMBER) and exponent in SMALL_EXPONENTS else "**"
+
 
 ARRAY = (np.ndarray, np.generic)
 SEQUENCE = (str, list, tuple)
@@ -105,7 +123,6 @@ _BINOPS = {
     "//": operator.floordiv, "%": operator.mod, "**": operator.pow,
     "&": operator.and_, "|": operator.or_, "^": operator.xor,
 }
-_BINOP_COST = {"/": "divide", "//": "divide", "%": "transcendental", "**": "power"}
 _COMPARES = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
     "==": operator.eq, "!=": operator.ne, "is": operator.is_, "is not": operator.is_not,
@@ -121,6 +138,7 @@ class Guard:
         self._lock = threading.Lock()
         self.max_elems = CONST_ELEMS
         self.work_left = CONST_WORK
+        self.alloc_left = CONST_ALLOC
 
     @contextlib.contextmanager
     def session(self, num_envs: int):
@@ -128,6 +146,7 @@ class Guard:
         with self._lock:
             self.max_elems = PER_ENV_ELEMS * num_envs + CONST_ELEMS
             self.work_left = WORK_PER_ENV * num_envs + CONST_WORK
+            self.alloc_left = ALLOC_PER_ENV * num_envs + CONST_ALLOC
             with np.errstate(all="ignore"):  # NaN/inf are reported from the output, not as warnings
                 yield
 
@@ -137,14 +156,23 @@ class Guard:
         if self.work_left < 0:
             raise GuardError(
                 "work-budget",
-                f"the term does too much array work for one step (limit {WORK_PER_ENV} element operations per "
-                "environment, transcendental functions and powers count several); vectorise and avoid "
-                "repeating large array operations in loops",
+                f"the term does too much array work for one step (limit {WORK_PER_ENV} additions' worth per "
+                "environment; sin/cos, %, powers other than ** 2 and reductions along an axis cost tens to "
+                "thousands each); vectorise and avoid repeating expensive operations in loops",
             )
 
-    def array_op(self, *operands, cost: str = "cheap", result_shape: tuple | None = None) -> int:
-        """Check and charge one numpy operation over `operands` (numbers, arrays, flat numeric lists);
-        the result is their broadcast unless `result_shape` says otherwise. Returns the result size."""
+    def allocate(self, elements: int):
+        self.alloc_left -= elements
+        if self.alloc_left < 0:
+            raise GuardError(
+                "memory-budget",
+                f"the term builds too many array elements in one step (limit {ALLOC_PER_ENV} per environment); "
+                "keep fewer intermediate arrays, e.g. accumulate a running sum instead of a list of arrays",
+            )
+
+    def array_op(self, *operands, op: str = "+", result_shape: tuple | None = None) -> int:
+        """Check and charge one numpy operation `op` (a COST entry) over `operands` (numbers, arrays, flat
+        numeric lists); the result is their broadcast unless `result_shape` says otherwise. Returns its size."""
         shapes = [numeric_shape(x) for x in operands]
         size = broadcast_size(shapes) if result_shape is None else _size_of(result_shape)
         if size > self.max_elems:
@@ -156,7 +184,8 @@ class Guard:
             )
         listed = sum(len(x) for x in operands if isinstance(x, (list, tuple)))
         elements = max(size, *(_size_of(s) for s in shapes)) if shapes else size
-        self.spend(COST[cost] * elements + COST["python"] * listed)
+        self.spend(COST[op] * elements + COST["python"] * listed)
+        self.allocate(size)
         return size
 
     def check_seq_len(self, n: int):
@@ -193,9 +222,9 @@ class Guard:
             elif isinstance(a, str) or isinstance(b, str):
                 raise GuardError("argument-type", f"strings do not support '{op}' here")
             else:  # list/tuple of numbers meeting an array or a number: numpy converts it
-                self.array_op(a, b, cost=_BINOP_COST.get(op, "cheap"))
+                self.array_op(a, b, op=power_op(b) if op == "**" else op)
         elif isinstance(a, ARRAY) or isinstance(b, ARRAY):
-            self.array_op(a, b, cost=_BINOP_COST.get(op, "cheap"))
+            self.array_op(a, b, op=power_op(b) if op == "**" else op)
         elif isinstance(a, int) and isinstance(b, int):
             self._check_int(op, a, b)
         elif isinstance(a, NUMBER) and isinstance(b, NUMBER):
@@ -227,7 +256,7 @@ class Guard:
 
     def unary(self, op: str, x):
         if isinstance(x, ARRAY):
-            self.array_op(x)
+            self.array_op(x, op="neg")
         elif isinstance(x, NUMBER):
             self.spend(1)
         else:

@@ -19,24 +19,15 @@ import types
 import numpy as np
 
 from motionvl.rewards.sandbox.errors import GuardError
-from motionvl.rewards.sandbox.guard import ARRAY, MAX_ITERATIONS, NUMBER, SEQUENCE, Guard, numeric_shape
+from motionvl.rewards.sandbox.guard import ARRAY, MAX_ITERATIONS, NUMBER, SEQUENCE, Guard, numeric_shape, power_op
 
-# name -> cost class (guard.COST) of the elementwise functions, by arity
-_UNARY = {
-    **dict.fromkeys("abs absolute fabs sign square floor ceil rint trunc logical_not isfinite isnan isinf "
-                    "negative deg2rad rad2deg radians degrees".split(), "cheap"),
-    "sqrt": "divide",
-    **dict.fromkeys("cbrt exp expm1 exp2 log log1p log2 log10 sin cos tan arcsin arccos arctan sinh cosh "
-                    "tanh".split(), "transcendental"),
-}
-_BINARY = {
-    **dict.fromkeys("minimum maximum fmin fmax logical_and logical_or logical_xor heaviside add subtract "
-                    "multiply".split(), "cheap"),
-    "divide": "divide",
-    **dict.fromkeys("arctan2 hypot mod fmod".split(), "transcendental"),
-    "power": "power",
-}
-_REDUCE = {**dict.fromkeys("sum mean min max amin amax prod any all".split(), "cheap")}
+# the elementwise functions by arity, and the reductions (each charged its guard.COST entry)
+_UNARY = ("abs absolute fabs sign square floor ceil rint trunc logical_not isfinite isnan isinf negative deg2rad "
+          "rad2deg radians degrees sqrt cbrt exp expm1 exp2 log log1p log2 log10 sin cos tan arcsin arccos arctan "
+          "sinh cosh tanh").split()
+_BINARY = ("minimum maximum fmin fmax logical_and logical_or logical_xor heaviside add subtract multiply divide "
+           "arctan2 hypot mod fmod power").split()
+_REDUCE = "sum mean min max amin amax prod any all".split()
 NP_CONSTANTS = {"pi": np.pi, "e": np.e, "inf": np.inf}
 DTYPE_NAMES = ("float64", "float32", "int64", "int32", "bool_")
 _SPECIAL = ("clip where round nan_to_num std var argmax argmin count_nonzero median norm linalg_norm zeros_like "
@@ -134,59 +125,59 @@ def make_numpy_namespace(guard: Guard) -> types.SimpleNamespace:
     g = guard
     members = {}
 
-    def unary(name, fn, cost):
+    def unary(name, fn):
         def call(x):
-            g.array_op(x, cost=cost)
+            g.array_op(x, op=name)
             return fn(x)
         return call
 
-    def binary(name, fn, cost):
+    def binary(name, fn):
         def call(x1, x2):
-            g.array_op(x1, x2, cost=cost)
+            g.array_op(x1, x2, op=power_op(x2) if name == "power" else name)
             return fn(x1, x2)
         return call
 
-    def reduce(name, fn, cost):
+    def reduce(name, fn):
         def call(x, axis=None, keepdims=False):
             axis, keepdims = _axis(axis, f"np.{name}"), _flag(keepdims, f"np.{name}", "keepdims")
-            g.array_op(x, cost=cost, result_shape=())  # charged by the input's size
+            g.array_op(x, op=name, result_shape=_result_shape(x, axis, keepdims))  # charged by the input's size
             return fn(x, axis=axis, keepdims=keepdims)
         return call
 
-    for name, cost in _UNARY.items():
-        members[name] = unary(name, getattr(np, name), cost)
-    for name, cost in _BINARY.items():
-        members[name] = binary(name, getattr(np, name), cost)
-    for name, cost in _REDUCE.items():
-        members[name] = reduce(name, getattr(np, name), cost)
+    for name in _UNARY:
+        members[name] = unary(name, getattr(np, name))
+    for name in _BINARY:
+        members[name] = binary(name, getattr(np, name))
+    for name in _REDUCE:
+        members[name] = reduce(name, getattr(np, name))
 
     def clip(a, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002 - numpy's own keyword names
         low, high = (a_min if a_min is not None else min), (a_max if a_max is not None else max)
         if low is None and high is None:
             raise GuardError("call", "np.clip needs a lower or an upper bound: np.clip(x, low, high)")
-        g.array_op(a, *(v for v in (low, high) if v is not None), cost="divide")
+        g.array_op(a, *(v for v in (low, high) if v is not None), op="clip")
         return np.clip(a, low, high)
 
     def where(condition, x, y):
-        g.array_op(condition, x, y, cost="divide")
+        g.array_op(condition, x, y, op="where")
         return np.where(condition, x, y)
 
     def round(x, decimals=0):  # noqa: A001
         decimals = _int_in(decimals, -MAX_DECIMALS, MAX_DECIMALS, "np.round", "decimals")
-        g.array_op(x, cost="round")
+        g.array_op(x, op="round")
         return np.round(x, decimals)
 
     def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
         values = (_number(nan, "np.nan_to_num", "nan"), _number(posinf, "np.nan_to_num", "posinf", True),
                   _number(neginf, "np.nan_to_num", "neginf", True))
-        g.array_op(x, cost="divide")
+        g.array_op(x, op="nan_to_num")
         return np.nan_to_num(x, copy=True, nan=values[0], posinf=values[1], neginf=values[2])
 
     def moments(name, fn):
         def call(x, axis=None, ddof=0, keepdims=False):
             axis, keepdims = _axis(axis, f"np.{name}"), _flag(keepdims, f"np.{name}", "keepdims")
             ddof = _int_in(ddof, 0, MAX_DDOF, f"np.{name}", "ddof")
-            g.array_op(x, cost="moments", result_shape=())
+            g.array_op(x, op=name, result_shape=_result_shape(x, axis, keepdims))
             return fn(x, axis=axis, ddof=ddof, keepdims=keepdims)
         return call
 
@@ -195,38 +186,38 @@ def make_numpy_namespace(guard: Guard) -> types.SimpleNamespace:
             axis = _axis(axis, f"np.{name}")
             if isinstance(axis, tuple):
                 raise GuardError("argument-type", f"np.{name}: axis must be None or an int")
-            g.array_op(x, result_shape=())
+            g.array_op(x, op=name, result_shape=_result_shape(x, axis, False))
             return fn(x, axis=axis)
         return call
 
     def count_nonzero(x, axis=None):
-        g.array_op(x, result_shape=())
+        g.array_op(x, op="count_nonzero", result_shape=_result_shape(x, _axis(axis, "np.count_nonzero"), False))
         return np.count_nonzero(x, axis=_axis(axis, "np.count_nonzero"))
 
     def median(x, axis=None, keepdims=False):
         axis, keepdims = _axis(axis, "np.median"), _flag(keepdims, "np.median", "keepdims")
-        g.array_op(x, cost="median", result_shape=())
+        g.array_op(x, op="median", result_shape=_result_shape(x, axis, keepdims))
         return np.median(x, axis=axis, keepdims=keepdims)
 
     def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002
         axis, keepdims = _axis(axis, "np.norm"), _flag(keepdims, "np.norm", "keepdims")
         ord = _norm_ord(x, ord, axis, "np.norm")
-        g.array_op(x, cost="divide", result_shape=())
+        g.array_op(x, op="norm", result_shape=_result_shape(x, axis, keepdims))
         return np.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
 
     def like(name, fn):
         def call(x):
-            g.array_op(x)
+            g.array_op(x, op=name)
             return fn(x)
         return call
 
     def full_like(x, fill_value):
         _number(fill_value, "np.full_like", "fill_value")
-        g.array_op(x)
+        g.array_op(x, op="full_like")
         return np.full_like(x, fill_value)
 
     def array(x):
-        g.array_op(x)
+        g.array_op(x, op="array")
         return np.array(x)
 
     def joined(name, fn):
@@ -235,7 +226,7 @@ def make_numpy_namespace(guard: Guard) -> types.SimpleNamespace:
                 raise GuardError("argument-type", f"np.{name} takes a list/tuple of 1..{MAX_ITERATIONS} arrays")
             axis = _int_in(axis, -MAX_NDIM, MAX_NDIM, f"np.{name}", "axis")
             total = sum(math.prod(numeric_shape(a)) for a in arrays)
-            g.array_op(*arrays, result_shape=(total,))
+            g.array_op(*arrays, op=name, result_shape=(total,))
             return fn(arrays, axis=axis)
         return call
 
@@ -263,14 +254,14 @@ def make_method_dispatch(guard: Guard, safe_builtins: dict):
     def reduction(name):
         def call(x, axis=None, keepdims=False):
             axis, keepdims = _axis(axis, f".{name}()"), _flag(keepdims, f".{name}()", "keepdims")
-            g.array_op(x, result_shape=())
+            g.array_op(x, op=name, result_shape=_result_shape(x, axis, keepdims))
             return getattr(x, name)(axis=axis, keepdims=keepdims)
         return call
 
     def moment(name):
         def call(x, axis=None, ddof=0, keepdims=False):
             axis, keepdims = _axis(axis, f".{name}()"), _flag(keepdims, f".{name}()", "keepdims")
-            g.array_op(x, cost="moments", result_shape=())
+            g.array_op(x, op=name, result_shape=_result_shape(x, axis, keepdims))
             return getattr(x, name)(axis=axis, ddof=_int_in(ddof, 0, MAX_DDOF, f".{name}()", "ddof"), keepdims=keepdims)
         return call
 
@@ -279,7 +270,7 @@ def make_method_dispatch(guard: Guard, safe_builtins: dict):
             axis = _axis(axis, f".{name}()")
             if isinstance(axis, tuple):
                 raise GuardError("argument-type", f".{name}(): axis must be None or an int")
-            g.array_op(x, result_shape=())
+            g.array_op(x, op=name, result_shape=_result_shape(x, axis, False))
             return getattr(x, name)(axis=axis)
         return call
 
@@ -287,7 +278,7 @@ def make_method_dispatch(guard: Guard, safe_builtins: dict):
         low, high = (a_min if a_min is not None else min), (a_max if a_max is not None else max)
         if low is None and high is None:
             raise GuardError("call", ".clip() needs a lower or an upper bound: x.clip(low, high)")
-        g.array_op(x, *(v for v in (low, high) if v is not None), cost="divide")
+        g.array_op(x, *(v for v in (low, high) if v is not None), op="clip")
         return np.clip(x, low, high)
 
     def astype(x, dtype):
@@ -295,7 +286,7 @@ def make_method_dispatch(guard: Guard, safe_builtins: dict):
         if target is None:
             raise GuardError("dtype", "astype takes one of float, int, bool, np.float64, np.float32, np.int64, np.int32, "
                              "np.bool_")
-        g.array_op(x)
+        g.array_op(x, op="astype")
         return x.astype(target)
 
     def reshape(x, *shape):
@@ -303,28 +294,28 @@ def make_method_dispatch(guard: Guard, safe_builtins: dict):
             shape = shape[0]
         if not 0 < len(shape) <= MAX_NDIM or not all(_small_int(d, 1 << 40) for d in shape):
             raise GuardError("argument-type", f".reshape() takes 1..{MAX_NDIM} ints (one may be -1)")
-        g.array_op(x)
+        g.array_op(x, op="reshape")
         return x.reshape(tuple(operator.index(d) for d in shape))  # same element count, or numpy refuses
 
     def copying(name):
         def call(x):
-            g.array_op(x)
+            g.array_op(x, op=name)
             return getattr(x, name)()
         return call
 
     def squeeze(x, axis=None):
-        g.array_op(x)
+        g.array_op(x, op="squeeze")
         return x.squeeze(axis=_axis(axis, ".squeeze()"))
 
     def round(x, decimals=0):  # noqa: A001
-        g.array_op(x, cost="round")
+        g.array_op(x, op="round")
         return x.round(_int_in(decimals, -MAX_DECIMALS, MAX_DECIMALS, ".round()", "decimals"))
 
     def cumsum(x, axis=None):
         axis = _axis(axis, ".cumsum()")
         if isinstance(axis, tuple):
             raise GuardError("argument-type", ".cumsum(): axis must be None or an int")
-        g.array_op(x, cost="divide")
+        g.array_op(x, op="cumsum")
         return x.cumsum(axis=axis)
 
     array_methods = {
@@ -385,7 +376,7 @@ def make_builtins(guard: Guard) -> dict:
     def _items(iterable, fn: str) -> list:
         """The items of a list, tuple, range, generator expression or short array (at most MAX_ITERATIONS)."""
         if isinstance(iterable, ARRAY) and np.ndim(iterable) >= 1 and len(iterable) <= MAX_ITERATIONS:
-            g.array_op(iterable)
+            g.array_op(iterable, op="copy")
             return list(iterable)
         if not isinstance(iterable, (list, tuple, range, types.GeneratorType)):
             raise GuardError("argument-type", f"{fn}() takes a list, tuple, range or generator expression; for an "
@@ -421,13 +412,13 @@ def make_builtins(guard: Guard) -> dict:
         return call
 
     def _abs(x):
-        g.array_op(x)
+        g.array_op(x, op="abs")
         return builtins.abs(x)
 
     def _round(x, ndigits=None):
         if ndigits is not None:
             _int_in(ndigits, -32, 32, "round()", "ndigits")
-        g.array_op(x, cost="round")
+        g.array_op(x, op="round")
         return builtins.round(x, ndigits)
 
     def _len(x):
