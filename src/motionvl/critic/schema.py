@@ -139,7 +139,7 @@ class Quantity:
 QUANTITIES: dict[str, Quantity] = {
     "knee_flexion": Quantity("knees", "deg", 10.0,
                              ((None, 15.0, "knees_straight"), (30.0, None, "knees_bent")),
-                             "mean knee flexion angle, 0 = straight"),
+                             "mean knee flexion angle while the foot is on the ground, 0 = straight"),
     "knee_lift": Quantity("knees", "m", 0.05,
                           ((0.15, None, "high_knee_lift"), (None, 0.05, "low_knee_lift")),
                           "mean peak rise of the swing knee"),
