@@ -41,7 +41,7 @@ from motionvl.rewards.messages import excerpt
 from motionvl.rewards.sandbox import worker
 from motionvl.rewards.sandbox.errors import RewardCodeError, problem
 from motionvl.rewards.sandbox.instrument import CompiledCode
-from motionvl.rewards.sandbox.outputs import check_range, evaluate_term
+from motionvl.rewards.sandbox.outputs import OUTPUT_LIMIT, check_range, evaluate_term
 from motionvl.rewards.sandbox.readonly import frozen_state
 from motionvl.rewards.state import RewardState
 
@@ -198,7 +198,7 @@ class IsolatedTerms:
             for fd in (progress_fd, state_fd, readonly_fd):
                 if fd >= 0:
                     os.close(fd)
-        reply = self._receive(w, time.monotonic() + self.start_deadline_s, starting=True)[0]
+        reply = self._receive(w, time.monotonic() + self.start_deadline_s, starting=True)
         if "problems" in reply:
             raise RewardCodeError(reply["problems"])
         return w
@@ -217,29 +217,38 @@ class IsolatedTerms:
             np.copyto(view, value, casting="unsafe")
         self._seq += 1
         w.progress[0] = 0
-        worker.send(w.sock, {"op": "call", "seq": self._seq, "dt": float(state.dt),
-                             "gait_period": float(state.gait_period)})
-        reply, payload = self._receive(w, time.monotonic() + self.deadline_s, n=state.num_envs)
-        if reply.get("seq") != self._seq:
+        n, k = state.num_envs, len(self.terms)
+        deadline = time.monotonic() + self.deadline_s
+        try:
+            w.sock.sendall(worker.CALL.pack(self._seq, float(state.dt), float(state.gait_period)))
+            seq, failed, length = worker.REPLY.unpack(worker.recv_exact(w.sock, worker.REPLY.size, deadline))
+            payload = worker.recv_exact(w.sock, length, deadline)
+        except (TimeoutError, socket.timeout):
+            raise RewardCodeError(self._deadline_problem(w, n, starting=False)) from None
+        except (worker.ChannelClosed, ConnectionError):
+            raise RewardCodeError(self._death_problem(w, n, starting=False)) from None
+        if seq != self._seq:
             raise RewardCodeError(problem(1, "sandbox-error", "the worker answered out of turn"))
-        if "problems" in reply:
-            raise RewardCodeError(reply["problems"])
-        n = state.num_envs
-        if len(payload) != 8 * n * len(self.terms):
+        if failed >= 0:
+            raise RewardCodeError(json.loads(payload))
+        if length != 8 * n * k:
             raise RewardCodeError(problem(1, "sandbox-error", "the worker returned a malformed answer"))
-        out = np.frombuffer(payload, dtype=np.float64).reshape(len(self.terms), n)
-        # finite and within range, checked again here: the worker's word is not taken for it
-        return {term.name: check_range(term, _finite(term, row)) for term, row in zip(self.terms, out)}
+        out = np.frombuffer(payload, dtype=np.float64).reshape(k, n)
+        # finite and within range, checked again here (the worker's word is not taken for it), all terms at once
+        if not (np.isfinite(out).all() and np.abs(out).max(initial=0.0) <= OUTPUT_LIMIT):
+            for term, row in zip(self.terms, out):
+                check_range(term, _finite(term, row))
+        return {term.name: row for term, row in zip(self.terms, out)}
 
-    def _receive(self, w: _Worker, deadline: float, n: int = 0, starting: bool = False) -> tuple[dict, bytearray]:
+    def _receive(self, w: _Worker, deadline: float, starting: bool = False) -> dict:
+        """The worker's start-up answer (a message), within the deadline."""
         try:
             w.sock.settimeout(max(deadline - time.monotonic(), 1e-3))
-            reply, payload, _ = worker.recv(w.sock)
-            return reply, payload
+            return worker.recv(w.sock)[0]
         except (TimeoutError, socket.timeout):
-            raise RewardCodeError(self._deadline_problem(w, n, starting)) from None
+            raise RewardCodeError(self._deadline_problem(w, 0, starting)) from None
         except (worker.ChannelClosed, ConnectionError, json.JSONDecodeError):
-            raise RewardCodeError(self._death_problem(w, n, starting)) from None
+            raise RewardCodeError(self._death_problem(w, 0, starting)) from None
 
     def _running(self, w: _Worker):
         k = int(w.progress[0])

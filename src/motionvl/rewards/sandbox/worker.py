@@ -10,14 +10,16 @@ it; here it cannot be written by any route); a batch of another shape means a ne
 term outputs go back over the socket. Whatever a term does, the parent's deadline and these
 limits end it; the worker never answers for the parent's state because it never holds it.
 
-Protocol (both ways: an 8-byte header with the JSON and payload lengths, the JSON, the payload):
+Protocol. Start-up, as messages (an 8-byte header with the JSON and payload lengths, the JSON):
   parent -> {"op": "load", "source", "filename", "terms": [names], "memory_bytes", "cpu_s",
              "layout": {"size", "fields": [[name, dtype, shape, offset]], "joint_names"}}
             + two file descriptors: a read-write 8-byte progress page (the index of the running
             term, for the parent's message when it has to stop a call) and the state mapping, read-only
   worker -> {"ok": true} | {"problems": [...]}
-  parent -> {"op": "call", "seq", "dt", "gait_period"}
-  worker -> {"seq"} + K x N float64 outputs | {"seq", "problems": [...], "term": k}
+Then per call, fixed binary records (no parsing on the training loop's path):
+  parent -> CALL (seq, dt, gait_period)
+  worker -> REPLY (seq, -1, K x N x 8) + the K x N float64 outputs
+          | REPLY (seq, k, length) + the JSON list of problems of term k
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ import os
 import resource
 import socket
 import struct
+import time
 
 HEADER = struct.Struct("<II")
+CALL = struct.Struct("<Qdd")  # seq, dt, gait_period
+REPLY = struct.Struct("<Qqq")  # seq, index of the failing term (-1: none), length of what follows
 MAX_FDS = 2
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
         "from motionvl.rewards.sandbox.worker import main; main(int(sys.argv[2]))")
@@ -52,10 +57,13 @@ def send(sock: socket.socket, message: dict, payload: bytes | memoryview = b"", 
         sock.sendall(payload)
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytearray:
+def recv_exact(sock: socket.socket, size: int, deadline: float | None = None) -> bytearray:
+    """`size` bytes; with a deadline (time.monotonic()), socket.timeout once it passes."""
     buf = bytearray(size)
     view, got = memoryview(buf), 0
     while got < size:
+        if deadline is not None:
+            sock.settimeout(max(deadline - time.monotonic(), 1e-4))
         n = sock.recv_into(view[got:])
         if n == 0:
             raise ChannelClosed()
@@ -69,10 +77,10 @@ def recv(sock: socket.socket) -> tuple[dict, bytearray, list]:
     if not head:
         raise ChannelClosed()
     if len(head) < HEADER.size:
-        head += _recv_exact(sock, HEADER.size - len(head))
+        head += recv_exact(sock, HEADER.size - len(head))
     json_len, payload_len = HEADER.unpack(head)
-    message = json.loads(_recv_exact(sock, json_len))
-    return message, _recv_exact(sock, payload_len), fds
+    message = json.loads(recv_exact(sock, json_len))
+    return message, recv_exact(sock, payload_len), fds
 
 
 def _lowest_free_fd() -> int:
@@ -146,25 +154,23 @@ def main(fd: int) -> None:
     empty = {name: None for name in RewardState.__dataclass_fields__}
     while True:
         try:
-            message, _, _ = recv(sock)
+            seq, dt, gait_period = CALL.unpack(recv_exact(sock, CALL.size))
         except ChannelClosed:
             return
-        if message["op"] != "call":
-            return
         _limit_cpu(cpu_s)
-        state = RewardState(**{**empty, **views, "dt": message["dt"], "gait_period": message["gait_period"],
-                               "joint_names": joint_names})
+        state = RewardState(**{**empty, **views, "dt": dt, "gait_period": gait_period, "joint_names": joint_names})
         out = np.empty((len(terms), state.num_envs))
-        reply = {"seq": message["seq"]}
+        failed, problems = -1, []
         for k, term in enumerate(terms):
             progress[0] = k
             try:
                 out[k] = evaluate_term(term, state)
             except RewardCodeError as exc:
-                reply.update(problems=exc.problems, term=k)
+                failed, problems = k, exc.problems
                 break
             except MemoryError:
-                reply.update(problems=[problem(term.line, "memory", "the term ran out of the worker's memory; "
-                                               "keep arrays at (N,) or (N, J)")], term=k)
+                failed, problems = k, [problem(term.line, "memory", "the term ran out of the worker's memory; keep "
+                                               "arrays at (N,) or (N, J)")]
                 break
-        send(sock, reply, b"" if "problems" in reply else memoryview(out).cast("B"))
+        payload = out.tobytes() if failed < 0 else json.dumps(problems).encode()
+        sock.sendall(REPLY.pack(seq, failed, len(payload)) + payload)
