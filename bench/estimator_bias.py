@@ -29,11 +29,12 @@ import numpy as np
 import torch
 
 from motionvl.envs.config import RandomizationConfig
+from motionvl.policy_io import PolicyContract
 from motionvl.rewards.spec import load_reward_spec
 from motionvl.rl.averaging import checkpoint_average
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.evaluate import batch_evaluation_env
-from motionvl.rl.export import PolicyExportWrapper, export_policy, load_policy, policy_metadata
+from motionvl.rl.export import PolicyExportWrapper, export_policy, load_policy
 from motionvl.rl.trainer import build_runner
 from motionvl.robot import load_robot_config
 from policy_average_scan import saved_iterations  # bench/ is this script's directory
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         actor = kept
     wrapper = PolicyExportWrapper(actor).eval()
-    meta = policy_metadata(robot, cfg.env, vec.num_obs, gait_period=cfg.env.gait_period_at(max(iteration - 1, 0)))
+    meta = PolicyContract.for_training(robot, cfg.env, gait_period=cfg.env.gait_period_at(max(iteration - 1, 0)))
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = export_policy(actor, Path(tmp) / "policy.onnx", meta)
         for terrain in args.terrain:

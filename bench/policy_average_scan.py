@@ -33,10 +33,11 @@ from pathlib import Path
 
 import torch
 
+from motionvl.policy_io import PolicyContract
 from motionvl.rewards.spec import load_reward_spec
 from motionvl.rl.averaging import PolicyAverage, checkpoint_average
 from motionvl.rl.config import TrainConfig
-from motionvl.rl.export import export_policy, policy_metadata
+from motionvl.rl.export import export_policy
 from motionvl.rl.trainer import build_runner
 from motionvl.robot import load_robot_config
 
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
             print(f"policy_average_scan: no checkpoint model_{target}.pt in {args.run}", file=sys.stderr)
             return 2
         # the period the checkpoint's last iteration trained at, as the trainer's own export writes it
-        meta = policy_metadata(robot, cfg.env, vec.num_obs, gait_period=cfg.env.gait_period_at(max(target - 1, 0)))
+        meta = PolicyContract.for_training(robot, cfg.env, gait_period=cfg.env.gait_period_at(max(target - 1, 0)))
         for k, (name, module) in enumerate(variants(args.run, actor, target, moving, args.window, saved, args.run_average)):
             path = export_policy(module, out / f"it{target}_{k}.onnx", meta)
             row = {"iteration": target, "policy": name, "onnx": str(path),

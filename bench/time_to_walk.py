@@ -106,7 +106,7 @@ def checkpoint_eval(policy: Path, episodes: int, seconds: float, seed: int, conf
     upright = [e for e in per if not e["fell"]]
     held = evaluate(policy, seconds=seconds, episodes=episodes, randomize=True, command=GOAL_COMMAND,
                     seed=seed, return_trajectories=True, heading_gain=HOLD_GAIN)
-    return {"gait_period_s": policy.gait_period,  # the step-frequency goal's reference
+    return {"gait_period_s": policy.contract.gait_period,  # the step-frequency goal's reference
             "walk_5m_fraction": round(len(ok) / len(per), 4), "fell_fraction": result["fell_fraction"],
             "forward_distance_m": result["forward_distance_m"], "tracking_error_mps": result["tracking_error_mps"],
             "tracking_error_steady_mps": result["tracking_error_steady_mps"],

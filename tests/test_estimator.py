@@ -15,9 +15,10 @@ import torch
 import yaml
 from tensordict import TensorDict
 
+from motionvl.policy_io import PolicyContract
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.estimator import EstimatorTraining, VelocityEstimatorModel, estimator_training
-from motionvl.rl.export import export_policy, load_policy, policy_metadata
+from motionvl.rl.export import export_policy, load_policy
 from motionvl.rl.trainer import build_runner, run_iteration, train_policy
 from motionvl.robot import ConfigError, load_robot_config
 from rl_fixtures import PlaceholderReward, tiny_config
@@ -108,7 +109,7 @@ def test_onnx_graph_holds_the_estimator(built, robot, tmp_path):
     actor.eval()
     gen = torch.Generator().manual_seed(0)
     obs = torch.randn(64, vec.num_obs, generator=gen) * 3.0
-    meta = policy_metadata(robot, cfg.env, vec.num_obs)
+    meta = PolicyContract.for_training(robot, cfg.env)
     policy = load_policy(export_policy(actor, tmp_path / "p.onnx", meta))
     with torch.no_grad():
         expected = actor(TensorDict({"policy": obs}, batch_size=[64])).clamp(-1, 1).numpy()

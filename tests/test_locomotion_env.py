@@ -327,9 +327,9 @@ def test_heading_hold_steers_the_yaw_rate_command_back_to_the_course(robot):
     assert yaw_cmd[0] == pytest.approx(-0.5 * 0.4, abs=0.02)  # the robot may turn a little in one step
     assert yaw_cmd[1] == pytest.approx(1.0), "0.5 x 3 rad is clipped to the yaw-rate range"
     assert np.all(hold.command[:, :2] == [0.5, 0.0]) and np.all(open_loop.command == [0.5, 0.0, 0.0])
-    names = [name for name, _, _ in hold.layout]
-    start = sum(n for _, n, _ in hold.layout[:names.index("command")])
-    scale = hold.layout[names.index("command")][2]
+    names = [b.name for b in hold.contract.obs_layout]
+    start = sum(b.size for b in hold.contract.obs_layout[:names.index("command")])
+    scale = hold.contract.obs_layout[names.index("command")].scale
     assert np.allclose(hold.observations()[:, start:start + 3] / scale, hold.command), "the policy sees the held command"
 
     turning = env_with(0.5, command=(0.0, 0.0, 0.5))  # a commanded turn is the course: no correction at the start
@@ -347,8 +347,8 @@ def test_heading_error_is_the_course_minus_the_heading_and_the_actor_may_see_it(
 
     plain, seeing = env_with(False, 0.5), env_with(True, 0.5)
     assert seeing.num_obs == plain.num_obs + 1
-    names = [name for name, _, _ in seeing.layout]
-    at = sum(n for _, n, _ in seeing.layout[:names.index("heading_error")])
+    names = [b.name for b in seeing.contract.obs_layout]
+    at = sum(b.size for b in seeing.contract.obs_layout[:names.index("heading_error")])
     assert names.index("heading_error") == names.index("command") + 1
     assert np.allclose(seeing.observations()[:, at], 0.0), "a new command starts on course"
     for env in (plain, seeing):

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from motionvl.envs.config import EnvConfig, RandomizationConfig
+from motionvl.policy_io import PolicyContract
 from motionvl.rl.config import PPOConfig, TrainConfig
 from motionvl.rl.evaluate import batch_evaluation_env, evaluate
-from motionvl.rl.export import export_policy, load_policy, policy_metadata
+from motionvl.rl.export import export_policy, load_policy
 from motionvl.rl.push_recovery import SECTORS, plot_push_recovery, push_recovery_map, push_sector
 from motionvl.rl.trainer import build_runner
 from motionvl.robot import ConfigError, load_robot_config
@@ -53,7 +54,7 @@ def standing_policy(tmp_path_factory):
         for p in actor.parameters():
             p.zero_()
     path = tmp_path_factory.mktemp("policy") / "stand.onnx"
-    return export_policy(actor, path, policy_metadata(robot, cfg.env, vec.num_obs))
+    return export_policy(actor, path, PolicyContract.for_training(robot, cfg.env))
 
 
 def test_the_map_moves_the_push_over_the_gait_period_on_the_same_episodes(standing_policy):

@@ -17,9 +17,10 @@ from tensordict import TensorDict
 
 from motionvl.envs.config import EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
+from motionvl.policy_io import ContractError, PolicyContract
 from motionvl.rl.config import PPOConfig, TrainConfig
 from motionvl.rl.evaluate import episode_metrics, evaluate
-from motionvl.rl.export import ContractError, OnnxPolicy, check_contract, export_policy, load_policy, policy_metadata
+from motionvl.rl.export import OnnxPolicy, export_policy, load_policy
 from motionvl.rl.trainer import ENV_KEYS_ADDED_LATER, agree_on_standing, build_runner, run_iteration, train_policy, update_thread_count
 from motionvl.rl.vecenv import LocomotionVecEnv
 from motionvl.robot import ConfigError, load_robot_config
@@ -328,26 +329,31 @@ def test_training_runs_on_mixed_terrain_with_rough_ground_from_an_iteration_on(r
 
 # ---------------------------------------------------------------------- ONNX export and contract
 def test_gait_feedforward_is_part_of_the_contract_every_evaluation_follows(robot, tmp_path):
-    from motionvl.render.rollout import _policy_env_overrides
     from motionvl.rl.evaluate import batch_evaluation_env
 
     cfg = tiny_config(gait_feedforward=0.3, gait_stride_feedforward=0.2, gait_stand_below=-1.0)
     vec, runner = build_runner(cfg, PlaceholderReward(), robot)
-    assert vec.env.cfg.gait_feedforward == 0.3
-    path = export_policy(runner.alg.get_policy(), tmp_path / "p.onnx", policy_metadata(robot, cfg.env, vec.num_obs))
+    assert vec.env.contract.gait_feedforward == 0.3
+    path = export_policy(runner.alg.get_policy(), tmp_path / "p.onnx", PolicyContract.for_training(robot, cfg.env))
     policy = load_policy(path)
-    trained = (0.3, 0.2, -1.0)
-    assert (policy.gait_feedforward, policy.gait_stride_feedforward, policy.gait_stand_below) == pytest.approx(trained)
-    env_cfg = batch_evaluation_env(policy, seconds=1.0, episodes=2, robot=robot).cfg
-    assert (env_cfg.gait_feedforward, env_cfg.gait_stride_feedforward, env_cfg.gait_stand_below) == pytest.approx(trained)
-    overrides = _policy_env_overrides(policy)
-    assert (overrides["gait_feedforward"], overrides["gait_stride_feedforward"],
-            overrides["gait_stand_below"]) == pytest.approx(trained)
-    # a policy exported before the keys existed was trained without the feedforward, or resting below 0.1
-    legacy = {k: v for k, v in policy_metadata(robot, cfg.env, vec.num_obs).items()
-              if k not in ("gait_feedforward", "gait_stride_feedforward", "gait_stand_below")}
-    old = load_policy(export_policy(runner.alg.get_policy(), tmp_path / "old.onnx", legacy))
-    assert (old.gait_feedforward, old.gait_stride_feedforward, old.gait_stand_below) == (0.0, 0.0, 0.1)
+    c = policy.contract
+    assert (c.gait_feedforward, c.gait_stride_feedforward, c.gait_stand_below) == pytest.approx((0.3, 0.2, -1.0))
+    assert c.feedforward_joints == (("left_hip_pitch", "left_knee", "left_ankle_pitch"),
+                                    ("right_hip_pitch", "right_knee", "right_ankle_pitch"))
+    # evaluation applies the policy's own contract, not the defaults of an EnvConfig
+    env = batch_evaluation_env(policy, seconds=1.0, episodes=2, robot=robot)
+    assert env.contract == c and env.cfg.gait_feedforward == 0.0
+    assert np.any(env.action_law.feedforward(np.array([[0.5, 0, 0]]), np.array([0.25])) != 0.0)
+    # a file of the earlier metadata format is refused, naming why
+    meta = c.to_metadata()
+    meta["format"] = "motionvl-policy/1"
+    old = tmp_path / "old.onnx"
+    import onnx
+    model = onnx.load(str(path))
+    onnx.helper.set_model_props(model, {k: json.dumps(v) for k, v in meta.items()})
+    onnx.save(model, str(old))
+    with pytest.raises(ContractError, match="format is 'motionvl-policy/1'"):
+        load_policy(old)
 
 
 def test_reward_follows_the_feedforward_on_standing_unless_it_says_otherwise(robot):
@@ -396,7 +402,7 @@ def test_onnx_matches_torch_with_normalisation(robot, tmp_path):
     actor.obs_normalizer.update(torch.randn(256, vec.num_obs, generator=gen) * 3.0 + 1.5)  # non-trivial statistics
     actor.eval()
     assert not torch.allclose(actor.obs_normalizer.mean, torch.zeros(vec.num_obs))
-    path = export_policy(actor, tmp_path / "p.onnx", policy_metadata(robot, cfg.env, vec.num_obs))
+    path = export_policy(actor, tmp_path / "p.onnx", PolicyContract.for_training(robot, cfg.env))
     policy = load_policy(path)
     assert policy.velocity_estimator is None, "no estimator, no estimator metadata"
     obs = torch.randn(64, vec.num_obs, generator=gen) * 4.0
@@ -417,7 +423,7 @@ def test_a_reused_graph_carries_the_new_weights_and_a_stale_one_falls_back_to_a_
     cfg = tiny_config()
     vec, runner = build_runner(cfg, PlaceholderReward(), robot)
     actor = runner.alg.get_policy()
-    meta = policy_metadata(robot, cfg.env, vec.num_obs)
+    meta = PolicyContract.for_training(robot, cfg.env)
     export_policy(actor, tmp_path / "first.onnx", meta)  # this architecture's graph, if no test exported it yet
     torch_exports = []
     full_export = export._torch_export
@@ -461,49 +467,51 @@ def test_a_reused_graph_carries_the_new_weights_and_a_stale_one_falls_back_to_a_
 
 def test_contract_round_trip_and_mismatch(trained_run, robot):
     policy = load_policy(trained_run[0] / "policy.onnx")
-    check_contract(policy.contract, robot.contract())
-    assert policy.contract["joint_names"] == list(robot.joint_names)
-    assert [b["name"] for b in policy.obs_layout][:3] == ["base_ang_vel", "projected_gravity", "command"]
-    assert policy.obs_history == 0 and policy.gait_period == pytest.approx(0.7) and policy.gait_feedforward == 0.0
-    swapped = dict(robot.contract())
-    names = list(swapped["joint_names"])
+    policy.contract.check_robot(robot)
+    assert policy.contract == PolicyContract.from_metadata(policy.metadata)
+    assert policy.contract.joint_names == robot.joint_names
+    assert [b.name for b in policy.contract.obs_layout][:3] == ["base_ang_vel", "projected_gravity", "command"]
+    c = policy.contract
+    assert c.history_frames == 0 and c.gait_period == pytest.approx(0.7) and c.gait_feedforward == 0.0
+    assert policy.metadata["velocity_limit"] == robot.velocity_limit.tolist(), "the deployment node enforces them"
+    names = list(robot.joint_names)
     names[2], names[3] = names[3], names[2]
     with pytest.raises(ContractError, match="joint order"):
-        check_contract(policy.contract, {**swapped, "joint_names": names})
+        dataclasses.replace(c, joint_names=tuple(names)).check_robot(robot)
     with pytest.raises(ContractError, match="joint count"):
-        check_contract(policy.contract, {**swapped, "joint_names": names[:-1]})
+        dataclasses.replace(c, joint_names=tuple(names[:-1])).check_robot(robot)
     with pytest.raises(ContractError, match="kp"):
-        check_contract(policy.contract, {**robot.contract(), "kp": [1.0] * robot.num_joints})
-    # files written before per-joint action scales stored one number: it must equal every joint's
-    check_contract({**policy.contract, "action_scale": robot.action_scale}, robot.contract())
+        dataclasses.replace(c, kp=(1.0,) * robot.num_joints).check_robot(robot)
     other = robot.action_scales.copy()
     other[3] *= 2.0
     with pytest.raises(ContractError, match="action_scale"):
-        check_contract(policy.contract, {**robot.contract(), "action_scale": other.tolist()})
+        dataclasses.replace(c, action_scale=tuple(other)).check_robot(robot)
 
 
 def test_a_policy_that_sees_its_heading_error_carries_it_in_its_contract_and_evaluates(robot, tmp_path):
     cfg = tiny_config(heading_observation=True)
     vec, runner = build_runner(cfg, PlaceholderReward(), robot)
-    path = export_policy(runner.alg.get_policy(), tmp_path / "p.onnx", policy_metadata(robot, cfg.env, vec.num_obs))
+    path = export_policy(runner.alg.get_policy(), tmp_path / "p.onnx", PolicyContract.for_training(robot, cfg.env))
     policy = load_policy(path)
-    assert policy.heading_observation and policy.num_obs == vec.num_obs == LocomotionEnv(robot, tiny_config(heading_observation=False).env).num_obs + 1
-    names = [b["name"] for b in policy.obs_layout]
-    assert names[:4] == ["base_ang_vel", "projected_gravity", "command", "heading_error"]
-    assert policy.obs_layout[3]["clip"] == 1.0  # what a deployment needs to build the input
-    assert sum(b["size"] for b in policy.obs_layout) == policy.num_obs
+    assert policy.contract.heading_observation
+    assert policy.num_obs == vec.num_obs == LocomotionEnv(robot, tiny_config(heading_observation=False).env).num_obs + 1
+    layout = policy.metadata["obs_layout"]
+    assert [b["name"] for b in layout][:4] == ["base_ang_vel", "projected_gravity", "command", "heading_error"]
+    assert layout[3]["clip"] == 1.0  # what a deployment needs to build the input
+    assert sum(b["size"] for b in layout) == policy.num_obs
     result = evaluate(policy, seconds=0.2, episodes=2, command=(0.4, 0.0, 0.0), robot=robot)
     assert result["episodes"] == 2  # the evaluation env gave the policy the input it was trained with
 
 
 def test_metadata_describes_every_observation_entry_of_an_env_with_history(robot):
     env = LocomotionEnv(robot, tiny_config(obs_history=3, heading_observation=True).env)
-    layout = policy_metadata(robot, env.cfg, env.num_obs)["obs_layout"]
+    layout = PolicyContract.for_training(robot, env.cfg).to_metadata()["obs_layout"]
     assert sum(b["size"] for b in layout) == env.num_obs
     history = layout[-1]
     assert history["name"] == "history" and history["frames"] == 3
-    assert [(b["name"], b["size"]) for b in history["frame"]] == [(n, s) for n, s, _ in env.proprio_layout]
-    assert history["size"] == 3 * env.num_proprio
+    frame_size = env.contract.frame_size
+    assert [(b["name"], b["size"]) for b in history["frame"]] == [(b.name, b.size) for b in env.contract.history_frame]
+    assert history["size"] == 3 * frame_size
 
     # what a deployment must rebuild from that description: zeros after a reset, then each step the
     # previous observation's proprioceptive blocks (already scaled) in front, the oldest frame dropped
@@ -515,7 +523,7 @@ def test_metadata_describes_every_observation_entry_of_an_env_with_history(robot
     rng = np.random.default_rng(0)
     for _ in range(4):
         obs, *_ = env.step(rng.uniform(-1, 1, (env.num_envs, env.num_joints)))
-        frames = obs[:, blocks["history"]].reshape(env.num_envs, 3, env.num_proprio)
+        frames = obs[:, blocks["history"]].reshape(env.num_envs, 3, frame_size)
         expected = [frame_of(p) for p in previous[::-1][:3]]
         expected += [np.zeros_like(expected[0])] * (3 - len(expected))
         np.testing.assert_allclose(frames, np.stack(expected, axis=1), atol=1e-12)
@@ -712,12 +720,12 @@ def test_gait_period_schedule_drives_the_phase_clock_and_the_contract_and_contin
     np.testing.assert_allclose(obs[:, -2:], np.stack([np.sin(phase), np.cos(phase)], axis=1), atol=1e-9)
     run_dir = tmp_path / "run"
     train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=2, progress=False, robot=robot)
-    assert load_policy(run_dir / "policy.onnx").gait_period == pytest.approx(0.8), "trained at 0.8 so far"
+    assert load_policy(run_dir / "policy.onnx").contract.gait_period == pytest.approx(0.8), "trained at 0.8 so far"
     train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=4, progress=False, robot=robot)
     lines = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
     # a record's period is the one its iteration trained with: the schedule at the iterations done before it
     assert [r["gait_period_s"] for r in lines] == pytest.approx([0.8, 0.8, 0.6, 0.4])
-    assert load_policy(run_dir / "policy.onnx").gait_period == pytest.approx(0.4), "the period the policy ended on"
+    assert load_policy(run_dir / "policy.onnx").contract.gait_period == pytest.approx(0.4), "the period the policy ended on"
     bad = tmp_path / "bad.yaml"
     for text in ("env: {gait_period_final_s: 0}", "env: {gait_period_final_s: fast}", "env: {gait_period_s: -0.7}",
                  "env: {gait_period_change_iterations: [1500, 1300]}", "env: {gait_period_change_iterations: [true, 9]}"):

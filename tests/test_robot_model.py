@@ -12,6 +12,7 @@ import yaml
 
 from motionvl.envs.config import EnvConfig
 from motionvl.envs.locomotion import LocomotionEnv
+from motionvl.policy_io import PolicyContract
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.sim.backend import MujocoBatchBackend
 from motionvl.sim.model import SOLE_SITES, build_model
@@ -168,10 +169,8 @@ def test_a_joint_may_set_its_own_action_scale(tmp_path):
     expected = np.full(robot.num_joints, robot.action_scale)
     expected[knees] = 1.0
     np.testing.assert_array_equal(robot.action_scales, expected)
-    assert robot.contract()["action_scale"] == expected.tolist()
-    # without overrides every joint carries the robot's scale, one value per joint in the contract
-    default = load_robot_config(ROBOT_YAML)
-    assert default.contract()["action_scale"] == [default.action_scale] * default.num_joints
+    # the policy contract stores one value per joint
+    assert PolicyContract.for_training(robot, EnvConfig()).action_scale == tuple(expected)
 
 
 @pytest.mark.parametrize("where", ["robot", "joint"])

@@ -157,20 +157,6 @@ class RobotConfig:
         """Policy period in seconds."""
         return self.sim_dt * self.decimation
 
-    def contract(self) -> dict:
-        """The deployment contract: what a policy trained on this robot assumes about it."""
-        return {
-            "robot_name": self.name,
-            "joint_names": list(self.joint_names),
-            "default_pose": self.default_pose.tolist(),
-            "kp": self.kp.tolist(),
-            "kd": self.kd.tolist(),
-            "effort_limit": self.effort_limit.tolist(),
-            "action_scale": self.action_scales.tolist(),
-            "action_mode": self.action_mode,
-            "control_dt": self.control_dt,
-        }
-
 
 def _require(mapping: dict, key: str, where: str):
     if key not in mapping:

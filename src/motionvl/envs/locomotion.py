@@ -3,11 +3,9 @@
 Per policy step: actions -> PD targets (the deployment law) -> `decimation` physics steps in C
 -> state -> reward terms -> terminations -> resets -> observations. Everything is (N, ...) numpy.
 
-Observation layout of the actor (`OBS_LAYOUT`, also written into the ONNX metadata):
-    base_ang_vel (3) x0.25 | projected_gravity (3) | command (3) x(2, 2, 0.25) |
-    [heading_error (1), with `heading_observation`] |
-    joint_pos - default (J) | joint_vel (J) x0.05 | last_action (J) | gait_phase sin, cos (2)
-then, with `obs_history=H`, H past frames of the proprioceptive part (all but command/phase).
+The actor's observation and the action law come from `motionvl.policy_io`, driven by the
+policy contract (`PolicyContract.for_training` of the robot and EnvConfig, or the contract of an
+exported policy that evaluation passes in): the env supplies the physics state.
 The critic additionally sees base_lin_vel x2 (3), base height (1), foot contacts (2) (`PRIVILEGED_LAYOUT`)
 and, with `critic_sees_randomization`, the episode's randomisation draws (`randomization_layout`).
 """
@@ -21,38 +19,15 @@ import mujoco
 import numpy as np
 
 from motionvl.envs.config import EnvConfig
+from motionvl.policy_io import ActionLaw, ObservationBuilder, PolicyContract, gait_phase, heading_error
 from motionvl.rewards.state import RewardState
-from motionvl.rewards.terms import reference_gait_joint_indices, reference_gait_offsets
 from motionvl.robot import ConfigError, RobotConfig
 from motionvl.sim.backend import MujocoBatchBackend
-from motionvl.sim.math import projected_gravity, quat_from_yaw, quat_rotate_inverse, wrap_angle, yaw_of
+from motionvl.sim.math import projected_gravity, quat_from_yaw, quat_rotate_inverse, yaw_of
 from motionvl.sim.model import ROUGH_FLOOR, SOLE_SITES, TerrainConfig, build_model
 from motionvl.sim.trajectory import Trajectory
 
 RewardFn = Callable[[RewardState], "tuple[np.ndarray, dict[str, np.ndarray]]"]
-
-
-HEADING_ERROR_CLIP = 1.0
-"""rad: the actor's heading-error input saturates here (far off course it only needs the sign)."""
-
-
-def obs_layout(num_joints: int, heading: bool = False) -> list:
-    """(name, size, scale) of each actor observation block, in order (`heading`: EnvConfig.heading_observation)."""
-    return [
-        ("base_ang_vel", 3, 0.25),
-        ("projected_gravity", 3, 1.0),
-        ("command", 3, [2.0, 2.0, 0.25]),
-        *([("heading_error", 1, 1.0)] if heading else []),
-        ("joint_pos_rel", num_joints, 1.0),
-        ("joint_vel", num_joints, 0.05),
-        ("last_action", num_joints, 1.0),
-        ("gait_phase_sin_cos", 2, 1.0),
-    ]
-
-
-def proprio_layout(num_joints: int) -> list:
-    """The proprioceptive blocks of `obs_layout`, the part kept as history frames with `obs_history`."""
-    return [block for block in obs_layout(num_joints) if block[0] not in ("command", "heading_error", "gait_phase_sin_cos")]
 
 
 BURIED_M = 1.0
@@ -80,9 +55,12 @@ def randomization_layout(num_joints: int) -> list:
 
 class LocomotionEnv:
     def __init__(self, robot: RobotConfig, cfg: EnvConfig | None = None, reward_fn: RewardFn | None = None,
-                 iteration: int = 0):
+                 iteration: int = 0, contract: PolicyContract | None = None):
         """iteration: the training run's PPO iteration the env starts at (the rough-ground,
-        gait-period and latency schedules)."""
+        gait-period and latency schedules). contract: the policy contract whose observation and action
+        law the env applies (an exported policy's, for evaluation: its gait clock period too); None: the
+        one training with `cfg` writes (PolicyContract.for_training), cfg's observation and feed-forward
+        settings then apply."""
         self.robot = robot
         self.cfg = cfg = cfg or EnvConfig()
         self.sim_dt = cfg.sim_dt or robot.sim_dt
@@ -125,7 +103,7 @@ class LocomotionEnv:
         # share of the resets on rough ground ('mixed'); trainers follow EnvConfig.rough_fraction_at
         self.rough_fraction = cfg.rough_fraction_at(iteration)
         # period (s) of the phase clock and the gait terms; trainers follow EnvConfig.gait_period_at
-        self.gait_period = cfg.gait_period_at(iteration)
+        self.gait_period = cfg.gait_period_at(iteration) if contract is None else contract.gait_period
         if cfg.terrain == "mixed":
             # one model holds the plane and the height field; each env's geom_pos buries the one it does not walk on
             self._geom_pos = self.sim.per_env_model_field("geom_pos")
@@ -133,25 +111,19 @@ class LocomotionEnv:
 
         self.default_pose = robot.default_pose
         self.action_scales = robot.action_scales
-        for name in ("gait_feedforward", "gait_stride_feedforward"):
-            if not getattr(cfg, name) >= 0.0:
-                raise ConfigError(f"env.{name} must be >= 0, got {getattr(cfg, name)}")
-        self._feedforward = bool(cfg.gait_feedforward or cfg.gait_stride_feedforward)
-        if self._feedforward and robot.action_mode == "absolute":
-            self._feedforward_idx = reference_gait_joint_indices(robot.joint_names)
-        elif self._feedforward:
-            raise ConfigError("env.gait_feedforward and env.gait_stride_feedforward need a robot with action_mode "
-                              f"'absolute' (offsets from the default pose), not {robot.action_mode!r}")
         self.lower, self.upper = robot.lower, robot.upper
         self.max_episode_length = int(round(cfg.episode_length_s / self.dt))
-        self.layout = obs_layout(J, cfg.heading_observation)
-        self._obs_scale = np.concatenate([np.broadcast_to(np.asarray(s, float), (n,)) for _, n, s in self.layout])
-        self.proprio_layout = proprio_layout(J)
+        if contract is None:
+            contract = PolicyContract.for_training(robot, cfg, gait_period=self.gait_period)
+        else:
+            contract.check_robot(robot)
+        self.contract = contract
+        self.observer = ObservationBuilder(contract, N)
+        self.action_law = ActionLaw(contract)
+        self.num_obs = contract.num_obs
         self.privileged_layout = list(PRIVILEGED_LAYOUT)
         if cfg.critic_sees_randomization:
             self.privileged_layout += randomization_layout(J)
-        self.num_proprio = sum(n for _, n, _ in self.proprio_layout)
-        self.num_obs = int(self._obs_scale.size + cfg.obs_history * self.num_proprio)
         self.num_privileged = sum(n for _, n, _ in self.privileged_layout)
         self._privileged_scale = np.concatenate([np.full(n, float(sc)) for _, n, sc in self.privileged_layout])
 
@@ -173,7 +145,6 @@ class LocomotionEnv:
         self.gain_scale = np.ones((N, J))
         self.joint_friction_scale = np.ones((N, J))
         self.added_mass = np.zeros(N)
-        self.history = np.zeros((N, max(cfg.obs_history, 0), self.num_proprio))
         # per-episode sum of each reward term: rows of one (terms, N) array, episode_sums views them by name
         self._term_sums = np.zeros((0, N))
         self.episode_sums: dict[str, np.ndarray] = {}
@@ -293,7 +264,7 @@ class LocomotionEnv:
     def _hold_heading(self) -> None:
         """Yaw-rate command = the sampled rate + heading_gain x heading error (CommandConfig.heading_gain)."""
         c = self.cfg.commands
-        error = wrap_angle(self._heading_target - yaw_of(self.sim.qpos[:, 3:7]))
+        error = heading_error(self._heading_target, self.sim.qpos[:, 3:7])
         self.command[:, 2] = np.clip(self._yaw_rate_input + c.heading_gain * error, *c.yaw_rate)
 
     def _track_commands(self) -> None:
@@ -367,8 +338,7 @@ class LocomotionEnv:
         self.last_joint_vel[ids] = self.sim.qvel[ids, self._qv]
         self.vel_avg[ids] = 0.0
         self._resample_commands(ids)
-        if cfg.obs_history:
-            self.history[ids] = 0.0
+        self.observer.reset(ids)
         # the next observation of the reset envs must describe their new state, not the last one
         self.state = self._compute_state(np.zeros((self.num_envs, 2), bool))
 
@@ -380,17 +350,13 @@ class LocomotionEnv:
             raise ValueError(f"actions must have shape {(self.num_envs, self.num_joints)}, got {actions.shape}")
         if not np.isfinite(actions).all():
             actions = np.nan_to_num(actions, nan=0.0)
-        actions = np.clip(actions, -1.0, 1.0)
+        actions = self.action_law.clip(actions)
         self.last_action[:] = self.action
         self.action[:] = actions
-        q = self.sim.qpos[:, self._qp]
-        base = self.default_pose if self.robot.action_mode == "absolute" else q
-        new_target = base + self.action_scales * actions
-        if self._feedforward:
-            # self.state is what the policy just observed: the same clock phase and command
-            new_target[:, self._feedforward_idx] += reference_gait_offsets(
-                self.state, self.cfg.gait_feedforward, self.cfg.gait_stand_below, self.cfg.gait_stride_feedforward)
-        new_target = np.clip(new_target, self.lower, self.upper)
+        # self.state is what the policy just observed: the same clock phase (and command, but for a
+        # resample or heading hold after the state, which the observation has and this does not)
+        new_target = self.action_law.targets(actions, joint_pos=self.sim.qpos[:, self._qp],
+                                             command=self.state.command, gait_phase=self.state.gait_phase)
 
         # with latency randomisation, MuJoCo holds back new_target by each env's latency (set_ctrl_delay)
         self.sim.ctrl[:] = new_target
@@ -502,14 +468,15 @@ class LocomotionEnv:
             terminated=terminated, joint_names=self.robot.joint_names)
 
     def _heading_error(self, quat: np.ndarray) -> np.ndarray:
-        return wrap_angle(self._heading_target - yaw_of(quat))
+        return heading_error(self._heading_target, quat)
 
     def gait_phase(self) -> np.ndarray:
-        return np.mod(self.episode_length * self.dt / self.gait_period, 1.0)
+        return gait_phase(self.episode_length * self.dt, self.gait_period)
 
-    def _proprio(self, s: RewardState) -> np.ndarray:
-        return np.concatenate([s.base_ang_vel * 0.25, s.projected_gravity, s.joint_pos - self.default_pose,
-                               s.joint_vel * 0.05, self.action], axis=1)
+    @property
+    def history(self) -> np.ndarray:
+        """(N, frames, frame size) the actor's past observation frames (policy_io.ObservationBuilder)."""
+        return self.observer.history
 
     def observations(self) -> np.ndarray:
         """The actor observation after the last step or reset (reading it changes nothing)."""
@@ -518,19 +485,11 @@ class LocomotionEnv:
     def _build_observations(self) -> np.ndarray:
         """Actor observation of the current state; advances the history buffer by one frame."""
         s = self.state
-        phase = 2 * np.pi * self.gait_phase()
         # the heading error of the command given now (a resample after the state moved the target)
-        heading = [np.clip(self._heading_error(s.base_quat), -HEADING_ERROR_CLIP, HEADING_ERROR_CLIP)[:, None]] \
-            if self.cfg.heading_observation else []
-        obs = np.concatenate([s.base_ang_vel, s.projected_gravity, self.command, *heading, s.joint_pos - self.default_pose,
-                              s.joint_vel, self.action, np.sin(phase)[:, None], np.cos(phase)[:, None]], axis=1)
-        obs *= self._obs_scale
-        if self.cfg.obs_history:
-            proprio = self._proprio(s)
-            obs = np.concatenate([obs, self.history.reshape(self.num_envs, -1)], axis=1)
-            self.history[:, 1:] = self.history[:, :-1]
-            self.history[:, 0] = proprio
-        return obs
+        heading = self._heading_error(s.base_quat) if self.contract.heading_observation else None
+        return self.observer.build(base_ang_vel=s.base_ang_vel, projected_gravity=s.projected_gravity,
+                                   command=self.command, joint_pos=s.joint_pos, joint_vel=s.joint_vel,
+                                   last_action=self.action, gait_phase=self.gait_phase(), heading_error=heading)
 
     def _ground_height(self, ids, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Height of the floor envs `ids` walk on under (x, y)."""

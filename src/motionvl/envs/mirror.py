@@ -132,9 +132,9 @@ class EnvMirror:
                 pairs = [f"{env.robot.joint_names[i]} {values[i]:g} vs {env.robot.joint_names[perm[i]]} {values[perm[i]]:g}"
                          for i in range(len(values)) if i < perm[i] and not np.isclose(values[perm[i]], values[i])]
                 raise ConfigError(f"mirror symmetry: {key} differs between mirrored joints: " + ", ".join(pairs))
-        layout = list(env.layout)
-        if env.cfg.obs_history:  # past frames of the proprioceptive part, oldest last
-            layout += env.cfg.obs_history * list(env.proprio_layout)
+        contract = env.contract  # the actor's observation blocks, then its past frames (oldest last)
+        layout = [(b.name, b.size, b.scale) for b in contract.obs_layout]
+        layout += contract.history_frames * [(b.name, b.size, b.scale) for b in contract.history_frame]
         obs_index, obs_sign = _block_maps(layout, perm, sign)
         priv_index, priv_sign = _block_maps(env.privileged_layout, perm, sign)
         if obs_index.size != env.num_obs or priv_index.size != env.num_privileged:

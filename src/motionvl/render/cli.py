@@ -51,10 +51,10 @@ def load_policy_arg(spec: str | None, robot):
     """(policy or None for standing, display name). An ONNX policy's contract is checked against the robot."""
     if spec is None or str(spec).lower() in ("stand", "none", ""):
         return None, "stand"
-    from motionvl.rl.export import check_contract, load_policy
+    from motionvl.rl.export import load_policy
 
     policy = load_policy(spec)
-    check_contract(policy.contract, robot.contract())
+    policy.contract.check_robot(robot)
     return policy, str(spec)
 
 

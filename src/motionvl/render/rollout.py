@@ -20,6 +20,7 @@ import numpy as np
 
 from motionvl.envs.config import CommandConfig, EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
+from motionvl.policy_io import PolicyContract
 from motionvl.robot import ConfigError, RobotConfig
 from motionvl.sim.math import quat_rotate_inverse
 from motionvl.sim.model import SOLE_HALF_SIZE, SOLE_SITES, TerrainConfig
@@ -52,44 +53,21 @@ def stand_policy(env: LocomotionEnv) -> Policy:
     return act
 
 
-def _policy_env_overrides(policy) -> dict:
-    """EnvConfig fields an exported policy fixes: its observation history and heading input, its gait clock
-    period and stepping feedforward."""
-    contract = getattr(policy, "contract", None)
-    contract = contract if isinstance(contract, dict) else {}
-    out = {}
-    history = getattr(policy, "obs_history", contract.get("obs_history"))
-    if history is not None:
-        out["obs_history"] = int(history)
-    heading = getattr(policy, "heading_observation", contract.get("heading_observation"))
-    if heading is not None:
-        out["heading_observation"] = bool(heading)
-    period = getattr(policy, "gait_period", contract.get("gait_period", contract.get("gait_period_s")))
-    if period is not None:
-        out["gait_period_s"] = float(period)
-    for name in ("gait_feedforward", "gait_stride_feedforward"):
-        feedforward = getattr(policy, name, contract.get(name))
-        if feedforward is not None:
-            out[name] = float(feedforward)
-    stand_below = getattr(policy, "gait_stand_below", contract.get("gait_stand_below"))
-    if stand_below is not None:
-        out["gait_stand_below"] = float(stand_below)
-    return out
-
-
 def rollout_policy(policy: Policy | None, robot: RobotConfig, seconds: float = 10.0,
                    command=(0.0, 0.0, 0.0), terrain: str | TerrainConfig = "flat", seed: int = 0,
                    stop_on_fall: bool = True, env_overrides: dict | None = None) -> Trajectory:
     """Run `policy` (obs (1, num_obs) -> actions (1, J) in [-1, 1]) or, with None, stand under PD.
 
-    Returns the rollout sampled every policy step, including the initial state (so
+    A policy with a `contract` (an OnnxPolicy) gets its observations and joint targets from
+    motionvl.policy_io driven by that contract (its history, heading input, gait clock and feed-forward);
+    another callable gets those of a policy trained with `env_overrides` on the defaults. Returns the rollout sampled every policy step, including the initial state (so
     round(seconds / dt) + 1 samples). With `stop_on_fall` the rollout ends at the first sample
     where the fall condition holds (that sample has `fell` True) instead of being reset.
     """
     kind = terrain.kind if isinstance(terrain, TerrainConfig) else str(terrain)
-    overrides = {**_policy_env_overrides(policy), **(env_overrides or {})}
-    cfg = evaluation_env_config(seconds, command, kind, seed, **overrides)
-    env = LocomotionEnv(robot, cfg)
+    cfg = evaluation_env_config(seconds, command, kind, seed, **(env_overrides or {}))
+    contract = getattr(policy, "contract", None)
+    env = LocomotionEnv(robot, cfg, contract=contract if isinstance(contract, PolicyContract) else None)
     expected = getattr(policy, "num_obs", None)
     if expected is not None and int(expected) != env.num_obs:
         raise ConfigError(f"the policy expects {expected} observations, the environment gives {env.num_obs}")

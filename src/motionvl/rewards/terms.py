@@ -23,6 +23,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from motionvl import policy_io
 from motionvl.rewards.state import RewardState
 from motionvl.sim.math import to_heading_frame, yaw_of
 
@@ -74,21 +75,17 @@ def _joint_pair(state: RewardState, joint: str) -> np.ndarray:
 
 def moving(state: RewardState, stand_below: float = STAND_BELOW) -> np.ndarray:
     """(N,) bool: the command asks for motion (any component above `stand_below`)."""
-    return np.any(np.abs(state.command) > stand_below, axis=1)
+    return policy_io.moving(state.command, stand_below)
 
 
 def expected_stance(state: RewardState, stand_below: float = STAND_BELOW) -> np.ndarray:
     """(N, 2) bool: which foot the gait clock puts in stance (both when standing)."""
-    left = state.gait_phase < 0.5
-    stance = np.stack([left, ~left], axis=1)
-    stance[~moving(state, stand_below)] = True
-    return stance
+    return policy_io.expected_stance(state.gait_phase, state.command, stand_below)
 
 
 def swing_progress(state: RewardState) -> np.ndarray:
     """(N, 2) progress through the current half cycle in [0, 1) for each foot."""
-    p = np.mod(2.0 * state.gait_phase, 1.0)
-    return np.stack([p, p], axis=1)
+    return policy_io.swing_progress(state.gait_phase)
 
 
 def foot_height(state: RewardState) -> np.ndarray:
@@ -349,28 +346,10 @@ def reference_gait_joint_indices(joint_names) -> np.ndarray:
 
 def reference_gait_offsets(state: RewardState, amplitude: float = 0.35, stand_below: float = STAND_BELOW,
                            stride: float = 0.0) -> np.ndarray:
-    """(N, 2, 3) reference offsets from the default pose of (hip pitch, knee, ankle pitch), left and right.
-
-    The clock's swing leg folds by a half sine over its swing, s = sin(pi x swing progress):
-    hip pitch -amplitude s, knee +2 amplitude s, ankle pitch -amplitude s. With the parallel
-    pitch axes of this leg the fold keeps the sole level and under the hip and lifts it by
-    (thigh + shin) x (cos(q0) - cos(q0 + amplitude)), q0 the default thigh angle: ~9 cm for
-    mvl_biped at 0.35 rad. The stance leg and both legs when standing: the default pose.
-
-    stride (rad per m/s of forward command vx): the legs also sweep in hip pitch as walking at vx
-    asks, linearly over each half cycle: the stance hip from -stride vx (foot ahead) to +stride vx
-    (foot behind), the swing hip back again, the ankle pitch opposite to the hip to keep the sole
-    level. Continuous where the legs change roles; none while the command is standing.
-    """
-    stance = expected_stance(state, stand_below)
-    progress = swing_progress(state)
-    offsets = (np.sin(np.pi * progress) * ~stance)[:, :, None] * (amplitude * np.array([-1.0, 2.0, -1.0]))
-    if stride:
-        ramp = 1.0 - 2.0 * progress  # +1 -> -1 over each half cycle
-        reach = stride * state.command[:, :1] * moving(state, stand_below)[:, None]
-        sweep = reach * np.where(stance, -ramp, ramp)
-        offsets = offsets + sweep[:, :, None] * np.array([1.0, 0.0, -1.0])
-    return offsets
+    """(N, 2, 3) reference offsets from the default pose of (hip pitch, knee, ankle pitch), left and right:
+    the gait feed-forward of the action law (`motionvl.policy_io.gait_feedforward_offsets`) at the
+    state's command and clock."""
+    return policy_io.gait_feedforward_offsets(state.command, state.gait_phase, amplitude, stand_below, stride)
 
 
 def _reward_reference_gait(state: RewardState, *, amplitude: float = 0.35, sigma: float = 0.3,

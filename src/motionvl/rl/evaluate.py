@@ -14,8 +14,8 @@ import numpy as np
 
 from motionvl.envs.config import CommandConfig, EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
-from motionvl.rl.export import OnnxPolicy, check_contract, load_policy
 from motionvl.gait.metrics import EVAL_KEYS, gait_metrics, truncate_at_fall
+from motionvl.rl.export import OnnxPolicy, load_policy
 from motionvl.robot import ConfigError, RobotConfig, load_robot_config
 from motionvl.sim.math import to_heading_frame, yaw_of
 from motionvl.sim.trajectory import Trajectory
@@ -85,25 +85,20 @@ def batch_evaluation_env(policy: OnnxPolicy, seconds: float = 10.0, terrain: str
                          robot: RobotConfig | None = None, heading_gain: float = 0.0,
                          randomization: RandomizationConfig | None = None) -> LocomotionEnv:
     """The environment `evaluate` runs `policy` in (arguments as there): one episode per env, a fixed
-    command, the policy's own observation layout, after its first reset; the contract is checked.
-    `randomization`, if given, replaces what `randomize` selects."""
+    command, after its first reset. The env supplies the physics; the observations and joint targets
+    come from motionvl.policy_io driven by the policy's own contract (checked against `robot`), as on
+    a robot. `randomization`, if given, replaces what `randomize` selects."""
     robot = robot or load_robot_config()
-    check_contract(policy.contract, robot.contract())
-    meta = policy.metadata
+    contract = policy.contract
+    contract.check_robot(robot)
     dt_kw = {"sim_dt": None, "decimation": None} if robot_dt else {
-        "sim_dt": meta.get("train_sim_dt"), "decimation": meta.get("train_decimation")}
+        "sim_dt": contract.train_sim_dt, "decimation": contract.train_decimation}
     cfg = EnvConfig(num_envs=int(episodes), episode_length_s=float(seconds) + 1.0, terrain=terrain, seed=seed,
-                    gait_period_s=float(policy.gait_period or EnvConfig.gait_period_s), obs_history=policy.obs_history,
-                    heading_observation=policy.heading_observation, gait_feedforward=policy.gait_feedforward,
-                    gait_stride_feedforward=policy.gait_stride_feedforward, gait_stand_below=policy.gait_stand_below,
                     commands=CommandConfig(fixed=tuple(float(c) for c in command), resample_s=1e9,
                                            heading_gain=float(heading_gain)),
                     randomization=randomization or (RandomizationConfig() if randomize else RandomizationConfig.disabled()),
                     **dt_kw)
-    env = LocomotionEnv(robot, cfg)
-    if env.num_obs != policy.num_obs:
-        raise ConfigError(f"policy expects {policy.num_obs} observations, the environment gives {env.num_obs}")
-    return env
+    return LocomotionEnv(robot, cfg, contract=contract)
 
 
 def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: str = "flat", episodes: int = 16,
@@ -135,7 +130,7 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
                                randomization=randomization)
     obs = env.observations()  # the state after the constructor's reset
     recorders = [env.record(i) for i in range(env.num_envs)]
-    clip = float(policy.metadata.get("action_clip", 1.0))
+    clip = policy.contract.action_clip
     steps = int(round(seconds / env.dt))
     if steps < 1:
         raise ConfigError(f"seconds {seconds:g} is shorter than one policy period ({env.dt:g} s)")

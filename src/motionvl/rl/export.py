@@ -1,11 +1,12 @@
 """ONNX export of the actor with the deployment contract in the file, and loading it back.
 
-The exported graph maps the environment's actor observation "obs" [batch, num_obs] (already
-scaled as in `obs_layout`) to "actions" [batch, num_joints] in [-1, 1]: observation
-normalisation, the MLP and the action clip are all inside the graph. Metadata props (each a
-JSON string) carry the robot contract (`RobotConfig.contract()`: joint order, default pose,
-Kp/Kd, effort limits, action scale/mode, control period, robot name) plus the observation layout,
-history length and gait period, so a deployment node can refuse a policy that does not fit.
+The exported graph maps the actor observation "obs" [batch, num_obs] (already scaled as the
+contract's layout says) to "actions" [batch, num_joints] in [-action_clip, action_clip]:
+observation normalisation, the MLP and the action clip are all inside the graph. Metadata props
+(each a JSON string) carry the policy contract (`motionvl.policy_io.PolicyContract.to_metadata`:
+joint order, default pose, gains, limits, action law, observation layout, history, gait clock and
+feed-forward, command ranges, control period), so whatever runs the policy builds its inputs with
+`motionvl.policy_io` and refuses a robot that does not fit (`PolicyContract.check_robot`).
 A policy trained with the velocity estimator also carries `velocity_estimator`: what the graph
 estimates from "obs" on its own (the robot feeds nothing extra), so a reader of the file knows
 the actions rest on an estimate of the base velocity, not on a measurement.
@@ -14,6 +15,7 @@ the actions rest on an estimate of the base velocity, not on a measurement.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import warnings
@@ -21,20 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
+from motionvl.policy_io import ContractError, PolicyContract
+
 try:  # torch is needed to export, not to run a policy (the robot computer has onnxruntime only)
     import torch
 except ImportError:  # pragma: no cover
     torch = None
 
 ONNX_OPSET = 18
-FORMAT = "motionvl-policy/1"
-CONTRACT_KEYS = ("robot_name", "joint_names", "default_pose", "kp", "kd", "effort_limit", "action_scale",
-                 "action_mode", "control_dt")
-_EXACT_KEYS = ("robot_name", "joint_names", "action_mode")
-
-
-class ContractError(ValueError):
-    """A policy's contract does not match the robot it is meant to drive."""
+__all__ = ["ContractError", "OnnxPolicy", "PolicyExportWrapper", "export_policy", "load_policy"]
 
 
 class PolicyExportWrapper(torch.nn.Module if torch is not None else object):
@@ -80,43 +77,6 @@ class PolicyExportWrapper(torch.nn.Module if torch is not None else object):
         return f"{self!r}|obs={self.num_obs}|clip={self.action_clip}|{shapes}"
 
 
-def policy_metadata(robot, env_cfg, num_obs: int, action_clip: float = 1.0, gait_period: float | None = None) -> dict:
-    """The metadata dict (plain values) written into the ONNX file for `robot` trained with `env_cfg`;
-    `gait_period`: the period (s) the policy was last trained with, which callers pass when env_cfg
-    schedules it (EnvConfig.gait_period_at); None: env_cfg.gait_period_s."""
-    from motionvl.envs.locomotion import HEADING_ERROR_CLIP, obs_layout, proprio_layout
-
-    J = robot.num_joints
-    layout = [{"name": n, "size": int(s), "scale": np.broadcast_to(np.asarray(sc, float), (s,)).tolist()}
-              for n, s, sc in obs_layout(J, env_cfg.heading_observation)]
-    for block in layout:
-        if block["name"] == "heading_error":  # rad: commanded heading - IMU heading, wrapped, then clipped
-            block["clip"] = HEADING_ERROR_CLIP
-    if env_cfg.obs_history:
-        frame = [{"name": n, "size": int(s), "scale": float(sc)} for n, s, sc in proprio_layout(J)]
-        # frame k (0 = newest) = these blocks as the observation of k + 1 policy steps ago had them;
-        # frames from before the last reset hold reset_value
-        layout.append({"name": "history", "size": env_cfg.obs_history * sum(b["size"] for b in frame),
-                       "frames": env_cfg.obs_history, "order": "newest first", "frame": frame,
-                       "reset_value": 0.0})
-    return {
-        **robot.contract(),
-        "format": FORMAT,
-        "num_obs": int(num_obs),
-        "num_actions": J,
-        "obs_layout": layout,
-        "obs_history": int(env_cfg.obs_history),
-        "heading_observation": bool(env_cfg.heading_observation),
-        "gait_period": float(env_cfg.gait_period_s if gait_period is None else gait_period),
-        "gait_feedforward": float(env_cfg.gait_feedforward),
-        "gait_stride_feedforward": float(env_cfg.gait_stride_feedforward),
-        "gait_stand_below": float(env_cfg.gait_stand_below),
-        "action_clip": float(action_clip),
-        "train_sim_dt": float(env_cfg.sim_dt or robot.sim_dt),
-        "train_decimation": int(env_cfg.decimation or robot.decimation),
-    }
-
-
 def estimator_metadata(actor) -> dict:
     """What an exported actor with a velocity estimator (motionvl.rl.estimator) estimates inside its graph."""
     from motionvl.envs.locomotion import PRIVILEGED_LAYOUT
@@ -137,8 +97,9 @@ REUSE_TOLERANCE = 1e-5
 """Max abs difference between ONNX Runtime on a reused graph and the torch actor, else a full export."""
 
 
-def export_policy(actor, path: str | Path, metadata: dict, action_clip: float = 1.0) -> Path:
-    """Write `actor` (an rsl_rl MLPModel) to ONNX at `path` with `metadata` as JSON metadata props.
+def export_policy(actor, path: str | Path, contract: PolicyContract, action_clip: float | None = None) -> Path:
+    """Write `actor` (an rsl_rl MLPModel) to ONNX at `path` with `contract` in the metadata props;
+    the graph clips its actions at `action_clip` (None: the contract's).
 
     The first actor of an architecture goes through torch.onnx.export; a later one of the same
     architecture gets its weights written into a copy of that graph, kept only if ONNX Runtime then
@@ -147,7 +108,13 @@ def export_policy(actor, path: str | Path, metadata: dict, action_clip: float = 
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    wrapper = PolicyExportWrapper(actor, action_clip).eval()
+    if action_clip is not None and float(action_clip) != contract.action_clip:
+        contract = dataclasses.replace(contract, action_clip=float(action_clip))
+    wrapper = PolicyExportWrapper(actor, contract.action_clip).eval()
+    if wrapper.num_obs != contract.num_obs:
+        raise ContractError(f"the actor takes {wrapper.num_obs} observations, its contract's layout has "
+                            f"{contract.num_obs}")
+    metadata = contract.to_metadata()
     if wrapper.estimator is not None:
         metadata = {**metadata, "velocity_estimator": estimator_metadata(actor)}
     key = wrapper.architecture()
@@ -228,50 +195,25 @@ class OnnxPolicy:
                                 f"{str(exc).strip().splitlines()[0] if str(exc).strip() else 'no message'})") from exc
         raw = self.session.get_modelmeta().custom_metadata_map
         self.metadata = {k: _json_or_str(v) for k, v in raw.items()}
-        missing = [k for k in CONTRACT_KEYS if k not in self.metadata]
-        if missing:
-            raise ContractError(f"{self.path}: not a MotionVL policy, metadata lacks {missing}")
-        self.contract = {k: self.metadata[k] for k in CONTRACT_KEYS}
+        """Every metadata prop, JSON-decoded (the contract's and any other, e.g. velocity_estimator)."""
+        if "joint_names" not in self.metadata or "format" not in self.metadata:
+            raise ContractError(f"{self.path}: not a MotionVL policy (no policy contract in its metadata)")
+        try:
+            self.contract = PolicyContract.from_metadata(self.metadata)
+        except ContractError as exc:
+            raise ContractError(f"{self.path}: {exc}") from exc
         self.input_name = self.session.get_inputs()[0].name
-        self.num_obs = int(self.metadata.get("num_obs") or self.session.get_inputs()[0].shape[1])
-        self.num_actions = len(self.contract["joint_names"])
-
-    @property
-    def obs_history(self) -> int:
-        return int(self.metadata.get("obs_history", 0))
-
-    @property
-    def heading_observation(self) -> bool:
-        return bool(self.metadata.get("heading_observation", False))
-
-    @property
-    def gait_feedforward(self) -> float:
-        """Amplitude (rad) of the clock-driven stepping offsets added to the PD targets (EnvConfig.gait_feedforward); 0: none."""
-        return float(self.metadata.get("gait_feedforward", 0.0))
-
-    @property
-    def gait_stride_feedforward(self) -> float:
-        """Hip-pitch sweep (rad per m/s of forward command) of the stepping offsets (EnvConfig.gait_stride_feedforward); 0: none."""
-        return float(self.metadata.get("gait_stride_feedforward", 0.0))
-
-    @property
-    def gait_stand_below(self) -> float:
-        """The feedforward rests while every command component is at or below this (EnvConfig.gait_stand_below)."""
-        from motionvl.envs.config import EnvConfig
-        return float(self.metadata.get("gait_stand_below", EnvConfig.gait_stand_below))
-
-    @property
-    def gait_period(self) -> float | None:
-        return self.metadata.get("gait_period")
+        width = self.session.get_inputs()[0].shape[1]
+        if isinstance(width, int) and width != self.contract.num_obs:
+            raise ContractError(f"{self.path}: the graph takes {width} observations, its contract says "
+                                f"{self.contract.num_obs}")
+        self.num_obs = self.contract.num_obs
+        self.num_actions = self.contract.num_actions
 
     @property
     def velocity_estimator(self) -> dict | None:
         """What the graph estimates internally (`estimator_metadata`); None for a policy without an estimator."""
         return self.metadata.get("velocity_estimator")
-
-    @property
-    def obs_layout(self) -> list:
-        return self.metadata.get("obs_layout", [])
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         x = np.asarray(obs, dtype=np.float32)
@@ -285,38 +227,6 @@ class OnnxPolicy:
 
 def load_policy(path: str | Path, threads: int = 1) -> OnnxPolicy:
     return OnnxPolicy(path, threads)
-
-
-def check_contract(policy_contract: dict, robot_contract: dict, rtol: float = 1e-6, atol: float = 1e-9) -> None:
-    """Raise ContractError listing every difference between a policy's contract and a robot's.
-
-    Every key of `robot_contract` must be in `policy_contract`; names and modes must be equal,
-    numbers and arrays equal within tolerance.
-    """
-    problems = []
-    for key, want in robot_contract.items():
-        if key not in policy_contract:
-            problems.append(f"{key}: missing from the policy")
-            continue
-        have = policy_contract[key]
-        if key == "joint_names":
-            have, want = list(have), list(want)
-            if len(have) != len(want):
-                problems.append(f"joint count: policy has {len(have)} joints, robot has {len(want)}")
-            elif have != want:
-                diffs = [f"#{i} policy {a!r} vs robot {b!r}" for i, (a, b) in enumerate(zip(have, want)) if a != b]
-                problems.append("joint order differs: " + ", ".join(diffs))
-        elif key in _EXACT_KEYS or isinstance(want, str):
-            if have != want:
-                problems.append(f"{key}: policy {have!r} vs robot {want!r}")
-        else:
-            a, b = np.asarray(have, dtype=float), np.asarray(want, dtype=float)
-            if a.ndim == 0 and b.ndim == 1:  # one number for every joint (action_scale before 2026-11-26)
-                a = np.broadcast_to(a, b.shape)
-            if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol):
-                problems.append(f"{key}: policy {np.round(a, 6).tolist()} vs robot {np.round(b, 6).tolist()}")
-    if problems:
-        raise ContractError("policy does not match the robot: " + "; ".join(problems))
 
 
 def _json_or_str(value: str):

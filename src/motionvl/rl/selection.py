@@ -29,6 +29,7 @@ import shutil
 import warnings
 from pathlib import Path
 
+from motionvl.policy_io import PolicyContract
 from motionvl.rl.config import SelectionConfig
 from motionvl.rl.evaluate import evaluate
 from motionvl.rl.export import export_policy
@@ -106,7 +107,7 @@ class PolicySelection:
         validation could start in the budget's last seconds and the final ones run past its end."""
         return self.cfg.episodes * self.cfg.seconds / sim_dt * physics_step_s
 
-    def validate_final(self, exported_actor, iterate_actor, meta: dict, iteration: int, elapsed_s: float,
+    def validate_final(self, exported_actor, iterate_actor, contract: PolicyContract, iteration: int, elapsed_s: float,
                        budget_s: float) -> None:
         """With `final_candidates`: validate the policy the run ends on (unless the grid already
         did at this iteration) and, with averaging, the last iterate (`iterate_actor`). They compete
@@ -118,21 +119,21 @@ class PolicySelection:
         if done:
             done[0].update(final)
         else:
-            self.validate(exported_actor, meta, iteration, elapsed_s, extra=final)
+            self.validate(exported_actor, contract, iteration, elapsed_s, extra=final)
         if self.averaging:
-            self.validate(iterate_actor, meta, iteration, elapsed_s, actor_kind=LAST_ITERATE, extra=final)
+            self.validate(iterate_actor, contract, iteration, elapsed_s, actor_kind=LAST_ITERATE, extra=final)
 
     def _in_iteration_stretch(self, iteration: int, max_iterations: int | None) -> bool:
         return bool(max_iterations) and 0 <= max_iterations - iteration < self.stretch_iterations(max_iterations)
 
-    def validate(self, actor, meta: dict, iteration: int, elapsed_s: float, actor_kind: str = "",
+    def validate(self, actor, contract: PolicyContract, iteration: int, elapsed_s: float, actor_kind: str = "",
                  extra: dict | None = None) -> dict:
         """Export `actor` (the policy the run would export now, `elapsed_s` into the run, or with
-        `actor_kind` LAST_ITERATE the iterate itself) with the contract `meta`, evaluate it, record it."""
+        `actor_kind` LAST_ITERATE the iterate itself) with `contract`, evaluate it (observations and targets by motionvl.policy_io from the exported file's contract), record it."""
         c = self.cfg
         kind = actor_kind or EXPORTED
         suffix = "" if kind == EXPORTED else "_iterate"
-        path = export_policy(actor, self.dir / f"policy_{iteration}{suffix}.onnx", meta)
+        path = export_policy(actor, self.dir / f"policy_{iteration}{suffix}.onnx", contract)
         r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=c.command,
                      seed=c.seed, robot=self.robot, robot_dt=not c.training_physics)
         # the path relative to the run directory: a moved run directory still finds its candidates

@@ -60,11 +60,12 @@ import torch
 import yaml
 
 from motionvl.envs.locomotion import LocomotionEnv
+from motionvl.policy_io import PolicyContract
 from motionvl.rewards.sandbox.errors import RewardCodeError
 from motionvl.rewards.validation import RewardValidationError
 from motionvl.rl.averaging import PolicyAverage
 from motionvl.rl.config import TrainConfig
-from motionvl.rl.export import export_policy, policy_metadata
+from motionvl.rl.export import export_policy
 from motionvl.rl.mirror_loss import LeanMirrorLoss
 from motionvl.rl.selection import PolicySelection
 from motionvl.rl.vecenv import LocomotionVecEnv
@@ -361,8 +362,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         _copy(latest, ckpt_dir / f"model_{it}.pt")
         _write_json(run_dir / "term_stats.json", term_stats(history))
 
-    def metadata() -> dict:  # the contract of the iterate just trained, with the gait period it was trained at
-        return policy_metadata(robot, cfg.env, vec.num_obs, gait_period=vec.env.gait_period)
+    def metadata() -> PolicyContract:  # the contract of the iterate just trained, with the gait period it was trained at
+        return PolicyContract.for_training(robot, cfg.env, gait_period=vec.env.gait_period)
 
     selection = (PolicySelection(cfg.selection, run_dir, robot, averaging=average is not None)
                  if cfg.selection.enabled_for(cfg.max_iterations) else None)
