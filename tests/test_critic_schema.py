@@ -510,6 +510,18 @@ def test_frames_prompt_is_region_aware_with_temporal_cues():
     assert "set \"better_than_best\" to null" in no_best.text
 
 
+def test_the_best_motion_so_far_is_quoted_as_text():
+    fb = MotionFeedback(critic="kinematic", task="walk", alignment_score=0.42, features=[("knees_bent", 0.9)],
+                        descriptors=[Descriptor("knee_flexion", "knees", 31.0, "deg", 0.9, "in stance")])
+    described = prompts.previous_best_text(fb)
+    assert described.startswith("alignment score 0.42") and "knee_flexion 31 deg: in stance" in described
+    assert prompts.previous_best_text(fb.to_dict()) == prompts.previous_best_text(fb.to_json()) == described
+    assert prompts.previous_best_text("it walked crouched") == "it walked crouched"
+    assert prompts.previous_best_text(None) is None
+    p = prompts.build_prompt(_frames(2), [0.0, 0.1], "walk", previous_best=described)
+    assert described in p.text
+
+
 def test_contact_sheet_prompt():
     frames = _frames(6, 48, 64)
     p = prompts.build_prompt(frames, [0.1 * k for k in range(6)], "walk",

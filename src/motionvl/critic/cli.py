@@ -13,7 +13,6 @@ seconds; its descriptors are then cross-checked against the kinematic measuremen
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -57,7 +56,7 @@ def make_vlm_critic(args):
 
 def run(args: argparse.Namespace) -> int:
     from motionvl.critic.kinematic import KinematicCritic
-    from motionvl.critic.schema import MotionFeedback, merge_measurements
+    from motionvl.critic.schema import merge_measurements
     from motionvl.render.cli import render_from_args, rollout_from_args, write_outputs
 
     t0 = time.perf_counter()
@@ -75,14 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.critic == "kinematic":
         fb = kinematic.critique(traj, args.task, previous_best=previous)
     else:
-        critic = make_vlm_critic(args)
-        prev_text = None
-        if previous is not None:
-            try:  # VLM backends take the best motion so far as text
-                prev_text = json.dumps(MotionFeedback.from_json(previous).to_dict()["descriptors"])
-            except Exception:  # noqa: BLE001 - a plain description text
-                prev_text = previous
-        fb = critic.critique(frames, times, args.task, previous_best=prev_text)
+        fb = make_vlm_critic(args).critique(frames, times, args.task, previous_best=previous)
         if fb.valid:
             fb = merge_measurements(fb, kinematic.measure(traj))
     timings["critique_s"] = round(time.perf_counter() - t1, 3)

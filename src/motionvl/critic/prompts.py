@@ -285,6 +285,21 @@ def build_comparison_prompt(first_frames, first_times, second_frames, second_tim
                           t_first + t_second)
 
 
+def previous_best_text(previous_best) -> str | None:
+    """The best motion so far as the text a critique prompt quotes: a MotionFeedback, its dict or
+    JSON is described (`describe_feedback`); any other text is quoted as it is."""
+    from .schema import MotionFeedback, SchemaError
+
+    if previous_best is None or isinstance(previous_best, MotionFeedback):
+        return None if previous_best is None else describe_feedback(previous_best)
+    try:
+        if isinstance(previous_best, dict):
+            return describe_feedback(MotionFeedback.from_dict(previous_best))
+        return describe_feedback(MotionFeedback.from_json(str(previous_best)))
+    except SchemaError:
+        return previous_best if isinstance(previous_best, str) else json.dumps(previous_best, default=str)
+
+
 def describe_feedback(feedback) -> str:
     """A feedback (the best motion so far) as the text a critique prompt quotes."""
     parts = [f"alignment score {feedback.alignment_score:.2f}"]

@@ -29,9 +29,8 @@ from typing import Any, Callable
 
 from motionvl.critic.base import Rollout, create_critic
 from motionvl.critic.kinematic import KinematicCritic
-from motionvl.critic.prompts import describe_feedback
 from motionvl.critic.rollouts import CollectedRollout, json_object
-from motionvl.critic.schema import Comparison, MotionFeedback, SchemaError, merge_measurements
+from motionvl.critic.schema import Comparison, MotionFeedback, merge_measurements
 
 BACKENDS = ("kinematic", "transformers", "openai")
 
@@ -157,7 +156,7 @@ class CriticService:
         if not rollout.frames:
             return MotionFeedback.invalid(self._name(), task, "no camera frames were received for this rollout")
         feedback = critic.critique(rollout.frames, rollout.times, task,
-                                   previous_best=_previous_text(collected.previous_best),
+                                   previous_best=collected.previous_best,
                                    trajectory=rollout.trajectory)
         if feedback.valid and rollout.trajectory is not None and self.merge_kinematics:
             feedback = merge_measurements(feedback, self.kinematic.measure(rollout.trajectory))
@@ -224,15 +223,3 @@ def _key(rollout_id: Any) -> str:
 
 def _safe(rollout_id: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(rollout_id))[:64]
-
-
-def _previous_text(previous_best: Any) -> str | None:
-    """The best motion so far as the text a VLM prompt quotes (a feedback dict or JSON, or text as is)."""
-    if previous_best is None:
-        return None
-    if isinstance(previous_best, dict):
-        try:
-            return describe_feedback(MotionFeedback.from_dict(previous_best))
-        except SchemaError:
-            return json.dumps(previous_best)
-    return str(previous_best)

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from .base import Reply, Rollout, compare_with_reask, critique_with_reask
-from .prompts import FRAME_PERIOD_S, CritiquePrompt, FrameOptions, build_comparison_prompt, build_prompt
+from .prompts import (FRAME_PERIOD_S, CritiquePrompt, FrameOptions, build_comparison_prompt, build_prompt,
+                      previous_best_text)
 from .schema import Comparison, MotionFeedback
 
 
@@ -58,15 +59,16 @@ class VLMCritic:
         return {}
 
     # -- the protocol ----------------------------------------------------------------
-    def build_prompt(self, frames, times, task: str, previous_best: str | None = None) -> CritiquePrompt:
-        return build_prompt(frames, times, task, previous_best, options=self.frames)
+    def build_prompt(self, frames, times, task: str, previous_best: Any = None) -> CritiquePrompt:
+        """previous_best: the best motion so far, as text or a MotionFeedback (its dict or JSON)."""
+        return build_prompt(frames, times, task, previous_best_text(previous_best), options=self.frames)
 
     def build_comparison_prompt(self, first: Rollout, second: Rollout, task: str) -> CritiquePrompt:
         return build_comparison_prompt(first.frames, first.times, second.frames, second.times, task,
                                        options=self.frames)
 
     def critique(self, frames: list[np.ndarray], times: list[float], task: str,
-                 previous_best: str | None = None, **kwargs: Any) -> MotionFeedback:
+                 previous_best: Any = None, **kwargs: Any) -> MotionFeedback:
         """Describe the rollout; never raises on model or server failures (``valid=False`` instead).
 
         Bad inputs (no frames, frames/times length mismatch, non-RGB arrays) raise ValueError.
