@@ -1,5 +1,5 @@
 # MotionVL: every target sets itself up first (a .venv beside this file), so a fresh clone with
-# only python3 needs nothing else. Set-up is skipped while requirements.txt and setup.py are
+# only python3 needs nothing else. Set-up is skipped while the requirements files and setup.py are
 # unchanged (a stamp file named after their hash).
 #
 #   make demo    run the main job on embedded defaults
@@ -14,7 +14,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-SETUP_HASH := $(shell cat requirements.txt setup.py | sha256sum | cut -c1-16)
+# runtime, ROS 2 wheels (pip-only route), test tools: see requirements.txt
+REQUIREMENTS := requirements.txt requirements-ros.txt requirements-test.txt
+SETUP_HASH := $(shell cat $(REQUIREMENTS) setup.py | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.motionvl-setup-$(SETUP_HASH)
 # Shared libraries MuJoCo's headless (EGL) rendering loads, and the Debian packages providing them.
 EGL_LIBS := libEGL.so.1 libOpenGL.so.0
@@ -39,10 +41,10 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt setup.py
+$(STAMP): $(REQUIREMENTS) setup.py
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -r requirements.txt 2>&1 | { grep -v "$(PIP_NOISE)" || true; }
+	$(BIN)/python -m pip install -q $(addprefix -r ,$(REQUIREMENTS)) 2>&1 | { grep -v "$(PIP_NOISE)" || true; }
 	$(BIN)/python -m pip install -q -e . --no-deps 2>&1 | { grep -v "$(PIP_NOISE)" || true; }
 	@rm -f $(VENV)/.motionvl-setup-*
 	@touch $@

@@ -40,7 +40,8 @@ setup(
     package_dir={"": "src"},
     packages=find_namespace_packages(where="src", include=["motionvl", "motionvl.*"]),
     include_package_data=False,
-    # dependencies are pinned in requirements.txt (installed first; `pip install -e . --no-deps`)
+    # dependencies are pinned in requirements.txt, requirements-ros.txt (pip-only route) and
+    # requirements-test.txt, installed first (`make setup`; then `pip install -e . --no-deps`)
     install_requires=[],
     zip_safe=False,
     data_files=[

@@ -3,10 +3,10 @@
     ros2 launch motionvl train.launch.py [params_file:=...] [robot_config:=...]
 
 Starts simulator, camera_renderer, vlm_critic, policy_trainer and recorder with the
-parameters of config/nodes.yaml. The reward_synthesizer node, which closes the loop, is not
-written yet: until then reward candidates are published to `reward_candidates` by hand or by
-a script (see README). The pip-only route (`motionvl train`)
-composes the same node classes in one process with the same YAML.
+parameters of config/nodes.yaml; reward candidates are published to `reward_candidates` by
+hand or by a script (see README). Without a ROS 2 distribution (no `launch`), each node runs
+as its console script with the same YAML (`simulator_node --ros-args --params-file
+config/nodes.yaml`), and `motionvl train` runs the whole reward search in one process.
 """
 
 from launch import LaunchDescription

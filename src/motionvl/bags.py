@@ -42,7 +42,6 @@ from rosbags.typesys import Stores, get_typestore
 STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 COMPRESSIONS = ("none", "zstd")
 BAG_VERSION = 9  # rosbag2 metadata version of Kilted (QoS as a list of dicts)
-STORAGE_SUFFIX = {"mcap": ".mcap", "sqlite3": ".db3"}
 _MCAP_MAGIC = b"\x89MCAP0\r\n"
 
 
