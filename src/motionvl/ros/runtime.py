@@ -16,7 +16,7 @@ that composes several nodes calls `run_nodes([factory, ...], name, args)`. The p
    as a GL context, are never abandoned half-made), then goes to 4. A configuration error is
    logged as one line and the process exits 1.
 3. Each node spins on its own executor thread; the main thread waits for a stop request: a
-   signal, `request_stop()` (a node that is done: `motionvl train` after its search), or an
+   signal, `request_stop()` (a node whose work is done ends its process this way), or an
    executor that ended because a callback raised (logged with its traceback; exit 1).
 4. Stop, in this order, within one budget (`shutdown_timeout_s`, from the first signal):
    a. each executor stops taking callbacks and the callbacks in flight finish;
@@ -256,7 +256,7 @@ def _finish(nodes: list, spinners: list, logger, budget_s: float) -> int:
         outcome = _within(step, _STOP.deadline(budget_s))
         if outcome is _TIMED_OUT:
             logger.warning(f"{what} did not finish within the shutdown budget ({budget_s:g} s, "
-                         f"{HURRY_S:g} s after a second signal); leaving without it")
+                           f"{HURRY_S:g} s after a second signal); leaving without it")
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(exit_code)
