@@ -42,12 +42,13 @@ COST = {
                     "logical_not logical_and logical_or logical_xor isfinite isnan isinf negative add subtract "
                     "multiply copy astype reshape squeeze flatten ravel transpose zeros_like ones_like full_like "
                     "array".split(), 1),
-    **dict.fromkeys("/ divide clip minimum maximum fmin fmax".split(), 2),
+    **dict.fromkeys("/ divide clip minimum maximum fmin fmax".split(), 4),
     **dict.fromkeys("sign where exp exp2 cbrt round argmax argmin sqrt log log1p log2 log10 expm1 tan arctan arcsin "
                     "sinh cosh any all stack concatenate deg2rad rad2deg radians degrees small-power".split(), 8),
     **dict.fromkeys("tanh arccos heaviside".split(), 16),
     **dict.fromkeys("sum mean prod count_nonzero norm linalg_norm arctan2 nan_to_num".split(), 32),
-    **dict.fromkeys("min max amin amax cumsum std var fmod".split(), 64),
+    **dict.fromkeys("min max amin amax cumsum".split(), 64),
+    **dict.fromkeys("std var fmod".split(), 128),
     **dict.fromkeys("sin cos % mod // hypot median".split(), 256),
     **dict.fromkeys("** power".split(), 2048),  # pow() of a negative base: ~1000 additions per element
     "python": 512,  # per element of a Python list/tuple numpy converts
