@@ -18,6 +18,7 @@ NODES = (
     "reward_synthesizer_node",
     "recorder_node",
     "deployment_node",
+    "orchestrator_node",
 )
 
 

@@ -2,17 +2,22 @@
 
 launch, launch_ros and launch_testing are not on PyPI, so in the pip-only route this module
 is skipped (`make test` only collects tests/, where an ast-based check of the launch files
-runs instead). Run it after `colcon build`:
+runs instead, and tests/test_search_loop.py runs the same nodes without launch). Run it after
+`colcon build`:
 
     colcon test --packages-select motionvl --pytest-args ros_tests
     # or: source install/setup.bash && python -m pytest ros_tests
 
-It starts train.launch.py and checks that the simulator publishes /joint_states with the
-robot's 12 joints and that the policy trainer is ready, then that every process exits cleanly
-on shutdown.
+It starts train.launch.py with the offline backends on a tiny search (one iteration of one candidate,
+a few PPO iterations of 16 environments) and checks that the simulator publishes /joint_states with
+the robot's 12 joints, that a policy_trainer beats its heartbeat, that the search's first iteration
+is decided and that the search finishes with an exported policy, then that every process exits
+cleanly.
 """
 
+import json
 import os
+import tempfile
 import time
 import unittest
 from pathlib import Path
@@ -27,17 +32,36 @@ import launch  # noqa: E402
 import launch_testing.actions  # noqa: E402
 import launch_testing.asserts  # noqa: E402
 import rclpy  # noqa: E402
+import yaml  # noqa: E402
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
 
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"
+WORK = Path(tempfile.mkdtemp(prefix="motionvl_train_launch_"))
+RUN_DIR = WORK / "run"
+TINY = {
+    "candidates": 1, "iterations": 1, "base_iterations": 2, "candidate_iterations": 2, "final_iterations": 1,
+    "training_overrides": ["env.num_envs=16", "env.episode_length_s=2.0", "ppo.num_steps_per_env=8",
+                           "ppo.num_learning_epochs=1", "ppo.num_mini_batches=2", "ppo.actor_hidden_dims=[32,32]",
+                           "ppo.critic_hidden_dims=[32,32]", "save_interval=1"],
+    "evaluation": {"episodes": 2, "seconds": 1.0},
+    "playback": {"seconds": 1.0, "render": False},
+    "gates": {"min_success_rate": 0.0, "max_fall_fraction": 1.0, "max_success_drop": 1.0, "max_clipped_share": 1.0,
+              "require_no_fault": False},
+}
 
 
 @pytest.mark.launch_test
 def generate_test_description():
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    settings = WORK / "tiny.yaml"
+    settings.write_text(yaml.safe_dump(TINY))
     train = launch.actions.IncludeLaunchDescription(
-        PythonLaunchDescriptionSource(str(LAUNCH_DIR / "train.launch.py")))
+        PythonLaunchDescriptionSource(str(LAUNCH_DIR / "train.launch.py")),
+        launch_arguments={"task": "walk forward with straight knees", "run_dir": str(RUN_DIR),
+                          "settings_file": str(settings), "record": "true"}.items())
     return launch.LaunchDescription([train, launch_testing.actions.ReadyToTest()])
 
 
@@ -52,22 +76,36 @@ class TestTrainGraph(unittest.TestCase):
         cls.node.destroy_node()
         rclpy.shutdown()
 
-    def test_simulator_publishes_joint_states(self, proc_output):
+    def _collect(self, msg_type, topic, qos, until, timeout):
         received = []
-        sub = self.node.create_subscription(JointState, "/joint_states", received.append, 10)
+        sub = self.node.create_subscription(msg_type, topic, received.append, qos)
         try:
-            end = time.monotonic() + 20.0
-            while time.monotonic() < end and len(received) < 10:
+            end = time.monotonic() + timeout
+            while time.monotonic() < end and not until(received):
                 rclpy.spin_once(self.node, timeout_sec=0.1)
         finally:
             self.node.destroy_subscription(sub)
-        self.assertGreaterEqual(len(received), 10, "no /joint_states from the simulator")
-        self.assertEqual(len(received[-1].name), 12)
-        proc_output.assertWaitFor("candidates on", timeout=30, stream="stderr")
+        return received
+
+    def test_the_graph_comes_up_and_the_search_finishes(self, proc_output):
+        joints = self._collect(JointState, "/joint_states", 10, lambda r: len(r) >= 10, 30.0)
+        self.assertGreaterEqual(len(joints), 10, "no /joint_states from the simulator")
+        self.assertEqual(len(joints[-1].name), 12)
+        beats = self._collect(String, "/trainer/heartbeat", 10, lambda r: len(r) >= 1, 60.0)
+        self.assertTrue(beats, "no policy_trainer heartbeat")
+        latched = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+        def decided(records):
+            return any(json.loads(r.data)["kind"] == "decided" for r in records)
+        records = self._collect(String, "/search/ledger", latched, decided, 600.0)
+        self.assertTrue(decided(records), "the search's first iteration was not decided")
+        proc_output.assertWaitFor("search finished", timeout=600, stream="stderr")
+        self.assertTrue((RUN_DIR / "policy.onnx").exists() and (RUN_DIR / "report.html").exists())
 
 
 @launch_testing.post_shutdown_test()
 class TestShutdown(unittest.TestCase):
     def test_exit_codes(self, proc_info):
-        # SIGINT from launch: every node stops cleanly and exits 0 (motionvl.ros.runtime)
+        # the orchestrator ends the launch; every node stops cleanly and exits 0 (motionvl.ros.runtime)
         launch_testing.asserts.assertExitCodes(proc_info, allowable_exit_codes=[launch_testing.asserts.EXIT_OK])

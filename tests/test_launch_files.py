@@ -35,10 +35,22 @@ def _console_scripts() -> dict:
 
 
 def _string(node, consts: dict):
+    """A string the launch file builds from constants: a literal, a constant, an item of a constant tuple,
+    or the constant head of an f-string (policy_trainer_{i} -> policy_trainer, its params section)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.Name):
         return consts.get(node.id)
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Constant):
+        table = consts.get(node.value.id)
+        return table[node.slice.value] if isinstance(table, tuple) else None
+    if isinstance(node, ast.JoinedStr) and node.values:
+        head = node.values[0]
+        if isinstance(head, ast.FormattedValue):
+            head = _string(head.value, consts)
+        elif isinstance(head, ast.Constant):
+            head = head.value
+        return head.rstrip("_") if isinstance(head, str) else None
     return None
 
 
@@ -61,7 +73,8 @@ def _node_actions(path: Path) -> list[dict]:
         pkg = _string(kw.get("package"), consts)
         exe, name = kw.get("executable"), kw.get("name")
         if isinstance(exe, ast.Name) and exe.id not in consts:  # loop variable over a constant table
-            table = next(v for v in consts.values() if isinstance(v, tuple) and v and isinstance(v[0], tuple))
+            table = consts.get("NODES") or next(v for v in consts.values() if isinstance(v, tuple) and v
+                                                and isinstance(v[0], tuple))
             found += [{"package": pkg, "executable": e, "name": n} for e, n in table]
         else:
             found.append({"package": pkg, "executable": _string(exe, consts), "name": _string(name, consts)})
@@ -94,7 +107,8 @@ def test_launch_executables_are_console_scripts(path):
 def test_launch_files_start_the_documented_nodes():
     by_file = {p.name: {a["executable"] for a in _node_actions(p)} for p in LAUNCH_FILES}
     assert by_file["train.launch.py"] == {"simulator_node", "camera_renderer_node", "vlm_critic_node",
-                                          "policy_trainer_node", "recorder_node"}
+                                          "reward_synthesizer_node", "policy_trainer_node", "orchestrator_node",
+                                          "recorder_node"}
 
 
 def test_nodes_yaml_is_a_params_file():

@@ -1,5 +1,6 @@
-"""The whole search loop on a tiny budget with real trainer processes, evaluation, playback and the
-kinematic critic: a full run and its outputs, bad candidates and a trainer crash, kill -9 and resume."""
+"""The whole search loop on a tiny budget with real trainers, evaluation, playback and the kinematic critic:
+through the real nodes over DDS in one process (its outputs, replayed choices, resume), with two trainer
+processes one of which disappears, bad candidates and a trainer crash (the core loop), kill -9 and resume."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from motionvl.rewards.spec import RewardSpec, load_reward_spec
-from motionvl.search import deps
 from motionvl.search.decision import decide
 from motionvl.search.dispatch import LocalProcessSlot
 from motionvl.search.ledger import Ledger
 from motionvl.search.lineage import spec_hash
 from motionvl.search.loop import Search, SearchSettings
 from motionvl.search.playback import InProcessPlayback
+from motionvl.synth import Candidate, make_synthesizer
 from waiting import wait_for
 
 TASK = "walk forward with straight knees"
@@ -50,7 +51,7 @@ def _search(run_dir, settings, *, synthesizer=None, slots=None, resume=False, re
     from motionvl.search.config import PlaybackConfig
 
     slots = slots or [LocalProcessSlot("trainer-0", runs_dir=Path(run_dir) / "candidates")]
-    return Search(run_dir, settings, synthesizer=synthesizer or deps.make_synthesizer("rules"),
+    return Search(run_dir, settings, synthesizer=synthesizer or make_synthesizer("rules"),
                   critic=create_critic("kinematic"), playback=InProcessPlayback(PlaybackConfig(seconds=1.0, render=render)),
                   slots=lambda: slots, resume=resume, log=lambda m: None, progress=False)
 
@@ -66,13 +67,28 @@ def _egl_works() -> bool:
         return False
 
 
+def _settings_file(directory: Path, **config) -> Path:
+    import yaml
+
+    path = directory / "tiny.yaml"
+    path.write_text(yaml.safe_dump({**TINY, **config}))
+    return path
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    """One tiny search of one iteration, played back with rendering where EGL works."""
-    run_dir = tmp_path_factory.mktemp("search") / "run"
+    """One tiny search of one iteration through the real nodes over DDS in this process (orchestrator,
+    policy_trainer, recorder), played back with rendering where EGL works."""
+    from motionvl.ros.train_graph import run_train_graph
+
+    base = tmp_path_factory.mktemp("search")
+    run_dir = base / "run"
     render = _egl_works()
-    settings = _settings(playback={"seconds": 1.0, "render": render})
-    summary = _search(run_dir, settings, render=render).run()
+    settings = _settings_file(base, playback={"seconds": 1.0, "render": render})
+    code = run_train_graph({"run_dir": str(run_dir), "task": TASK, "settings_file": str(settings), "render": render},
+                           trainers=1, trainers_in_process=True, record=True)
+    assert code == 0
+    summary = Ledger(run_dir).get("run", "finished")
     return run_dir, summary, render
 
 
@@ -83,6 +99,7 @@ def test_a_search_ends_with_an_exported_policy_naming_its_run_spec_and_code(fini
     props = {p.key: json.loads(p.value) for p in onnx.load(str(run_dir / "policy.onnx")).metadata_props}
     spec = load_reward_spec(run_dir / "reward_spec.yaml").to_dict()
     assert props["motionvl_run"] == "run" and props["reward_spec_hash"] == spec_hash(spec) == summary["reward_spec_hash"]
+    assert summary["best"] in ("start", "i1k1", "i1k2")
     assert props["code_version"].startswith(("git:", "motionvl"))
     assert props["search_label"] == "RL-Rules+Kinematic", "an offline run is not called LLM or VLM"
     assert "joint_names" in props, "the deployment contract is kept"
@@ -102,6 +119,7 @@ def test_the_ledger_holds_every_step_and_the_lineage(finished_run):
     for cid in ("start", "i1k1", "i1k2", "final"):
         trained = ledger.get("trained", cid)
         assert trained["ok"] and trained["outcome"]["evaluation"]["episodes"] == 2
+        assert trained["trainer"] == "/policy_trainer_0", "trained by the policy_trainer node"
     # warm start: candidates continue r*'s iteration count
     assert ledger.get("trained", "i1k1")["outcome"]["start_iteration"] == 2
 
@@ -141,6 +159,15 @@ def test_the_report_has_every_section(finished_run):
         assert "## Start and final playback" in md and (run_dir / "report" / "start_vs_final.png").exists()
 
 
+def test_the_recorder_kept_the_search_on_the_graph(finished_run):
+    from motionvl.bags import read_bag
+
+    run_dir, _, _ = finished_run
+    (bag,) = (run_dir / "bags").iterdir()
+    topics = {topic for topic, *_ in read_bag(bag)}
+    assert {"/search/ledger", "/search/state", "/trainer/policy", "/trainer/heartbeat"} <= topics, topics
+
+
 def test_resuming_a_finished_run_trains_nothing_more(finished_run):
     run_dir, summary, render = finished_run
     before = len(Ledger(run_dir).records)
@@ -148,6 +175,60 @@ def test_resuming_a_finished_run_trains_nothing_more(finished_run):
                                  if k in SearchSettings.__dataclass_fields__})
     again = _search(run_dir, settings, resume=True, render=render).run()
     assert again == summary and len(Ledger(run_dir).records) == before
+
+
+# ----------------------------------------------------------------------------- two trainer processes
+def _my_child(argument: str) -> int | None:
+    """The pid of this process's descendant whose command line holds `argument` (a process this test started)."""
+    mine = {os.getpid()}
+    found = None
+    for _ in range(3):  # descendants: children of children
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+                pid, ppid = int(fields["Pid"]), int(fields["PPid"])
+                cmdline = (status.parent / "cmdline").read_bytes().split(b"\0")
+            except (OSError, KeyError, ValueError):
+                continue
+            if ppid in mine:
+                mine.add(pid)
+                if argument.encode() in cmdline:
+                    found = pid
+    return found
+
+
+def test_two_trainer_processes_share_an_iteration_and_a_lost_trainers_candidate_moves_on(tmp_path):
+    """Two policy_trainer processes take one candidate each; one is killed while it trains, the orchestrator
+    hands its candidate to the other and the search finishes."""
+    from motionvl.ros.train_graph import run_train_graph
+
+    settings = _settings_file(tmp_path, candidates=2, candidate_iterations=8, final_iterations=0,
+                              limits={"trainer_lost_s": 4.0})
+    run_dir = tmp_path / "run"
+    killed = {}
+
+    def kill_a_training_trainer():  # trainers are handed candidates in name order: i1k2 goes to policy_trainer_1
+        history = run_dir / "candidates" / "i1k2" / "history.jsonl"
+        if not wait_for(lambda: history.exists() and history.read_text().strip(), timeout=400, period=0.05):
+            return
+        pid = _my_child("__node:=policy_trainer_1")
+        if pid is not None and not Ledger(run_dir).has("trained", "i1k2"):
+            os.kill(pid, signal.SIGKILL)
+            killed["name"] = "policy_trainer_1"
+
+    import threading
+
+    killer = threading.Thread(target=kill_a_training_trainer, daemon=True)
+    killer.start()
+    code = run_train_graph({"run_dir": str(run_dir), "task": TASK, "settings_file": str(settings), "render": False},
+                           trainers=2)
+    killer.join(5)
+    assert code == 0 and killed, "a trainer was killed and the search still finished"
+    ledger = Ledger(run_dir)
+    trained = {cid: ledger.get("trained", cid) for cid in ("i1k1", "i1k2")}
+    assert all(t["ok"] for t in trained.values()), trained
+    assert {t["trainer"] for t in trained.values()} == {"/policy_trainer_0"}, "the lost trainer's candidate moved on"
+    assert ledger.get("run", "finished") is not None
 
 
 # ----------------------------------------------------------------------------- bad candidates, crashes, caps
@@ -163,7 +244,7 @@ class ScriptedSynthesizer:
     def propose(self, request):
         out = []
         for spec, rejection in self.script[request.iteration]:
-            out.append(deps.candidate(spec=None if spec is None else RewardSpec.from_dict(spec), ok=rejection is None,
+            out.append(Candidate(spec=None if spec is None else RewardSpec.from_dict(spec), ok=rejection is None,
                                       rejection=rejection, prompt=f"scripted iteration {request.iteration}",
                                       response="scripted", attempts=1,
                                       usage={"prompt_tokens": 10, "completion_tokens": 5, "latency_s": 0.0,
@@ -224,23 +305,23 @@ def test_kill_9_and_resume_finishes_without_redoing_finished_work(tmp_path):
     cmd = [sys.executable, "-m", "motionvl.cli", "train", "--task", TASK, "--settings", str(settings), "--out", str(run_dir),
            "--no-progress", "--no-render"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    beat = run_dir / "candidates" / "i1k1" / "heartbeat.json"
+    history = run_dir / "candidates" / "i1k1" / "history.jsonl"
 
     def candidate_half_trained():
         try:
-            state = json.loads(beat.read_text())
-        except (OSError, ValueError):
+            return len(history.read_text().splitlines()) >= 2
+        except OSError:
             return False
-        return state.get("phase") == "training" and (state.get("iteration") or 0) >= 4
     try:
-        assert wait_for(candidate_half_trained, timeout=300, period=0.05), proc.stderr.read() if proc.poll() else ""
-        worker = json.loads(beat.read_text())["pid"]
+        assert wait_for(candidate_half_trained, timeout=400, period=0.05), proc.stderr.read() if proc.poll() else ""
+        trainer = _my_child("__node:=policy_trainer_0")
+        assert trainer is not None
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert wait_for(lambda: not _alive(worker), timeout=20), "the trainer process died with the search"
+    assert wait_for(lambda: not _alive(trainer), timeout=20), "the trainer process died with the search"
     trained_before = {r["key"] for r in Ledger(run_dir).records if r["kind"] == "trained"}
     assert "start" in trained_before and "i1k1" not in trained_before
 
@@ -265,3 +346,47 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+# ----------------------------------------------------------------------------- a model-backed synthesizer, replayed
+def test_the_loop_carries_on_through_repaired_refused_and_garbage_answers_and_a_replay_repeats_its_choices(tmp_path):
+    """The openai synthesizer against a real loopback server serving recorded answers (a fixture, not a model):
+    one candidate repaired after garbage, one the sandbox refuses twice, one garbage twice; the search goes on.
+    The `replay` synthesizer then answers from that run's ledger without the server, and the choices repeat."""
+    from synth_fixtures import RecordedAnswerServer, answer
+
+    reference = load_reward_spec().to_dict()
+    knees = json.loads(json.dumps(reference))
+    knees["terms"]["knee_extension"] = {"weight": 0.4, "params": {"max_angle": 0.2}}
+    unsafe = json.loads(json.dumps(reference))
+    unsafe["terms"]["sneaky"] = {"weight": 0.2, "source": "generated"}
+    unsafe["code"] = "import os\n\ndef _reward_sneaky(state):\n    return np.ones(state.num_envs)\n"
+    say = lambda spec: json.dumps({"rationale": "straighter stance knees", **spec})  # noqa: E731
+    recording = [answer("walk with straight knees, I suppose"), answer(say(knees)),
+                 answer(say(unsafe)), answer(say(unsafe)),
+                 answer("```\n{not json at all\n```"), answer("", finish_reason="length")]
+    settings = _settings(candidates=3)
+    settings.synthesizer = "openai"
+    first = tmp_path / "recorded"
+    with RecordedAnswerServer(recording) as server:
+        synthesizer = make_synthesizer("openai", base_url=server.url, model="recorded-llm", max_repairs=1,
+                                       backoff_s=0.01, timeout_s=10.0)
+        summary = _search(first, settings, synthesizer=synthesizer).run()
+    ledger = Ledger(first)
+    record = ledger.get("synthesis", "i1")
+    assert [c["ok"] for c in record["candidates"]] == [True, False, False]
+    assert record["candidates"][0]["attempts"] == 2, "the garbage answer was repaired"
+    verdicts = ledger.get("decided", "i1")["verdicts"]
+    assert verdicts["i1k1"]["outcome"] in ("won", "lost", "gated")
+    assert "import" in verdicts["i1k2"]["reason"] and verdicts["i1k3"]["outcome"] == "failed"
+    assert summary["label"] == "RL-LLM+Kinematic"
+
+    replayed = tmp_path / "replayed"
+    settings.synthesizer = "replay"
+    again = _search(replayed, settings, synthesizer=make_synthesizer("replay", ledger=str(first / "ledger.jsonl"))).run()
+    recorded_choice = ledger.get("decided", "i1")
+    replayed_choice = Ledger(replayed).get("decided", "i1")
+    assert replayed_choice["winner"] == recorded_choice["winner"] and again["best"] == summary["best"]
+    assert {k: v["outcome"] for k, v in replayed_choice["verdicts"].items()} == \
+        {k: v["outcome"] for k, v in recorded_choice["verdicts"].items()}
+    assert Ledger(replayed).get("synthesis", "i1")["candidates"][0]["spec"] == record["candidates"][0]["spec"]

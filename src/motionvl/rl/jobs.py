@@ -18,8 +18,11 @@ Request payload (JSON object):
      "overrides": ["env.num_envs=512"],   # optional training config overrides (dotted KEY=VALUE)
      "run_dir": "/abs/path",              # optional: train here instead of <runs_dir>/<candidate_id>
      "evaluate": true,                    # optional: run the reward-free task evaluation after
-     "evaluation": {"episodes": 64, ...}} # optional keyword arguments of motionvl.rl.evaluate.evaluate
+     "evaluation": {"episodes": 64, ...}, # optional keyword arguments of motionvl.rl.evaluate.evaluate
                                           # (episodes, seconds, command, randomize, seed, robot_dt, pushes)
+     "request_id": "iter2-k3@5f3a"}       # optional: echoed in every message about this request
+
+A finished job leaves its outcome (what run_job returns) in <run dir>/outcome.json as well.
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ _ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 
 
 REQUEST_KEYS = ("candidate_id", "spec", "minutes", "max_iterations", "iterations", "warm_start", "overrides",
-                "run_dir", "evaluate", "evaluation")
+                "run_dir", "evaluate", "evaluation", "request_id")
 EVALUATION_KEYS = ("episodes", "seconds", "command", "randomize", "seed", "robot_dt", "pushes")
 """What a request's "evaluation" may set of motionvl.rl.evaluate.evaluate's arguments."""
+OUTCOME_FILE = "outcome.json"
+"""In a job's run directory once it finished: run_job's outcome (JSON)."""
 WARM_START_FILE = "warm_start.json"
 """In a warm-started run directory: the checkpoint it started from and that checkpoint's iteration."""
 
@@ -72,6 +77,8 @@ class TrainingJob:
     """Train here instead of <runs_dir>/<candidate_id>."""
     evaluation: dict | None = None
     """Keyword arguments of the reward-free evaluation (EVALUATION_KEYS); None: the queue's defaults."""
+    request_id: str | None = None
+    """The sender's name for this request, echoed in every message about it (tells a re-sent request apart)."""
 
     @classmethod
     def from_json(cls, text: str) -> "TrainingJob":
@@ -104,6 +111,8 @@ class TrainingJob:
         for key in ("warm_start", "run_dir"):
             if raw.get(key) is not None and (not isinstance(raw[key], str) or not raw[key]):
                 raise JobError(f"{key} must be a path")
+        if raw.get("request_id") is not None and not isinstance(raw["request_id"], str):
+            raise JobError("request_id must be a string")
         overrides = raw.get("overrides") or []
         if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
             raise JobError("overrides must be a list of 'dotted.key=value' strings")
@@ -113,11 +122,12 @@ class TrainingJob:
                 raise JobError(f"evaluation must be an object with keys among {list(EVALUATION_KEYS)}")
         return cls(cid, spec, None if minutes is None else float(minutes), raw.get("max_iterations"),
                    bool(raw.get("evaluate", True)), iterations=raw.get("iterations"), warm_start=raw.get("warm_start"),
-                   overrides=tuple(overrides), run_dir=raw.get("run_dir"), evaluation=evaluation)
+                   overrides=tuple(overrides), run_dir=raw.get("run_dir"), evaluation=evaluation,
+                   request_id=raw.get("request_id"))
 
     def to_json(self) -> str:
         out = {"candidate_id": self.candidate_id, "spec": self.spec.to_dict(), "evaluate": self.evaluate}
-        for key in ("minutes", "max_iterations", "iterations", "warm_start", "run_dir", "evaluation"):
+        for key in ("minutes", "max_iterations", "iterations", "warm_start", "run_dir", "evaluation", "request_id"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.overrides:
@@ -167,6 +177,9 @@ def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, defaul
         t0 = time.monotonic()
         outcome["evaluation"] = evaluate(result.policy_path, **kwargs)
         outcome["eval_wall_s"] = time.monotonic() - t0
+    tmp = run_dir / (OUTCOME_FILE + ".tmp")
+    tmp.write_text(json.dumps(outcome, default=float))
+    tmp.replace(run_dir / OUTCOME_FILE)
     return outcome
 
 
@@ -250,8 +263,12 @@ class TrainingQueue:
 
     def submit(self, job: TrainingJob) -> None:
         self._jobs.put(job)
-        self._emit["status"]({"candidate_id": job.candidate_id, "state": "queued", "message": "",
-                              "queue_length": self._jobs.qsize()})
+        self._emit["status"]({"candidate_id": job.candidate_id, **({"request_id": job.request_id} if job.request_id else {}),
+                              "state": "queued", "message": "", "queue_length": self._jobs.qsize()})
+
+    def pending(self) -> int:
+        """Jobs waiting behind the one in training."""
+        return self._jobs.qsize()
 
     def cancel_current(self) -> bool:
         if self.current is None:
@@ -284,27 +301,28 @@ class TrainingQueue:
         self._cancel.clear()
         run_dir = Path(job.run_dir) if job.run_dir else self.runs_dir / cid
         resume = (run_dir / "checkpoints" / "latest.pt").exists()
-        self._emit["status"]({"candidate_id": cid, "state": "training", "message": str(run_dir), "resumed": resume})
+        ids = {"candidate_id": cid, **({"request_id": job.request_id} if job.request_id else {})}
+        self._emit["status"]({**ids, "state": "training", "message": str(run_dir), "resumed": resume})
 
         def on_iteration(record: dict):
-            self._emit["progress"]({"candidate_id": cid, "phase": "training", **record})
+            self._emit["progress"]({**ids, "phase": "training", **record})
             return not (self._cancel.is_set() or self._stop.is_set())
 
         def on_phase(phase: str) -> None:  # the status message marks the start of training
             if phase != "training":
-                self._emit["progress"]({"candidate_id": cid, "phase": phase})
+                self._emit["progress"]({**ids, "phase": phase})
 
         try:
             outcome = run_job(job, self.runs_dir, train_config=self.train_config, default_minutes=self.default_minutes,
                               evaluation={"seconds": self.eval_seconds, "episodes": self.eval_episodes,
                                           "command": self.eval_command},
                               progress_bar=self.progress_bar, on_iteration=on_iteration, on_phase=on_phase)
-            self._emit["statistics"]({"candidate_id": cid, "term_stats": outcome["term_stats"]})
-            self._emit["policy"]({k: v for k, v in outcome.items() if k != "term_stats"})
+            self._emit["statistics"]({**ids, "term_stats": outcome["term_stats"]})
+            self._emit["policy"]({**ids, **{k: v for k, v in outcome.items() if k != "term_stats"}})
             state = "cancelled" if outcome["stop_reason"] == "callback" else "done"
-            self._emit["status"]({"candidate_id": cid, "state": state, "message": outcome["stop_reason"]})
+            self._emit["status"]({**ids, "state": state, "message": outcome["stop_reason"]})
         except Exception as exc:  # a failed candidate must not take the node down
-            self._emit["status"]({"candidate_id": cid, "state": "failed", "message": f"{type(exc).__name__}: {exc}",
+            self._emit["status"]({**ids, "state": "failed", "message": f"{type(exc).__name__}: {exc}",
                                   "traceback": traceback.format_exc(limit=5)})
         finally:
             self.current = None

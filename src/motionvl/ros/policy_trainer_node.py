@@ -2,22 +2,32 @@
 
 A thin adapter over `motionvl.rl.jobs.TrainingQueue`: training runs on the queue's worker
 thread (the trainer owns its batched simulator; no physics goes through ROS), so the executor
-stays free to accept candidates and answer services while a candidate trains.
+stays free to accept candidates, answer services and beat its heartbeat while a candidate trains.
+Several trainers (processes, or machines on one DDS domain) run side by side under their own
+node names (`--ros-args -r __node:=policy_trainer_1`); each is addressed on its own channel.
 
 Subscribes:
-  reward_candidates   std_msgs/String  JSON request (see motionvl.rl.jobs): candidate_id, spec,
-                                       optional minutes / max_iterations / evaluate.
-                                       Reliable, depth 50: candidates must not be dropped.
-Publishes (std_msgs/String, JSON):
+  ~/candidates        std_msgs/String  JSON request (see motionvl.rl.jobs): candidate_id, spec,
+                                       optional minutes / max_iterations / iterations / warm_start /
+                                       overrides / run_dir / evaluate / evaluation. This trainer's own
+                                       channel (/<node name>/candidates), what the orchestrator uses.
+  reward_candidates   the same, shared by every trainer that has `shared_channel` on (by hand, one
+                      trainer). Both reliable, depth 50: candidates must not be dropped.
+Publishes (std_msgs/String, JSON; every message carries "trainer", the node's full name):
+  trainer/heartbeat   every `heartbeat_period_s`: {trainer, candidate_id (in training or null),
+                      queue_length, time}. Reliable, depth 10. A trainer silent for a few periods
+                      has gone (the orchestrator hands its candidate to another).
   trainer/status      {candidate_id, state: queued|training|done|cancelled|rejected|failed, message}
                       Reliable, transient-local depth 50, so a late subscriber sees recent states.
-  trainer/progress    one record per PPO iteration: candidate_id, iteration, steps_per_s,
-                      mean_reward, mean_episode_length, per-term episode rewards. Reliable depth 50.
+  trainer/progress    one record per PPO iteration: candidate_id, phase "training", iteration,
+                      steps_per_s, mean_reward, mean_episode_length, per-term episode rewards; and
+                      {candidate_id, phase: "evaluating"} when the evaluation starts. Reliable depth 50.
   trainer/statistics  {candidate_id, term_stats}: per-term episode reward mean/min/max over the
                       run (the "reward reflection" for the synthesizer). Transient-local.
-  trainer/policy      {candidate_id, policy_path (ONNX), run_dir, iterations, stop_reason,
-                      selected_iteration and selected_actor (held-out selection: 'exported' or
-                      'last_iterate', or null), evaluation (reward-free task score)}. Transient-local.
+  trainer/policy      {candidate_id, policy_path (ONNX), run_dir, iterations, start_iteration,
+                      stop_reason, selected_iteration and selected_actor (held-out selection:
+                      'exported' or 'last_iterate', or null), evaluation (reward-free task score),
+                      train_wall_s, eval_wall_s}. Transient-local.
 Services:
   ~/cancel  std_srvs/Trigger  stop the candidate in training after its current iteration
                               (it is still saved and exported).
@@ -46,6 +56,8 @@ PARAMETERS = {
     "eval_seconds": (10.0, "Length of each evaluation episode after training, seconds."),
     "eval_episodes": (8, "Parallel evaluation episodes after training."),
     "eval_command_vx": (0.6, "Forward velocity command of the evaluation, m/s."),
+    "shared_channel": (True, "Also take candidates from the shared reward_candidates topic (one trainer, by hand)."),
+    "heartbeat_period_s": (1.0, "Seconds between heartbeats on trainer/heartbeat."),
 }
 
 REQUEST_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
@@ -54,16 +66,21 @@ LATCHED_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, histo
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
+HEARTBEAT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+
+
 class PolicyTrainerNode(Node):
-    def __init__(self, **kwargs):
-        super().__init__(NODE_NAME, **kwargs)
+    def __init__(self, node_name: str = NODE_NAME, **kwargs):
+        super().__init__(node_name, **kwargs)
         p = declare_parameters(self, PARAMETERS)
-        if p["default_minutes"] <= 0 or p["eval_episodes"] < 1:
-            raise ConfigError("default_minutes must be > 0 and eval_episodes >= 1")
+        if p["default_minutes"] <= 0 or p["eval_episodes"] < 1 or p["heartbeat_period_s"] <= 0:
+            raise ConfigError("default_minutes and heartbeat_period_s must be > 0 and eval_episodes >= 1")
+        self.trainer_name = self.get_fully_qualified_name()
         self.status_pub = self.create_publisher(String, "trainer/status", LATCHED_QOS)
         self.progress_pub = self.create_publisher(String, "trainer/progress", STREAM_QOS)
         self.stats_pub = self.create_publisher(String, "trainer/statistics", LATCHED_QOS)
         self.policy_pub = self.create_publisher(String, "trainer/policy", LATCHED_QOS)
+        self.heartbeat_pub = self.create_publisher(String, "trainer/heartbeat", HEARTBEAT_QOS)
 
         from motionvl.rl.jobs import TrainingQueue
 
@@ -73,14 +90,23 @@ class PolicyTrainerNode(Node):
             eval_command=(p["eval_command_vx"], 0.0, 0.0),
             on_status=self._publisher(self.status_pub, log=True), on_progress=self._publisher(self.progress_pub),
             on_statistics=self._publisher(self.stats_pub), on_policy=self._publisher(self.policy_pub, log=True))
-        self.create_subscription(String, "reward_candidates", self._on_candidate, REQUEST_QOS)
+        self.create_subscription(String, "~/candidates", self._on_candidate, REQUEST_QOS)
+        if p["shared_channel"]:
+            self.create_subscription(String, "reward_candidates", self._on_candidate, REQUEST_QOS)
         self.create_service(Trigger, "~/cancel", self._on_cancel)
-        self.get_logger().info(f"ready: candidates on {self.resolve_topic_name('reward_candidates')}, "
-                               f"runs in {p['runs_dir']}")
+        self.create_timer(p["heartbeat_period_s"], self._beat)
+        channels = [self.resolve_topic_name("~/candidates")] + (
+            [self.resolve_topic_name("reward_candidates")] if p["shared_channel"] else [])
+        self.get_logger().info(f"ready: candidates on {', '.join(channels)}, runs in {p['runs_dir']}")
+
+    def _beat(self) -> None:
+        self.heartbeat_pub.publish(String(data=json.dumps(
+            {"trainer": self.trainer_name, "candidate_id": self.queue.current, "queue_length": self.queue.pending(),
+             "time": self.get_clock().now().nanoseconds * 1e-9})))
 
     def _publisher(self, pub, log: bool = False):
         def publish(payload: dict) -> None:
-            text = json.dumps(payload, default=float)
+            text = json.dumps({"trainer": self.trainer_name, **payload}, default=float)
             pub.publish(String(data=text))
             if log:
                 self.get_logger().info(f"{pub.topic_name}: {text[:300]}")

@@ -50,7 +50,8 @@ NODE_NAME = "recorder"
 DEFAULT_TOPICS = [
     "joint_states", "imu/data", "odom", "/clock", "cmd_vel", "camera/camera_info",
     "critic/feedback", "critic/compare", "critic/comparison", "reward_candidates", "rollout/boundary",
-    "trainer/status", "trainer/progress", "trainer/statistics", "trainer/policy",
+    "trainer/status", "trainer/progress", "trainer/statistics", "trainer/policy", "trainer/heartbeat",
+    "synthesizer/request", "synthesizer/candidates", "search/state", "search/ledger",
 ]
 IMAGE_TOPIC = "camera/image_raw"
 

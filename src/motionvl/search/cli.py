@@ -49,7 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help=f"run directory (default {DEFAULT_OUT}/<preset>)")
     parser.add_argument("--resume", action="store_true", help="continue the search in --out where it stopped")
     parser.add_argument("--record", action="store_true", help="also record the run's topics as a rosbag (ROS route)")
-    parser.add_argument("--trainers", type=int, default=1, help="trainer processes run side by side (default 1)")
+    parser.add_argument("--trainers", type=int, default=1, help="trainers run side by side (default 1)")
+    parser.add_argument("--no-ros", action="store_true",
+                        help="run the search without ROS: trainer processes of its own, no nodes, no graph")
+    parser.add_argument("--trainers-in-process", action="store_true",
+                        help="ROS route: the policy_trainer nodes in this process instead of child processes")
     parser.add_argument("--train-config", default=None, help="training YAML (default: the package's config/training.yaml)")
     parser.add_argument("--start-run", default=None,
                         help="an existing training run of the reference reward to start from instead of training one")
@@ -62,82 +66,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+def _options(args: argparse.Namespace):
+    from motionvl.search.backends import BackendOptions
+
+    return BackendOptions(synth_model=args.synth_model, synth_base_url=args.synth_base_url,
+                          replay=str(args.replay) if args.replay else None, critic_model=args.critic_model,
+                          critic_base_url=args.critic_base_url, device=args.device)
+
+
 def settings_from_args(args: argparse.Namespace):
     """SearchSettings from the arguments (a resumed run: the recorded ones, which the arguments may not change)."""
-    from motionvl.rl.config import apply_overrides
-    from motionvl.search.config import load_search_config
-    from motionvl.search.ledger import Ledger
-    from motionvl.search.loop import SearchSettings
+    from motionvl.search.backends import load_settings
 
-    if args.resume:
-        recorded = Ledger(args.out).get("run", "settings")
-        if recorded is None:
-            raise ConfigError(f"cannot resume: {args.out} holds no search")
-        fields = {k: recorded[k] for k in SearchSettings.__dataclass_fields__ if k in recorded}
-        if args.task is not None and args.task != recorded["task"]:
-            raise ConfigError(f"--resume continues the recorded task {recorded['task']!r}; leave out --task or use a new --out")
-        return SearchSettings(**fields)
-    if args.task is None:
-        raise ConfigError("--task is required (the sentence the policy should do), e.g. --task \"walk forward with straight knees\"")
-    base = {}
-    if args.settings is not None:
-        import yaml
-
-        if not args.settings.exists():
-            raise ConfigError(f"--settings {args.settings}: no such file")
-        base = yaml.safe_load(args.settings.read_text()) or {}
-        if not isinstance(base, dict):
-            raise ConfigError(f"--settings {args.settings}: expected a mapping of search settings")
-    overrides = apply_overrides(base, args.overrides, "--set")
-    if args.no_render:
-        overrides.setdefault("playback", {})["render"] = False
-    cfg = load_search_config(args.preset, overrides)
-    return SearchSettings(task=args.task, mode=args.mode, synthesizer=args.synthesizer, critic=args.critic,
-                          preset=args.preset, config=cfg.to_dict(), train_config=args.train_config,
-                          start_run=args.start_run)
-
-
-def make_synthesizer(args: argparse.Namespace, settings):
-    from motionvl.search import deps
-
-    if settings.mode == "reference":
-        return None
-    name = settings.synthesizer
-    options: dict = {}
-    if name == "openai":
-        if not (args.synth_base_url and args.synth_model):
-            raise ConfigError("--synthesizer openai needs --synth-base-url URL and --synth-model NAME")
-        options = {"base_url": args.synth_base_url, "model": args.synth_model}
-    elif name == "transformers":
-        if not args.synth_model or not Path(args.synth_model).is_dir():
-            raise ConfigError(f"--synthesizer transformers needs --synth-model DIR (a local model directory); "
-                              f"got {args.synth_model!r}")
-        options = {"model_dir": args.synth_model, "device": args.device}
-    elif name == "replay":
-        if not args.replay or not (Path(args.replay) / "ledger.jsonl").exists():
-            raise ConfigError(f"--synthesizer replay needs --replay RUN_DIR of a recorded search; got {args.replay}")
-        options = {"ledger": str(Path(args.replay) / "ledger.jsonl")}
-    try:
-        return deps.make_synthesizer(name, **options)
-    except (ValueError, KeyError, ImportError) as exc:
-        raise ConfigError(f"synthesizer {name!r}: {exc}") from exc
-
-
-def make_critic(args: argparse.Namespace, settings):
-    if settings.mode != "synth+critic":
-        return None
-    from motionvl.critic.base import create_critic
-
-    name = settings.critic
-    if name == "kinematic":
-        return create_critic("kinematic")
-    if name == "transformers":
-        if not args.critic_model or not Path(args.critic_model).is_dir():
-            raise ConfigError(f"--critic transformers needs --critic-model DIR (a local model directory); got {args.critic_model!r}")
-        return create_critic("transformers", model_dir=args.critic_model, device=args.device)
-    if not (args.critic_base_url and args.critic_model):
-        raise ConfigError("--critic openai needs --critic-base-url URL and --critic-model NAME")
-    return create_critic("openai", base_url=args.critic_base_url, model=args.critic_model)
+    return load_settings(args.out, resume=args.resume, task=args.task, mode=args.mode, preset=args.preset,
+                         synthesizer=args.synthesizer, critic=args.critic, settings_file=args.settings,
+                         overrides=args.overrides, render=not args.no_render, train_config=args.train_config,
+                         start_run=args.start_run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,17 +109,58 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.trainers < 1:
+        raise ConfigError("--trainers must be >= 1")
+    settings = settings_from_args(args)  # bad input fails here, before any node starts
+    from motionvl.search.backends import make_critic, make_synthesizer, synthesizer_options
+
+    if settings.mode != "reference":
+        synthesizer_options(settings, _options(args))
+    make_critic(settings, _options(args))
+    if args.no_ros:
+        return _run_without_ros(args, settings)
+    try:
+        import importlib
+
+        importlib.import_module("motionvl.ros.reward_synthesizer_node")
+        synth_node = settings.mode != "reference"
+    except ImportError:
+        synth_node = False
+    if not synth_node:
+        make_synthesizer(settings, _options(args))
+    from motionvl.ros.train_graph import run_train_graph
+
+    orchestrator = {"run_dir": str(args.out), "resume": bool(args.resume), "task": settings.task, "mode": settings.mode,
+                    "preset": settings.preset, "synthesizer": settings.synthesizer, "critic": settings.critic,
+                    "settings_file": str(args.settings) if args.settings else "", "overrides": list(args.overrides) or [""],
+                    "synth_model": args.synth_model or "", "synth_base_url": args.synth_base_url or "",
+                    "critic_model": args.critic_model or "", "critic_base_url": args.critic_base_url or "",
+                    "device": args.device, "train_config": settings.train_config or "",
+                    "start_run": settings.start_run or "", "render": not args.no_render}
+    synthesizer = None
+    if synth_node:
+        from motionvl.search.config import SearchConfig
+
+        limits = SearchConfig.from_dict(settings.config).limits
+        synthesizer = {"backend": settings.synthesizer, "base_url": args.synth_base_url or "",
+                       "model": args.synth_model or "" if settings.synthesizer == "openai" else "",
+                       "model_dir": args.synth_model or "" if settings.synthesizer == "transformers" else "",
+                       "device": args.device, "ledger": str(Path(args.replay) / "ledger.jsonl") if args.replay else "",
+                       "max_calls": limits.max_synth_calls, "max_tokens": limits.max_synth_tokens}
+    return run_train_graph(orchestrator, synthesizer=synthesizer, trainers=args.trainers,
+                           trainers_in_process=args.trainers_in_process, record=args.record,
+                           train_config=settings.train_config)
+
+
+def _run_without_ros(args: argparse.Namespace, settings) -> int:
     from motionvl.search.dispatch import LocalProcessSlot
     from motionvl.search.loop import Search
     from motionvl.search.playback import InProcessPlayback
+    from motionvl.search.backends import make_critic, make_synthesizer
     from motionvl.search.config import SearchConfig
 
-    if args.trainers < 1:
-        raise ConfigError("--trainers must be >= 1")
-    settings = settings_from_args(args)
-    settings.validate()
-    synthesizer = make_synthesizer(args, settings)
-    critic = make_critic(args, settings)
+    synthesizer = make_synthesizer(settings, _options(args))
+    critic = make_critic(settings, _options(args))
     cfg = SearchConfig.from_dict(settings.config)
     slots = [LocalProcessSlot(f"trainer-{i}", runs_dir=args.out / "candidates", train_config=settings.train_config)
              for i in range(args.trainers)]

@@ -100,7 +100,10 @@ class PlaybackConfig:
     frame_interval_s: float = 0.1
     """Seconds between frames the critic sees (the paper: 0.1 s)."""
     render: bool = True
-    """Render frames (a video and a contact sheet per candidate); off: the trajectory alone (kinematic critic)."""
+    """Render the start's and the final policy's playbacks (video and contact sheet for the report); off: none."""
+    render_candidates: bool = False
+    """Also render every candidate's playback. A critic that judges images (a VLM) always gets frames; the
+    kinematic critic reads the trajectory, so rendering its candidates only costs time (~2-4 s each)."""
     while_training: bool = False
     """Play back while other candidates train. Off by default: where trainers use every core a starved
     playback would score stale-state faults as falls."""

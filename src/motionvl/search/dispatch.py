@@ -27,9 +27,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
-from motionvl.rl.jobs import TrainingJob
-
-from motionvl.search.worker import HEARTBEAT_FILE, LOG_FILE, RESULT_FILE
+from motionvl.rl.jobs import OUTCOME_FILE, TrainingJob
+from motionvl.search.worker import HEARTBEAT_FILE, LOG_FILE
 
 
 @dataclasses.dataclass
@@ -76,8 +75,10 @@ class Dispatcher:
 
     def __init__(self, slots: Callable[[], list], *, limit_s: Callable[[TrainingJob], float], heartbeat_s: float,
                  max_redispatch: int = 2, poll_s: float = 0.5, on_progress: Callable[[str, SlotState], None] | None = None,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], None] = print, no_trainer_s: float = 0.0):
+        """no_trainer_s: how long to wait for a trainer to appear before the waiting jobs fail."""
         self.slots, self.limit_s, self.heartbeat_s = slots, limit_s, float(heartbeat_s)
+        self.no_trainer_s = float(no_trainer_s)
         self.max_redispatch, self.poll_s = int(max_redispatch), float(poll_s)
         self.on_progress = on_progress or (lambda cid, state: None)
         self.log = log
@@ -86,18 +87,27 @@ class Dispatcher:
         pending = collections.deque(jobs)
         moves: dict[str, int] = collections.Counter()
         running: dict[str, tuple] = {}  # slot name -> (slot, job, started, last beat)
+        last_seen = time.time()  # the last time any trainer was there
+        waiting_said = False
         while pending or running:
-            free = [s for s in self.slots() if s.name not in running]
+            slots = self.slots()
+            if slots:
+                last_seen, waiting_said = time.time(), False
+            elif pending and not running and not waiting_said and self.no_trainer_s > 0:
+                self.log(f"waiting up to {self.no_trainer_s:.0f} s for a trainer")
+                waiting_said = True
+            free = [s for s in slots if s.name not in running]
             while pending and free:
                 slot, job = free.pop(0), pending.popleft()
                 slot.start(job)
                 now = time.time()
                 running[slot.name] = (slot, job, now, now)
                 self.log(f"{job.candidate_id}: training on {slot.name}")
-            if pending and not running and not self.slots():
+            if pending and not running and not slots and time.time() - last_seen >= self.no_trainer_s:
                 while pending:
                     job = pending.popleft()
-                    yield JobResult(job, False, None, "no trainer is available", None, 0.0)
+                    yield JobResult(job, False, None, f"no trainer is available (waited {self.no_trainer_s:.0f} s)",
+                                    None, 0.0)
                 continue
             time.sleep(self.poll_s)
             for name, (slot, job, started, beat) in list(running.items()):
@@ -175,7 +185,7 @@ class LocalProcessSlot:
     def start(self, job: TrainingJob) -> None:
         run_dir = Path(job.run_dir) if job.run_dir else self.runs_dir / job.candidate_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in (HEARTBEAT_FILE, RESULT_FILE):
+        for stale in (HEARTBEAT_FILE, OUTCOME_FILE):
             (run_dir / stale).unlink(missing_ok=True)
         (run_dir / "job.json").write_text(job.to_json())
         proc = self._process()
@@ -189,7 +199,7 @@ class LocalProcessSlot:
     def poll(self) -> SlotState:
         if self._cid is None:
             return SlotState("idle")
-        outcome = _read_json(self._dir / RESULT_FILE)
+        outcome = _read_json(self._dir / OUTCOME_FILE)
         if outcome is not None and outcome.get("candidate_id") == self._cid:
             self._cid = None
             if "error" in outcome:

@@ -33,7 +33,9 @@ class LedgerWriteError(OSError):
 
 
 class Ledger:
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path, on_append: Callable[[dict], None] | None = None):
+        """on_append(record) is called after each record is durably written (e.g. to publish it)."""
+        self.on_append = on_append
         self.path = Path(run_dir) / LEDGER_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -103,7 +105,9 @@ class Ledger:
                 raise LedgerWriteError(exc.errno, f"cannot write the search ledger {self.path}: {reason}; everything "
                                                   f"recorded before is kept: free space and rerun with --resume") from exc
             self._remember(record)
-            return data_of(record)
+        if self.on_append is not None:
+            self.on_append(record)
+        return data_of(record)
 
     def _truncate(self, size: int) -> None:
         """After a failed write, cut what part of the line reached the file (the ledger stays readable)."""

@@ -29,16 +29,18 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from motionvl.rewards import validate_spec
 from motionvl.rewards.spec import RewardSpec, load_reward_spec
-from motionvl.rl.jobs import TrainingJob
+from motionvl.rl.jobs import OUTCOME_FILE, TrainingJob
 from motionvl.robot import ConfigError
 from motionvl.search import deps
 from motionvl.search.config import MODES, SearchConfig, mode_label
 from motionvl.search.decision import decide, gate_failures
-from motionvl.search.dispatch import RESULT_FILE, Dispatcher, SlotState
+from motionvl.search.dispatch import Dispatcher, SlotState
 from motionvl.search.ledger import Ledger
 from motionvl.search.lineage import code_version, spec_hash
 from motionvl.search.playback import Playback, PlaybackResult
+from motionvl.synth import SynthesisRequest, usage_totals
 
 START, FINAL = "start", "final"
 SETTINGS_FILE = "search.json"
@@ -89,12 +91,19 @@ class Search:
 
     def __init__(self, run_dir: str | Path, settings: SearchSettings, *, synthesizer=None, critic=None,
                  playback: Playback, slots: Callable[[], list], resume: bool = False,
-                 log: Callable[[str], None] = print, progress: bool = True):
+                 log: Callable[[str], None] = print, progress: bool = True,
+                 on_record: Callable[[dict], None] | None = None, on_state: Callable[[dict], None] | None = None,
+                 no_trainer_s: float = 0.0):
+        """synthesizer: a motionvl.synth RewardSynthesizer (`propose`), or an object whose `propose_record(request)`
+        returns the synthesis record itself (the orchestrator's client of the reward_synthesizer node).
+        on_record(record): every ledger record as written; on_state(state): the loop's state as it changes.
+        no_trainer_s: how long training waits for a trainer to appear before its jobs fail."""
         self.run_dir = Path(run_dir)
         self.settings = settings.validate()
         self.cfg = SearchConfig.from_dict(settings.config)
         self.synthesizer, self.critic, self.playback, self.slots = synthesizer, critic, playback, slots
         self.log, self.progress = log, progress
+        self.on_state, self.no_trainer_s = on_state or (lambda state: None), float(no_trainer_s)
         self.use_critic = settings.mode == "synth+critic"
         if settings.mode != "reference" and synthesizer is None:
             raise ConfigError(f"mode {settings.mode!r} needs a synthesizer")
@@ -102,8 +111,11 @@ class Search:
             raise ConfigError("mode 'synth+critic' needs a critic")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(self.run_dir)
-        self.ledger = Ledger(self.run_dir)
+        self.ledger = Ledger(self.run_dir, on_append=on_record)
         self._open(resume)
+        budget = getattr(synthesizer, "budget", None)
+        if budget is not None:  # what earlier sessions of the run used counts against the synthesizer's cap
+            budget.restore(**usage_totals([data for _, data in self.ledger.items("synthesis")]))
         self.records: dict[str, dict] = {}
         self._bars: dict = {}
 
@@ -114,8 +126,12 @@ class Search:
         if recorded is None:
             if resume:
                 raise SearchError(f"cannot resume: {self.run_dir} holds no search (no {self.ledger.path.name})")
-            if any(p for p in self.run_dir.iterdir() if p.name != ".lock"):
-                raise SearchError(f"{self.run_dir} is not empty and holds no search; use a new directory")
+            # what the graph's other nodes make before the search starts: the lock, logs, bags, an empty candidates/
+            foreign = [p for p in self.run_dir.iterdir() if p.name not in (".lock", "logs", "bags", "candidates")
+                       or (p.name == "candidates" and any(p.iterdir()))]
+            if foreign:
+                raise SearchError(f"{self.run_dir} is not empty and holds no search ({foreign[0].name}); "
+                                  "use a new directory")
             self.ledger.append("run", "settings", {**mine, "label": self.settings.label, "code_version": code_version()})
             (self.run_dir / SETTINGS_FILE).write_text(json.dumps(mine, indent=1))
             return
@@ -127,6 +143,9 @@ class Search:
         if differ:
             raise SearchError(f"cannot resume {self.run_dir} with other settings ({', '.join(differ)} differ from the "
                               f"recorded ones in {SETTINGS_FILE}); resume with the same settings or start a new run")
+        sessions = sum(1 for r in self.ledger.records if r["kind"] == "run" and r["key"].startswith("resumed"))
+        if self.ledger.get("run", "finished") is None:
+            self.ledger.append("run", f"resumed-{sessions + 1}", {"steps_recorded": len(self.ledger.records)})
         self.log(f"resuming {self.run_dir}: {len(self.ledger.records)} steps recorded")
 
     def close(self) -> None:
@@ -149,6 +168,7 @@ class Search:
             summary = {"label": self.settings.label, "best": best["id"], "final": final["id"], **exported}
             self.ledger.once("run", "finished", lambda: summary)
             self._write_report()
+            self._state("finished", best=best["id"], policy=exported["policy"])
             return summary
         finally:
             self.close()
@@ -241,27 +261,37 @@ class Search:
         key = f"i{it}"
         if self.ledger.has("synthesis", key):
             return self.ledger.get("synthesis", key)
-        request = deps.synthesis_request(
+        request = SynthesisRequest(
             task=self.settings.task, iteration=it - 1, num_candidates=self.cfg.candidates,
             parent=RewardSpec.from_dict(best["spec"]), parent_statistics=(best.get("outcome") or {}).get("term_stats"),
             parent_scores=_evaluation_summary(best), feedback=best.get("feedback") if self.use_critic else None,
             seed=self.cfg.seed * 1000 + it, temperature=self.cfg.temperature)
+        self._state("proposing", iteration=it, best=best["id"])
         t0 = time.monotonic()
-        candidates, error = [], self._cap_reached()
-        if error is None:
+        capped = self._cap_reached()
+        if capped:
+            record = deps.synthesis_record(request, [], self.synthesizer, capped)
+        elif hasattr(self.synthesizer, "propose_record"):
+            try:
+                record = self.synthesizer.propose_record(request)
+            except Exception as exc:  # noqa: BLE001 - a failed call ends this iteration, not the run
+                record = deps.synthesis_record(request, [], None, f"the synthesizer failed: {type(exc).__name__}: {exc}")
+        else:
+            candidates, error = [], None
             try:
                 candidates = list(self.synthesizer.propose(request))
-                if not candidates:
-                    error = "the synthesizer proposed nothing"
             except Exception as exc:  # noqa: BLE001 - a failed call (cap, endpoint) ends this iteration, not the run
                 error = f"the synthesizer failed: {type(exc).__name__}: {exc}"
-        record = deps.synthesis_record(request, candidates, self.synthesizer, error)
-        record.update(ids=[f"i{it}k{k}" for k in range(1, len(candidates) + 1)], wall_s=time.monotonic() - t0)
-        return self.ledger.append("synthesis", key, record)
+            record = deps.synthesis_record(request, candidates, self.synthesizer, error)
+        n = len(record.get("candidates") or [])
+        if not n and not record.get("error"):
+            record["error"] = "the synthesizer proposed nothing"
+        record.update(ids=[f"i{it}k{k}" for k in range(1, n + 1)], wall_s=time.monotonic() - t0)
+        return self.ledger.append("synthesis", key, {k: v for k, v in record.items() if k != "kind"})
 
     def _cap_reached(self) -> str | None:
         """The run's cap on synthesizer calls and tokens, counted over the ledger (so a resumed run keeps it)."""
-        used = deps.usage_totals([data for _, data in self.ledger.items("synthesis")])
+        used = usage_totals([data for _, data in self.ledger.items("synthesis")])
         limits = self.cfg.limits
         if used["calls"] >= limits.max_synth_calls:
             return f"cap reached: the synthesizer made {used['calls']} of its {limits.max_synth_calls} calls; no more proposals"
@@ -301,7 +331,9 @@ class Search:
         limits = self.cfg.limits
         dispatcher = Dispatcher(self.slots, limit_s=lambda job: limits.candidate_limit_s(job.iterations or 0),
                                 heartbeat_s=limits.heartbeat_s, max_redispatch=limits.max_redispatch,
-                                on_progress=self._show_progress, log=self.log)
+                                on_progress=self._show_progress, log=self.log, no_trainer_s=self.no_trainer_s)
+        self._state("training", candidates=[job.candidate_id for job in todo])
+        self._totals = {job.candidate_id: job.iterations for job in todo}
         for result in dispatcher.run(todo):
             self._close_bar(result.job.candidate_id)
             data = {"ok": result.ok, "outcome": result.outcome, "reason": result.reason, "trainer": result.trainer,
@@ -329,8 +361,12 @@ class Search:
             t0 = time.monotonic()
             out = self.candidate_dir(cid) / "playback"
             self.log(f"{cid}: playing back ({self.playback.name})")
+            self._state("playing back", candidate=cid)
+            pb = self.cfg.playback
+            images = self.critic is not None and getattr(self.critic, "name", "") != "kinematic"
+            render = images or (pb.render and (pb.render_candidates or cid in (START, FINAL)))
             try:
-                result = self.playback.play(cid, outcome["policy_path"], out).summary()
+                result = self.playback.play(cid, outcome["policy_path"], out, render=render).summary()
             except Exception as exc:  # noqa: BLE001 - a failed playback fails this candidate's gates, not the search
                 result = {"candidate_id": cid, "out_dir": str(out), "fault": f"playback failed: {type(exc).__name__}: "
                           f"{exc}", "clipped_share": 0.0, "duration_s": 0.0, "frame_times": [], "meta": {"error": True}}
@@ -340,6 +376,11 @@ class Search:
     def _critique(self, record: dict, best: dict | None) -> dict:
         t0 = time.monotonic()
         pb = PlaybackResult.from_summary(record["playback"])
+        if not pb.trajectory_path.exists():
+            from motionvl.critic.schema import MotionFeedback
+
+            return MotionFeedback.invalid(getattr(self.critic, "name", "critic"), self.settings.task,
+                                          f"nothing to judge: the playback recorded no rollout ({pb.fault})").to_dict()
         previous = (best or {}).get("feedback")
         fb = self.critic.critique(pb.frames(), pb.frame_times, self.settings.task,
                                   previous_best=json.dumps(previous) if previous else None, trajectory=pb.trajectory())
@@ -351,6 +392,10 @@ class Search:
         def ask() -> dict:
             t0 = time.monotonic()
             ch, bs = (PlaybackResult.from_summary(r["playback"]) for r in (challenger, best))
+            if not (ch.trajectory_path.exists() and bs.trajectory_path.exists()):
+                missing = {"preferred": None, "confidence": 0.0, "valid": False,
+                           "reason": "a playback recorded no rollout: nothing to compare"}
+                return {"challenger_first": missing, "best_first": missing, "against": best["id"], "wall_s": 0.0}
             rollouts = {name: deps.rollout(pb.frames(), pb.frame_times, pb.trajectory()) for name, pb in
                         (("challenger", ch), ("best", bs))}
             task = self.settings.task
@@ -415,14 +460,21 @@ class Search:
                      f"rerun `motionvl train --report {self.run_dir}`")
 
     # ------------------------------------------------------------------ progress
+    def _state(self, phase: str, **info) -> None:
+        self.on_state({"phase": phase, "run_dir": str(self.run_dir), "task": self.settings.task,
+                       "label": self.settings.label, **info})
+
     def _show_progress(self, cid: str, state: SlotState) -> None:
+        self.on_state({"phase": "training", "candidate": cid, "iteration": state.iteration,
+                       "trainer_phase": state.phase})
         if not self.progress or state.iteration is None:
             return
         from tqdm import tqdm
 
         bar = self._bars.get(cid)
         if bar is None:
-            bar = self._bars[cid] = tqdm(desc=cid, unit="it", dynamic_ncols=True, leave=False)
+            bar = self._bars[cid] = tqdm(desc=cid, unit="it", dynamic_ncols=True, leave=False,
+                                         total=getattr(self, "_totals", {}).get(cid))
             bar.start = state.iteration
         bar.n = state.iteration - bar.start
         bar.set_postfix_str(state.phase or "", refresh=False)
@@ -452,7 +504,7 @@ def write_policy(source: str | Path, target: Path, extra_metadata: dict) -> Path
 def _validate(spec: dict) -> dict:
     t0 = time.monotonic()
     try:
-        deps.validate_spec(RewardSpec.from_dict(spec))
+        validate_spec(spec)
     except ValueError as exc:
         return {"ok": False, "error": str(exc), "wall_s": time.monotonic() - t0}
     return {"ok": True, "error": None, "wall_s": time.monotonic() - t0}
@@ -460,7 +512,7 @@ def _validate(spec: dict) -> dict:
 
 def _read_outcome(run_dir: Path, cid: str) -> dict | None:
     try:
-        outcome = json.loads((run_dir / RESULT_FILE).read_text())
+        outcome = json.loads((run_dir / OUTCOME_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return None
     return outcome if outcome.get("candidate_id") == cid else None

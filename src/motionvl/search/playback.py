@@ -6,8 +6,8 @@ the velocity command of the task, its trajectory (what the kinematic critic read
 the gates check: a fault (a fall, a non-finite state or action) and the share of commands clipped
 to the robot's limits.
 
-`InProcessPlayback` runs the policy in this process on the simulator at the robot's own PD rate.
-The orchestrator node's playback plays it on the simulator node through the deployment node.
+`InProcessPlayback` plays the policy through the deployment controller (motionvl.deploy) on the simulator
+in this process; on the graph the deployment node plays it on the simulator node the same way.
 """
 
 from __future__ import annotations
@@ -87,21 +87,12 @@ class PlaybackResult:
 class Playback(Protocol):
     name: str
 
-    def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path) -> PlaybackResult: ...
+    def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True) -> PlaybackResult:
+        """Play the policy back; with `render` also film it (frames, video, contact sheet)."""
 
 
-def clipped_share(joint_torque: np.ndarray | None, effort_limit: np.ndarray) -> float:
-    """Share of (sample, joint) torques at the effort limit (the PD law asked for more than the motor gives)."""
-    if joint_torque is None or len(joint_torque) == 0:
-        return 0.0
-    tau = np.abs(np.asarray(joint_torque, dtype=float))
-    return float(np.mean(tau >= 0.999 * np.asarray(effort_limit, dtype=float)[None, :]))
-
-
-def trajectory_fault(traj, actions_finite: bool = True) -> str | None:
-    """A fall or a non-finite state in a trajectory (or a non-finite action), as the reason a playback failed."""
-    if not actions_finite:
-        return "the policy produced a non-finite action"
+def trajectory_fault(traj) -> str | None:
+    """A fall or a non-finite state in a trajectory, as the reason a playback failed."""
     if not (np.all(np.isfinite(traj.qpos)) and np.all(np.isfinite(traj.qvel))):
         return "non-finite state"
     fell = np.flatnonzero(np.asarray(traj.fell, dtype=bool))
@@ -111,11 +102,13 @@ def trajectory_fault(traj, actions_finite: bool = True) -> str | None:
 
 
 class InProcessPlayback:
-    """The policy on this process's simulator at the robot's PD rate (no randomisation, a fixed command),
-    rendered with the tracking camera. Deployability: falls and non-finite values are faults; the clipped
-    share is the share of joint torques at their effort limit."""
+    """The policy played through the deployment controller (motionvl.deploy: modes, faults, soft ramp, the joint
+    mapping, the command limits) against the single-robot simulator's hardware emulation in this process, as
+    the deployment node would play it on the simulator node: PASSIVE -> STAND -> RUN at the task's command.
+    Deployability: a latched fault, a fall or a refused RUN is a fault; the clipped share is the controller's
+    clipped joint targets and torques per joint and policy step. Frames are rendered from the RUN rollout."""
 
-    name = "in-process"
+    name = "deployment controller (in-process)"
 
     def __init__(self, cfg: PlaybackConfig | None = None, robot=None):
         from motionvl.robot import load_robot_config
@@ -123,16 +116,17 @@ class InProcessPlayback:
         self.cfg = cfg or PlaybackConfig()
         self.robot = robot or load_robot_config()
 
-    def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path) -> PlaybackResult:
-        from motionvl.render.rollout import rollout_policy
-        from motionvl.rl.export import load_policy
+    def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True) -> PlaybackResult:
+        from motionvl.deploy.playback import play
 
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        policy = _FiniteActions(load_policy(policy_path))
-        traj = rollout_policy(policy, self.robot, seconds=self.cfg.seconds, command=tuple(self.cfg.command))
+        summary = play(str(policy_path), seconds=self.cfg.seconds, command=tuple(self.cfg.command), robot=self.robot)
+        traj = summary.pop("trajectory")
+        steps = max(1, int(summary.get("policy_steps") or 0)) * self.robot.num_joints
+        clips = summary.get("clips") or {}
         frames, times = [], []
-        if self.cfg.render:
+        if traj is not None and render:
             from motionvl.render.camera import render_trajectory
             from motionvl.render.cli import write_outputs
             from motionvl.sim.model import TerrainConfig, build_model
@@ -140,27 +134,25 @@ class InProcessPlayback:
             frames, times = render_trajectory(build_model(self.robot, TerrainConfig()), traj,
                                               every_s=self.cfg.frame_interval_s)
             write_outputs(out_dir, frames, times, traj, every=self.cfg.frame_interval_s)
-        else:
+        elif traj is not None:
             traj.save(out_dir / "trajectory.npz")
-        result = PlaybackResult(candidate_id=candidate_id, out_dir=out_dir, fault=trajectory_fault(traj, policy.finite),
-                                clipped_share=clipped_share(traj.joint_torque, self.robot.effort_limit),
-                                duration_s=float(traj.time[-1]) if len(traj.time) else 0.0, frame_times=list(times),
-                                meta={"playback": self.name, "command": list(self.cfg.command)},
+        result = PlaybackResult(candidate_id=candidate_id, out_dir=out_dir, fault=deployment_fault(summary, traj),
+                                clipped_share=(int(clips.get("target", 0)) + int(clips.get("torque", 0))) / steps,
+                                duration_s=float(traj.time[-1]) if traj is not None and len(traj.time) else 0.0,
+                                frame_times=list(times), meta={"playback": self.name, **summary},
                                 _frames=frames, _trajectory=traj)
-        (out_dir / SUMMARY_FILE).write_text(json.dumps(result.summary(), indent=1))
+        (out_dir / SUMMARY_FILE).write_text(json.dumps(result.summary(), indent=1, default=str))
         return result
 
 
-class _FiniteActions:
-    """The policy with non-finite actions zeroed (so the rollout goes on) and remembered as a fault."""
+def deployment_fault(summary: dict, traj) -> str | None:
+    """Why a deployment-controller playback (motionvl.deploy.playback.play's summary) cannot count, else None."""
+    if not summary.get("reached_run"):
+        return f"the controller refused RUN: {summary.get('refusal')}"
+    if summary.get("faults"):
+        return "fault: " + "; ".join(summary["faults"])
+    if summary.get("fell"):
+        return "fell"
+    return trajectory_fault(traj) if traj is not None else "no rollout recorded"
 
-    def __init__(self, policy):
-        self.policy, self.finite = policy, True
 
-    def __call__(self, obs):
-        action = self.policy(obs)
-        self.finite &= bool(np.all(np.isfinite(action)))
-        return np.nan_to_num(action, nan=0.0, posinf=0.0, neginf=0.0)
-
-    def __getattr__(self, name):  # num_obs, contract, obs_history, gait_period, ... as the policy's
-        return getattr(self.policy, name)

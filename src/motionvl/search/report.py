@@ -76,6 +76,20 @@ class RunView:
             best.append(self.decisions[it]["winner"] or best[-1])
         return best
 
+    def label(self) -> str:
+        """The run's label from the backends that actually answered (the synthesis records' backend, the
+        critiques' critic), falling back to the settings' names."""
+        from motionvl.search.config import mode_label
+
+        s = self.settings
+        synths = {str((d.get("synthesizer") or {}).get("backend") or "").split(":")[0]
+                  for d in self.proposals.values() if d.get("candidates")} - {""}
+        critics = {str(d.get("critic") or "") for _, d in self.ledger.items("critiqued")} - {""}
+        synth = next(iter(synths)) if len(synths) == 1 else s.get("synthesizer")
+        critic = next(iter(critics)) if len(critics) == 1 else s.get("critic")
+        mode = s.get("mode", "synth+critic")
+        return mode_label(mode, synth if mode != "reference" else None, critic if mode == "synth+critic" else None)
+
     def parent(self, cid: str) -> str | None:
         c = self.candidates[cid]
         if "parent" in c:
@@ -282,7 +296,7 @@ def write_report(run_dir: str | Path) -> dict:
     s, cfg = view.settings, view.config
     doc = Doc()
     doc.h(f"MotionVL search: {s.get('task', '?')}", 1)
-    doc.p(f"Label: {s.get('label')} (mode {s.get('mode')}; synthesizer {s.get('synthesizer') if s.get('mode') != 'reference' else '-'}; "
+    doc.p(f"Label: {view.label()} (mode {s.get('mode')}; synthesizer {s.get('synthesizer') if s.get('mode') != 'reference' else '-'}; "
           f"critic {s.get('critic') if s.get('mode') == 'synth+critic' else '-'}). Preset {s.get('preset')}: K={cfg.get('candidates')} "
           f"candidates x N={cfg.get('iterations')} iterations, {cfg.get('candidate_iterations')} PPO iterations per candidate "
           f"({'warm-started from r*' if cfg.get('warm_start') else 'from scratch'}), start {cfg.get('base_iterations')}, "

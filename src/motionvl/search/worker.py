@@ -19,8 +19,9 @@ import time
 import traceback
 from pathlib import Path
 
+from motionvl.rl.jobs import OUTCOME_FILE
+
 HEARTBEAT_FILE = "heartbeat.json"
-RESULT_FILE = "outcome.json"
 LOG_FILE = "trainer.log"
 
 
@@ -59,7 +60,7 @@ def serve_one(job_path: Path, runs_dir: Path, train_config: str | None, evaluati
     except Exception as exc:  # noqa: BLE001 - reported as the candidate's failure; the process takes the next job
         traceback.print_exc()
         outcome = {"candidate_id": job.candidate_id, "error": f"{type(exc).__name__}: {exc}"}
-    write_json(run_dir / RESULT_FILE, outcome)
+        write_json(run_dir / OUTCOME_FILE, outcome)  # run_job writes a finished job's own
     beat("done", outcome.get("iterations"))
 
 

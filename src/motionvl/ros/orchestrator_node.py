@@ -1,0 +1,306 @@
+"""orchestrator: owns the reward search and r* (a thin adapter over `motionvl.search`).
+
+Runs `motionvl.search.loop.Search` on a worker thread with its backends on the graph: candidates go to
+the policy_trainer nodes, each addressed on its own channel (/<trainer>/candidates), one at a time per
+trainer; proposals come from the reward_synthesizer node (or an in-process synthesizer with
+`synthesizer_node` false); rollouts are played back and critiqued in this process until the
+deployment path plays them on the simulator node. Everything the search records is also published.
+
+Subscribes:
+  trainer/heartbeat    std_msgs/String  which trainers are alive and what they train (reliable, depth 10);
+                                        a trainer silent for limits.trainer_lost_s is gone and its
+                                        candidate goes to another trainer
+  trainer/status, trainer/progress, trainer/statistics, trainer/policy   the trainers' reports, matched
+                                        by each request's request_id
+  synthesizer/candidates std_msgs/String the synthesizer node's answers, matched by request_id
+Publishes:
+  /<trainer>/candidates std_msgs/String a TrainingJob request (motionvl.rl.jobs) with a request_id
+  synthesizer/request  std_msgs/String  a SynthesisRequest with a request_id
+  search/state         std_msgs/String  the loop's state {phase, iteration, best, candidate, ..., run_dir,
+                                        task, label} (reliable, transient-local depth 1)
+  search/ledger        std_msgs/String  every ledger record as it is written: prompts, responses, specs,
+                                        validations, statistics, feedback, scores and choices
+                                        (reliable, transient-local depth 100), so a bag records the run
+Calls:
+  /<trainer>/cancel    std_srvs/Trigger to stop a stalled or over-time candidate
+
+When the search ends (`shutdown_when_done`) the node shuts its context down, so `motionvl train` and a
+launch with the orchestrator as its required node end with it; `result` / `error` hold the outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import threading
+import time
+import traceback
+import uuid
+
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from motionvl.robot import ConfigError
+from motionvl.ros.params import declare_parameters
+from motionvl.ros.runtime import run_node
+from motionvl.search.dispatch import SlotState
+
+NODE_NAME = "orchestrator"
+
+PARAMETERS = {
+    "task": ("", "The task sentence, e.g. 'walk forward with straight knees' (empty with resume: the recorded one)."),
+    "mode": ("synth+critic", "Ablation mode: 'reference' (RL-Base), 'synth' (no critic feedback), 'synth+critic'."),
+    "preset": ("quick", "Budget preset of config/search.yaml: quick, cpu, gpu."),
+    "settings_file": ("", "YAML of search settings laid over the preset (SearchConfig keys); empty: none."),
+    "overrides": ([""], "Search settings as KEY=VALUE strings laid over the preset and settings file."),
+    "run_dir": ("runs/search", "The search's run directory (ledger, candidates, exported policy, report)."),
+    "resume": (False, "Continue the search recorded in run_dir."),
+    "synthesizer": ("rules", "The synthesizer backend the reward_synthesizer node runs (or the in-process one)."),
+    "synthesizer_node": (True, "Ask the reward_synthesizer node; false: a synthesizer in this process."),
+    "synth_model": ("", "In-process synthesizer: openai model name or transformers model directory."),
+    "synth_base_url": ("", "In-process openai synthesizer: the endpoint."),
+    "synth_timeout_s": (1800.0, "Seconds to wait for the synthesizer node's answer to one request."),
+    "critic": ("kinematic", "Critic backend: kinematic (offline, not a VLM), transformers, openai."),
+    "critic_model": ("", "transformers: model directory; openai: model name."),
+    "critic_base_url": ("", "openai critic: the endpoint."),
+    "device": ("auto", "transformers backends: auto, cpu, cuda:0, ..."),
+    "train_config": ("", "Training YAML the trainers use (empty: the package's config/training.yaml)."),
+    "start_run": ("", "An existing training run of the reference reward to start from (empty: train one)."),
+    "render": (True, "Render the playbacks (frames for a VLM, videos and contact sheets for the report)."),
+    "shutdown_when_done": (True, "Shut this process's ROS context down when the search ends."),
+}
+
+REQUEST_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+STREAM_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+LATCHED_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+STATE_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+                       durability=DurabilityPolicy.TRANSIENT_LOCAL)
+LEDGER_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
+HEARTBEAT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+
+
+class GraphTrainer:
+    """One policy_trainer node as a TrainerSlot of the search's dispatcher."""
+
+    def __init__(self, node: "OrchestratorNode", name: str):
+        self.node, self.name = node, name
+        self.pub = node.create_publisher(String, f"{name}/candidates", REQUEST_QOS)
+        self.cancel = node.create_client(Trigger, f"{name}/cancel")
+        self.request_id: str | None = None
+        self.sent = 0.0
+
+    def start(self, job) -> None:
+        self.request_id = f"{job.candidate_id}@{uuid.uuid4().hex[:8]}"
+        job = dataclasses.replace(job, request_id=self.request_id)
+        deadline = time.monotonic() + 10.0  # a trainer just seen may not have matched our publisher yet
+        while self.pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.sent = time.time()
+        self.pub.publish(String(data=job.to_json()))
+
+    def poll(self) -> SlotState:
+        if self.request_id is None:
+            return SlotState("idle")
+        node = self.node
+        with node.lock:
+            info = dict(node.requests.get(self.request_id) or {})
+            seen = node.trainers.get(self.name)
+        lost_s = node.lost_s
+        if seen is None or time.time() - seen["received"] > lost_s:
+            self.request_id = None
+            return SlotState("gone", reason=f"no heartbeat for {lost_s:.0f} s")
+        state = info.get("state")
+        if state in ("failed", "rejected", "cancelled"):
+            self.request_id = None
+            return SlotState("failed", reason=f"{self.name} reports {state}: {info.get('message')}")
+        if info.get("policy") is not None and info.get("statistics") is not None:
+            self.request_id = None
+            return SlotState("done", outcome={**info["policy"], "term_stats": info["statistics"]})
+        # a trainer that restarted has forgotten the request: its heartbeat names no job and it has none queued
+        if (info and seen["received"] > info.get("last", 0) + 2.0 and seen["data"].get("candidate_id") is None
+                and not seen["data"].get("queue_length")):
+            self.request_id = None
+            return SlotState("gone", reason="the trainer no longer has the candidate (restarted?)")
+        return SlotState("running", beat=info.get("last", self.sent), iteration=info.get("iteration"),
+                         phase=info.get("phase") or state)
+
+    def stop(self) -> None:
+        self.request_id = None
+        if self.cancel.service_is_ready():
+            self.cancel.call_async(Trigger.Request())
+
+    def close(self) -> None:
+        pass
+
+
+class SynthesizerClient:
+    """The reward_synthesizer node as the search's synthesizer: `propose_record(request)` returns the node's
+    answer (the synthesis record) to a request published with a request_id."""
+
+    def __init__(self, node: "OrchestratorNode", name: str, timeout_s: float):
+        self.node, self.name, self.offline, self.timeout_s = node, name, name in ("rules", "replay"), float(timeout_s)
+        self.pub = node.create_publisher(String, "synthesizer/request", REQUEST_QOS)
+
+    def propose_record(self, request) -> dict:
+        rid = f"synth-{request.iteration}-{uuid.uuid4().hex[:8]}"
+        done = threading.Event()
+        with self.node.lock:
+            self.node.waiting[rid] = done
+        deadline = time.monotonic() + 30.0
+        while self.pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.pub.get_subscription_count() == 0:
+            raise TimeoutError("no reward_synthesizer node is listening on synthesizer/request")
+        self.pub.publish(String(data=json.dumps({"request_id": rid, **request.to_dict()}, default=str)))
+        if not done.wait(self.timeout_s):
+            raise TimeoutError(f"the reward_synthesizer node did not answer within {self.timeout_s:.0f} s")
+        with self.node.lock:
+            answer = self.node.answers.pop(rid)
+            self.node.waiting.pop(rid, None)
+        return {k: v for k, v in answer.items() if k not in ("request_id", "kind")}
+
+
+class OrchestratorNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__(NODE_NAME, **kwargs)
+        p = self.p = declare_parameters(self, PARAMETERS)
+        from motionvl.search.backends import BackendOptions, load_settings, make_critic, make_synthesizer
+        from motionvl.search.config import SearchConfig
+
+        self.settings = load_settings(p["run_dir"], resume=p["resume"], task=p["task"], mode=p["mode"],
+                                      preset=p["preset"], synthesizer=p["synthesizer"], critic=p["critic"],
+                                      settings_file=p["settings_file"] or None,
+                                      overrides=[o for o in p["overrides"] if o], render=p["render"],
+                                      train_config=p["train_config"] or None, start_run=p["start_run"] or None)
+        self.cfg = SearchConfig.from_dict(self.settings.config)
+        self.lost_s = self.cfg.limits.trainer_lost_s
+        options = BackendOptions(synth_model=p["synth_model"] or None, synth_base_url=p["synth_base_url"] or None,
+                                 critic_model=p["critic_model"] or None, critic_base_url=p["critic_base_url"] or None,
+                                 device=p["device"])
+        self.lock = threading.Lock()
+        self.trainers: dict[str, dict] = {}  # name -> {"received": time, "data": heartbeat}
+        self.slots: dict[str, GraphTrainer] = {}
+        self.requests: dict[str, dict] = {}  # request_id -> what the trainer said about it
+        self.waiting: dict[str, threading.Event] = {}
+        self.answers: dict[str, dict] = {}
+        if self.settings.mode == "reference":
+            self.synthesizer = None
+        elif p["synthesizer_node"]:
+            self.synthesizer = SynthesizerClient(self, self.settings.synthesizer, p["synth_timeout_s"])
+        else:
+            self.synthesizer = make_synthesizer(self.settings, options)
+        self.critic = make_critic(self.settings, options)
+        self.state_pub = self.create_publisher(String, "search/state", STATE_QOS)
+        self.ledger_pub = self.create_publisher(String, "search/ledger", LEDGER_QOS)
+        self.create_subscription(String, "trainer/heartbeat", self._on_heartbeat, HEARTBEAT_QOS)
+        for topic, key, qos in (("trainer/status", "status", LATCHED_QOS), ("trainer/progress", "progress", STREAM_QOS),
+                                ("trainer/statistics", "statistics", LATCHED_QOS), ("trainer/policy", "policy", LATCHED_QOS)):
+            self.create_subscription(String, topic, self._trainer_report(key), qos)
+        self.create_subscription(String, "synthesizer/candidates", self._on_answer, LATCHED_QOS)
+        self.result: dict | None = None
+        self.error: str | None = None
+        self.finished = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="search", daemon=True)
+        self._starter = self.create_timer(0.2, self._start)  # once spinning: the search may end the context
+        self.get_logger().info(f"searching for {self.settings.task!r} ({self.settings.label}, preset "
+                               f"{self.settings.preset}) in {p['run_dir']}")
+
+    # ------------------------------------------------------------------ graph input
+    def _on_heartbeat(self, msg: String) -> None:
+        data = json.loads(msg.data)
+        name = data.get("trainer")
+        if not name:
+            return
+        with self.lock:
+            self.trainers[name] = {"received": time.time(), "data": data}
+            if name not in self.slots:
+                self.slots[name] = GraphTrainer(self, name)
+
+    def _trainer_report(self, key: str):
+        def on_report(msg: String) -> None:
+            data = json.loads(msg.data)
+            rid = data.get("request_id")
+            if rid is None:
+                return  # not one of ours (a candidate sent by hand)
+            with self.lock:
+                info = self.requests.setdefault(rid, {})
+                info["last"] = time.time()
+                if key == "status":
+                    info["state"], info["message"] = data.get("state"), data.get("message")
+                elif key == "progress":
+                    info["phase"] = data.get("phase")
+                    if data.get("iteration") is not None:
+                        info["iteration"] = data["iteration"]
+                elif key == "statistics":
+                    info["statistics"] = data.get("term_stats")
+                else:
+                    info["policy"] = {k: v for k, v in data.items() if k not in ("trainer", "request_id")}
+        return on_report
+
+    def _on_answer(self, msg: String) -> None:
+        data = json.loads(msg.data)
+        with self.lock:
+            event = self.waiting.get(data.get("request_id"))
+            if event is not None:
+                self.answers[data["request_id"]] = data
+                event.set()
+
+    def alive_trainers(self) -> list[GraphTrainer]:
+        now = time.time()
+        with self.lock:
+            return [self.slots[name] for name, seen in sorted(self.trainers.items())
+                    if now - seen["received"] <= self.lost_s]
+
+    # ------------------------------------------------------------------ the search
+    def _publish_state(self, state: dict) -> None:
+        self.state_pub.publish(String(data=json.dumps({**state, "time": time.time()}, default=str)))
+
+    def _publish_record(self, record: dict) -> None:
+        self.ledger_pub.publish(String(data=json.dumps(record, default=str)))
+
+    def _start(self) -> None:
+        self._starter.cancel()
+        if not self._thread.is_alive() and not self.finished.is_set():
+            self._thread.start()
+
+    def _run(self) -> None:
+        from motionvl.search.loop import Search
+        from motionvl.search.playback import InProcessPlayback
+
+        try:
+            search = Search(self.p["run_dir"], self.settings, synthesizer=self.synthesizer, critic=self.critic,
+                            playback=InProcessPlayback(self.cfg.playback), slots=self.alive_trainers,
+                            resume=self.p["resume"], log=self.get_logger().info, progress=False,
+                            on_record=self._publish_record, on_state=self._publish_state,
+                            no_trainer_s=self.cfg.limits.startup_s)
+            self.result = search.run()
+            self.get_logger().info(f"search finished: {json.dumps(self.result, default=str)}")
+        except Exception as exc:  # noqa: BLE001 - reported, and the process ends with an error status
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.get_logger().error(f"search failed: {self.error}\n{traceback.format_exc(limit=4)}")
+            self._publish_state({"phase": "failed", "error": self.error})
+        finally:
+            self.finished.set()
+            if self.p["shutdown_when_done"]:
+                self.context.try_shutdown()
+
+
+def main(args=None) -> int:
+    holder: dict = {}
+
+    def build(**kwargs):
+        holder["node"] = OrchestratorNode(**kwargs)
+        return holder["node"]
+
+    code = run_node(build, NODE_NAME, args, threads=None, startup_errors=(ConfigError,))
+    node = holder.get("node")
+    return code if node is None else (0 if node.error is None else 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
