@@ -41,16 +41,9 @@ from std_msgs.msg import String  # noqa: E402
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"
 WORK = Path(tempfile.mkdtemp(prefix="motionvl_train_launch_"))
 RUN_DIR = WORK / "run"
-TINY = {
-    "candidates": 1, "iterations": 1, "base_iterations": 2, "candidate_iterations": 2, "final_iterations": 1,
-    "training_overrides": ["env.num_envs=16", "env.episode_length_s=2.0", "ppo.num_steps_per_env=8",
-                           "ppo.num_learning_epochs=1", "ppo.num_mini_batches=2", "ppo.actor_hidden_dims=[32,32]",
-                           "ppo.critic_hidden_dims=[32,32]", "save_interval=1"],
-    "evaluation": {"episodes": 2, "seconds": 1.0},
-    "playback": {"seconds": 1.0, "render": False},
-    "gates": {"min_success_rate": 0.0, "max_fall_fraction": 1.0, "max_success_drop": 1.0, "max_clipped_share": 1.0,
-              "require_no_fault": False},
-}
+# tests/data/search_tiny.yaml, one candidate, the final training one iteration
+TINY = {**yaml.safe_load((Path(__file__).resolve().parents[1] / "tests" / "data" / "search_tiny.yaml").read_text()),
+        "candidates": 1, "final_iterations": 1}
 
 
 @pytest.mark.launch_test

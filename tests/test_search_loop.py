@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from motionvl.rewards.spec import RewardSpec, load_reward_spec
 from motionvl.search.decision import decide
@@ -25,17 +26,7 @@ from motionvl.synth import Candidate, make_synthesizer
 from waiting import wait_for
 
 TASK = "walk forward with straight knees"
-TINY = {
-    "candidates": 2, "iterations": 1, "base_iterations": 2, "candidate_iterations": 2, "final_iterations": 2,
-    "training_overrides": ["env.num_envs=16", "env.episode_length_s=2.0", "ppo.num_steps_per_env=8",
-                           "ppo.num_learning_epochs=1", "ppo.num_mini_batches=2", "ppo.actor_hidden_dims=[32,32]",
-                           "ppo.critic_hidden_dims=[32,32]", "save_interval=1"],
-    "evaluation": {"episodes": 2, "seconds": 1.0},
-    "playback": {"seconds": 1.0, "render": False},
-    # an untrained tiny policy walks nowhere: gates that pass it keep the rest of the loop in play
-    "gates": {"min_success_rate": 0.0, "max_fall_fraction": 1.0, "max_success_drop": 1.0, "max_clipped_share": 1.0,
-              "require_no_fault": False},
-}
+TINY = yaml.safe_load((Path(__file__).parent / "data" / "search_tiny.yaml").read_text())
 
 
 def _settings(**config) -> SearchSettings:
@@ -68,8 +59,6 @@ def _egl_works() -> bool:
 
 
 def _settings_file(directory: Path, **config) -> Path:
-    import yaml
-
     path = directory / "tiny.yaml"
     path.write_text(yaml.safe_dump({**TINY, **config}))
     return path
@@ -297,8 +286,6 @@ def test_refused_code_a_trainer_crash_and_the_call_cap_leave_r_star_and_the_run_
 
 # ----------------------------------------------------------------------------- kill -9 and resume
 def test_kill_9_and_resume_finishes_without_redoing_finished_work(tmp_path):
-    import yaml
-
     settings = tmp_path / "tiny.yaml"
     settings.write_text(yaml.safe_dump({**TINY, "candidates": 1, "candidate_iterations": 4}))
     run_dir = tmp_path / "run"

@@ -207,6 +207,8 @@ class LocalProcessSlot:
             return SlotState("done", outcome=outcome)
         code = self._proc.poll() if self._proc is not None else -1
         if code is not None:
+            if self._proc is not None:
+                self._proc.stdin.close()
             self._cid, self._proc = None, None
             how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
             return SlotState("failed", reason=f"trainer process ended ({how}): {_tail(self._dir / LOG_FILE)}")
@@ -217,13 +219,15 @@ class LocalProcessSlot:
     def stop(self) -> None:
         """Stop the job in progress by ending the process (a stalled training may not heed anything gentler)."""
         proc, self._proc, self._cid = self._proc, None, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            proc.stdin.close()
 
     def close(self) -> None:
         if self._cid is not None:
@@ -237,6 +241,8 @@ class LocalProcessSlot:
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
                 proc.wait()
+        elif proc is not None:
+            proc.stdin.close()
 
 
 def _read_json(path: Path) -> dict | None:

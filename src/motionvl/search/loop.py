@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from motionvl.critic import Rollout
 from motionvl.rewards import validate_spec
 from motionvl.rewards.spec import RewardSpec, load_reward_spec
 from motionvl.rl.jobs import OUTCOME_FILE, TrainingJob
@@ -396,7 +397,7 @@ class Search:
                 missing = {"preferred": None, "confidence": 0.0, "valid": False,
                            "reason": "a playback recorded no rollout: nothing to compare"}
                 return {"challenger_first": missing, "best_first": missing, "against": best["id"], "wall_s": 0.0}
-            rollouts = {name: deps.rollout(pb.frames(), pb.frame_times, pb.trajectory()) for name, pb in
+            rollouts = {name: Rollout(pb.frames(), pb.frame_times, pb.trajectory()) for name, pb in
                         (("challenger", ch), ("best", bs))}
             task = self.settings.task
             return {"challenger_first": deps.compare(self.critic, rollouts["challenger"], rollouts["best"], task),
