@@ -284,44 +284,61 @@ def test_refused_code_a_trainer_crash_and_the_call_cap_leave_r_star_and_the_run_
     assert ledger.get("trained", "final")["outcome"]["start_iteration"] == 2, "the final run continues the start"
 
 
-# ----------------------------------------------------------------------------- kill -9 and resume
-def test_kill_9_and_resume_finishes_without_redoing_finished_work(tmp_path):
-    settings = tmp_path / "tiny.yaml"
-    settings.write_text(yaml.safe_dump({**TINY, "candidates": 1, "candidate_iterations": 4}))
+# ----------------------------------------------------------------------------- Ctrl-C, kill -9 and resume
+def test_ctrl_c_then_kill_9_and_resume_finish_without_redoing_finished_work(tmp_path):
+    """motionvl train stopped by SIGINT (clean: exit 130, resumable), resumed and killed with SIGKILL while a
+    candidate trains (its trainer dies with it), resumed again: the search finishes with every step done once
+    and the candidate's run continued from its checkpoint."""
+    settings = _settings_file(tmp_path, candidates=1, candidate_iterations=4)
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "motionvl.cli", "train", "--task", TASK, "--settings", str(settings), "--out", str(run_dir),
-           "--no-progress", "--no-render"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     history = run_dir / "candidates" / "i1k1" / "history.jsonl"
+    start = [sys.executable, "-m", "motionvl.cli", "train", "--task", TASK, "--settings", str(settings),
+             "--out", str(run_dir), "--no-progress", "--no-render"]
+    resume = [sys.executable, "-m", "motionvl.cli", "train", "--out", str(run_dir), "--resume", "--no-progress"]
 
-    def candidate_half_trained():
-        try:
-            return len(history.read_text().splitlines()) >= 2
-        except OSError:
-            return False
+    def trained_lines(n):
+        def enough():
+            try:
+                return len(history.read_text().splitlines()) >= n
+            except OSError:
+                return False
+        return enough
+
+    first = subprocess.Popen(start, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(candidate_half_trained, timeout=400, period=0.05), proc.stderr.read() if proc.poll() else ""
+        assert wait_for(trained_lines(1), timeout=400, period=0.05), first.stderr.read() if first.poll() else ""
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 130 and "--resume" in err, err[-2000:]
+    assert not Ledger(run_dir).has("trained", "i1k1"), "a stopped candidate is not recorded as trained"
+    after_first = len(history.read_text().splitlines())
+    assert after_first < 4, "stopped before the candidate's budget ran out"
+
+    second = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(trained_lines(after_first + 1), timeout=400, period=0.05), \
+            second.stderr.read() if second.poll() else ""
         trainer = _my_child("__node:=policy_trainer_0")
         assert trainer is not None
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        second.send_signal(signal.SIGKILL)
+        second.wait(10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if second.poll() is None:
+            second.kill()
     assert wait_for(lambda: not _alive(trainer), timeout=20), "the trainer process died with the search"
-    trained_before = {r["key"] for r in Ledger(run_dir).records if r["kind"] == "trained"}
-    assert "start" in trained_before and "i1k1" not in trained_before
+    assert "i1k1" not in {r["key"] for r in Ledger(run_dir).records if r["kind"] == "trained"}
 
-    done = subprocess.run([sys.executable, "-m", "motionvl.cli", "train", "--out", str(run_dir), "--resume", "--no-progress"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(resume, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     ledger = Ledger(run_dir)
     keys = [r["key"] for r in ledger.records if r["kind"] == "trained"]
     assert sorted(keys) == ["final", "i1k1", "start"], "no step done twice"
-    history = [json.loads(line)["iteration"] for line in
-               (run_dir / "candidates" / "i1k1" / "history.jsonl").read_text().splitlines()]
-    assert history == [3, 4, 5, 6], "the candidate resumed from its checkpoint, no iteration lost or repeated"
-    assert ledger.get("run", "finished") is not None
+    iterations = [json.loads(line)["iteration"] for line in history.read_text().splitlines()]
+    assert iterations == [3, 4, 5, 6], "the candidate resumed from its checkpoint, no iteration lost or repeated"
+    assert ledger.get("run", "finished") is not None and len(list(ledger.items("synthesis"))) == 1
 
 
 def _alive(pid: int) -> bool:

@@ -142,7 +142,9 @@ def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, defaul
     """Train one job (resuming its run directory if it holds a checkpoint), evaluate it, return the outcome:
     candidate_id, policy_path, run_dir, iterations, start_iteration, total_steps, steps_per_s, elapsed_s (the
     run's training time over its sessions, a warm start's included), stop_reason, selected_iteration, selected_actor,
-    term_stats, evaluation (None without one), train_wall_s and eval_wall_s (this call's seconds in each).
+    term_stats, evaluation (None without one), train_wall_s and eval_wall_s (this call's seconds in each), complete.
+    A job is complete when its budget ran out; one stopped early (on_iteration returned False, SIGINT) is neither
+    evaluated nor written to outcome.json: its run resumes from its checkpoint when the job is sent again.
     on_iteration gets each PPO iteration's history record (False stops training); on_phase the phases
     'training' and 'evaluating'. Exceptions propagate (the caller reports the candidate as failed)."""
     from motionvl.rl.trainer import train_policy  # torch is heavy: import on first use
@@ -165,8 +167,11 @@ def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, defaul
                "total_steps": result.total_steps, "steps_per_s": result.steps_per_s, "elapsed_s": result.elapsed_s,
                "stop_reason": result.stop_reason, "selected_iteration": result.selected_iteration,
                "selected_actor": result.selected_actor, "term_stats": result.term_stats, "evaluation": None,
-               "train_wall_s": time.monotonic() - t0, "eval_wall_s": 0.0}
-    if job.evaluate and result.stop_reason != "callback":
+               "train_wall_s": time.monotonic() - t0, "eval_wall_s": 0.0,
+               "complete": result.stop_reason in ("max iterations", "time budget")}
+    if not outcome["complete"]:
+        return outcome
+    if job.evaluate:
         from motionvl.rl.evaluate import evaluate
 
         if on_phase:
@@ -319,7 +324,7 @@ class TrainingQueue:
                               progress_bar=self.progress_bar, on_iteration=on_iteration, on_phase=on_phase)
             self._emit["statistics"]({**ids, "term_stats": outcome["term_stats"]})
             self._emit["policy"]({**ids, **{k: v for k, v in outcome.items() if k != "term_stats"}})
-            state = "cancelled" if outcome["stop_reason"] == "callback" else "done"
+            state = "done" if outcome["complete"] else "cancelled"
             self._emit["status"]({**ids, "state": state, "message": outcome["stop_reason"]})
         except Exception as exc:  # a failed candidate must not take the node down
             self._emit["status"]({**ids, "state": "failed", "message": f"{type(exc).__name__}: {exc}",

@@ -24,8 +24,11 @@ Publishes:
 Calls:
   /<trainer>/cancel    std_srvs/Trigger to stop a stalled or over-time candidate
 
-When the search ends (`shutdown_when_done`) the node shuts its context down, so `motionvl train` and a
-launch with the orchestrator as its required node end with it; `result` / `error` hold the outcome.
+When the search ends (`shutdown_when_done`) the node asks its process to stop (motionvl.ros.runtime,
+exit status 0 when the search finished, 1 when it failed), so `motionvl train` and a launch with the
+orchestrator as its required node end with it; `result` / `error` hold the outcome. Stopped by a signal,
+the search ends at its next step (a candidate in training on a trainer node goes on there) and the run
+continues with resume.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from std_srvs.srv import Trigger
 
 from motionvl.robot import ConfigError
 from motionvl.ros.params import declare_parameters
-from motionvl.ros.runtime import run_node
+from motionvl.ros.runtime import request_stop, run_node
 from motionvl.search.dispatch import SlotState
 
 NODE_NAME = "orchestrator"
@@ -115,9 +118,12 @@ class GraphTrainer:
             self.request_id = None
             return SlotState("gone", reason=f"no heartbeat for {lost_s:.0f} s")
         state = info.get("state")
-        if state in ("failed", "rejected", "cancelled"):
+        if state in ("failed", "rejected"):
             self.request_id = None
             return SlotState("failed", reason=f"{self.name} reports {state}: {info.get('message')}")
+        if state == "cancelled":  # not by us (stop() forgets the request): the trainer is shutting down
+            self.request_id = None
+            return SlotState("gone", reason=f"{self.name} stopped the candidate ({info.get('message')})")
         if info.get("policy") is not None and info.get("statistics") is not None:
             self.request_id = None
             return SlotState("done", outcome={**info["policy"], "term_stats": info["statistics"]})
@@ -203,6 +209,7 @@ class OrchestratorNode(Node):
             self.create_subscription(String, topic, self._trainer_report(key), qos)
         self.create_subscription(String, "synthesizer/candidates", self._on_answer, LATCHED_QOS)
         self.result: dict | None = None
+        self.search = None
         self.error: str | None = None
         self.finished = threading.Event()
         self._thread = threading.Thread(target=self._run, name="search", daemon=True)
@@ -258,10 +265,17 @@ class OrchestratorNode(Node):
 
     # ------------------------------------------------------------------ the search
     def _publish_state(self, state: dict) -> None:
-        self.state_pub.publish(String(data=json.dumps({**state, "time": time.time()}, default=str)))
+        self._publish(self.state_pub, {**state, "time": time.time()})
 
     def _publish_record(self, record: dict) -> None:
-        self.ledger_pub.publish(String(data=json.dumps(record, default=str)))
+        self._publish(self.ledger_pub, record)
+
+    def _publish(self, publisher, payload: dict) -> None:
+        try:
+            publisher.publish(String(data=json.dumps(payload, default=str)))
+        except Exception:  # noqa: BLE001 - the node is being destroyed under the search: the ledger has it all
+            if self.search is None or not self.search.stopping:
+                raise
 
     def _start(self) -> None:
         self._starter.cancel()
@@ -269,37 +283,40 @@ class OrchestratorNode(Node):
             self._thread.start()
 
     def _run(self) -> None:
-        from motionvl.search.loop import Search
+        from motionvl.search.loop import Search, SearchStopped
         from motionvl.search.playback import InProcessPlayback
 
         try:
-            search = Search(self.p["run_dir"], self.settings, synthesizer=self.synthesizer, critic=self.critic,
-                            playback=InProcessPlayback(self.cfg.playback), slots=self.alive_trainers,
-                            resume=self.p["resume"], log=self.get_logger().info, progress=False,
-                            on_record=self._publish_record, on_state=self._publish_state,
-                            no_trainer_s=self.cfg.limits.startup_s)
-            self.result = search.run()
+            self.search = Search(self.p["run_dir"], self.settings, synthesizer=self.synthesizer, critic=self.critic,
+                                 playback=InProcessPlayback(self.cfg.playback), slots=self.alive_trainers,
+                                 resume=self.p["resume"], log=self.get_logger().info, progress=False,
+                                 on_record=self._publish_record, on_state=self._publish_state,
+                                 no_trainer_s=self.cfg.limits.startup_s)
+            self.result = self.search.run()
             self.get_logger().info(f"search finished: {json.dumps(self.result, default=str)}")
+        except SearchStopped:
+            self.get_logger().info(f"search stopped; resume continues it in {self.p['run_dir']}")
+            return
         except Exception as exc:  # noqa: BLE001 - reported, and the process ends with an error status
             self.error = f"{type(exc).__name__}: {exc}"
             self.get_logger().error(f"search failed: {self.error}\n{traceback.format_exc(limit=4)}")
             self._publish_state({"phase": "failed", "error": self.error})
         finally:
             self.finished.set()
-            if self.p["shutdown_when_done"]:
-                self.context.try_shutdown()
+        if self.p["shutdown_when_done"]:
+            request_stop("the search ended", exit_code=0 if self.error is None else 1)
+
+    def destroy_node(self):
+        """Stop the search at its next step (its ledger is whole: resume continues it), then leave."""
+        if self.search is not None:
+            self.search.stop()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
+        return super().destroy_node()
 
 
 def main(args=None) -> int:
-    holder: dict = {}
-
-    def build(**kwargs):
-        holder["node"] = OrchestratorNode(**kwargs)
-        return holder["node"]
-
-    code = run_node(build, NODE_NAME, args, threads=None, startup_errors=(ConfigError,))
-    node = holder.get("node")
-    return code if node is None else (0 if node.error is None else 1)
+    return run_node(OrchestratorNode, NODE_NAME, args, threads=None, startup_errors=(ConfigError,))
 
 
 if __name__ == "__main__":

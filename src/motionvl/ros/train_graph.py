@@ -1,26 +1,27 @@
 """The language loop's nodes in one process without `ros2 launch` (the pip route of `motionvl train`).
 
 The same node classes and the same parameter file (config/nodes.yaml, one section per node name) as
-launch/train.launch.py: the orchestrator, the reward_synthesizer (when installed and a synthesizer is
-needed), the policy_trainer nodes and, with `record`, the recorder. Trainers run as child processes by
-default (each its own interpreter and cores: `python -m motionvl.ros.policy_trainer_node`, dying with
-this process) or, with `trainers_in_process`, as nodes of this process. Each node spins on its own
-executor thread, as each runs in its own process under launch. Returns when the orchestrator's search
-ends (0), fails (1) or on Ctrl-C (130, the run resumable with --resume).
+launch/train.launch.py: the orchestrator, the reward_synthesizer (when a synthesizer is needed), the
+policy_trainer nodes and, with `record`, the recorder. Trainers run as child processes by default
+(each its own interpreter and cores: `python -m motionvl.ros.policy_trainer_node`, dying with this
+process) or, with `trainers_in_process`, as nodes of this process. The nodes run through
+`motionvl.ros.runtime.run_nodes` (each on its own executor thread, one clean way out on SIGINT or
+SIGTERM); the orchestrator asks the process to stop when its search ends. A stopped run continues
+with `motionvl train --out RUN_DIR --resume`.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import yaml
 
-from motionvl.robot import ConfigError, package_root
+from motionvl.robot import package_root
 
 NODES_YAML = "config/nodes.yaml"
 
@@ -49,86 +50,59 @@ def _trainer_process(params_file: Path, name: str, values: dict, log_path: Path)
         return subprocess.Popen([sys.executable, "-m", "motionvl.ros.policy_trainer_node", "--ros-args",
                                  "--params-file", handle.name, "-r", f"__node:={name}"],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                preexec_fn=_die_with_parent, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trainers: int = 1,
                     trainers_in_process: bool = False, record: bool = False, train_config: str | None = None,
                     params_file: str | Path | None = None) -> int:
     """Run the graph until the search ends. orchestrator: its parameter values (task, mode, run_dir, ...);
-    synthesizer: the reward_synthesizer node's (None: the orchestrator synthesizes in process)."""
-    import rclpy
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
-
+    synthesizer: the reward_synthesizer node's (None: the orchestrator synthesizes in process). Returns 0 when
+    the search finished, 1 when it failed or a node could not start."""
     from motionvl.ros.orchestrator_node import OrchestratorNode
+    from motionvl.ros.runtime import run_nodes
 
     params_file = Path(params_file) if params_file else package_root() / NODES_YAML
     run_dir = Path(orchestrator["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    context = rclpy.Context()
-    rclpy.init(context=context, args=["--ros-args", "--params-file", str(params_file)])
-    nodes, children, spinners = [], [], []
     trainer_values = {"runs_dir": str(run_dir / "candidates"), "training_config": train_config or "",
                       "shared_channel": False}
-    try:
-        for i in range(trainers):
-            name = f"policy_trainer_{i}"
-            if trainers_in_process:
+    factories, children = [], []
+    for i in range(trainers):
+        name = f"policy_trainer_{i}"
+        if trainers_in_process:
+            def trainer(name=name):
                 from motionvl.ros.policy_trainer_node import PolicyTrainerNode
 
-                nodes.append((PolicyTrainerNode(name, context=context, parameter_overrides=_parameters(
-                    {**node_parameters(params_file, "policy_trainer"), **trainer_values})), None))
-            else:
-                children.append(_trainer_process(params_file, name, trainer_values, run_dir / "logs" / f"{name}.log"))
-        if synthesizer is not None:
+                return PolicyTrainerNode(name, parameter_overrides=_parameters(
+                    {**node_parameters(params_file, "policy_trainer"), **trainer_values}))
+            factories.append(trainer)
+        else:
+            children.append(_trainer_process(params_file, name, trainer_values, run_dir / "logs" / f"{name}.log"))
+    if synthesizer is not None:
+        def synthesizer_node():
             from motionvl.ros.reward_synthesizer_node import RewardSynthesizerNode
 
-            nodes.append((RewardSynthesizerNode(context=context, parameter_overrides=_parameters(synthesizer)), 1))
-        if record:
+            return RewardSynthesizerNode(parameter_overrides=_parameters(synthesizer))
+        factories.append(synthesizer_node)
+    if record:
+        def recorder():
             from motionvl.ros.recorder_node import RecorderNode
 
-            nodes.append((RecorderNode(context=context, parameter_overrides=_parameters(
-                {"output_dir": str(run_dir / "bags"), "use_sim_time": False})), 1))
-        orch = OrchestratorNode(context=context, parameter_overrides=_parameters(
-            {**orchestrator, "shutdown_when_done": True, "synthesizer_node": synthesizer is not None}))
-        nodes.append((orch, None))
-        for node, threads in nodes:
-            executor = SingleThreadedExecutor(context=context) if threads == 1 else \
-                MultiThreadedExecutor(num_threads=threads, context=context)
-            executor.add_node(node)
-            thread = threading.Thread(target=_spin, args=(executor, ExternalShutdownException), daemon=True,
-                                      name=f"spin-{node.get_name()}")
-            thread.start()
-            spinners.append((executor, thread))
-        orch.finished.wait()
-        return 0 if orch.error is None else 1
-    except KeyboardInterrupt:
-        print(f"\nmotionvl train: interrupted; `motionvl train --out {run_dir} --resume` continues", file=sys.stderr)
-        return 130
-    except (ConfigError, ValueError) as exc:  # a node that cannot start with its parameters
-        print(f"motionvl train: {exc}", file=sys.stderr)
-        return 2
+            return RecorderNode(parameter_overrides=_parameters({"output_dir": str(run_dir / "bags"),
+                                                                 "use_sim_time": False}))
+        factories.append(recorder)
+    factories.append(lambda: OrchestratorNode(parameter_overrides=_parameters(
+        {**orchestrator, "shutdown_when_done": True, "synthesizer_node": synthesizer is not None})))
+    try:
+        return run_nodes(factories, "motionvl train", ["--ros-args", "--params-file", str(params_file)])
     finally:
-        for child in children:
+        for child in children:  # a trainer stops after its iteration in progress, its checkpoint saved
             if child.poll() is None:
-                child.terminate()
-        for executor, _ in spinners:
-            executor.shutdown(timeout_sec=2.0)
-        for _, thread in spinners:
-            thread.join(timeout=5.0)
-        for node, _ in nodes:
-            node.destroy_node()
+                child.send_signal(signal.SIGINT)
         for child in children:
             try:
-                child.wait(15)
+                child.wait(20)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-        rclpy.try_shutdown(context=context)
-
-
-def _spin(executor, shutdown_exception) -> None:
-    try:
-        executor.spin()
-    except shutdown_exception:
-        pass

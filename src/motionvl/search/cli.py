@@ -147,9 +147,19 @@ def _run(args: argparse.Namespace) -> int:
                        "model_dir": args.synth_model or "" if settings.synthesizer == "transformers" else "",
                        "device": args.device, "ledger": str(Path(args.replay) / "ledger.jsonl") if args.replay else "",
                        "max_calls": limits.max_synth_calls, "max_tokens": limits.max_synth_tokens}
-    return run_train_graph(orchestrator, synthesizer=synthesizer, trainers=args.trainers,
+    code = run_train_graph(orchestrator, synthesizer=synthesizer, trainers=args.trainers,
                            trainers_in_process=args.trainers_in_process, record=args.record,
                            train_config=settings.train_config)
+    from motionvl.search.ledger import Ledger
+
+    finished = Ledger(args.out).get("run", "finished") if (args.out / "ledger.jsonl").exists() else None
+    if finished is not None:
+        print(json.dumps(finished, default=str))
+        return 0
+    if code == 0:  # stopped by a signal before the search ended
+        print(f"motionvl train: stopped; `motionvl train --out {args.out} --resume` continues", file=sys.stderr)
+        return 130
+    return code
 
 
 def _run_without_ros(args: argparse.Namespace, settings) -> int:

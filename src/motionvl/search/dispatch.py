@@ -31,6 +31,10 @@ from motionvl.rl.jobs import OUTCOME_FILE, TrainingJob
 from motionvl.search.worker import HEARTBEAT_FILE, LOG_FILE
 
 
+STOPPED = "the search is stopping"
+"""The reason of the jobs a stopping dispatcher hands back unfinished (their runs resume later)."""
+
+
 @dataclasses.dataclass
 class SlotState:
     kind: str
@@ -75,10 +79,14 @@ class Dispatcher:
 
     def __init__(self, slots: Callable[[], list], *, limit_s: Callable[[TrainingJob], float], heartbeat_s: float,
                  max_redispatch: int = 2, poll_s: float = 0.5, on_progress: Callable[[str, SlotState], None] | None = None,
-                 log: Callable[[str], None] = print, no_trainer_s: float = 0.0):
-        """no_trainer_s: how long to wait for a trainer to appear before the waiting jobs fail."""
+                 log: Callable[[str], None] = print, no_trainer_s: float = 0.0,
+                 should_stop: Callable[[], bool] = lambda: False):
+        """no_trainer_s: how long to wait for a trainer to appear before the waiting jobs fail.
+        should_stop: polled; once true every unfinished job comes back with reason STOPPED (running ones
+        are stopped: their runs keep their checkpoints)."""
         self.slots, self.limit_s, self.heartbeat_s = slots, limit_s, float(heartbeat_s)
         self.no_trainer_s = float(no_trainer_s)
+        self.should_stop = should_stop
         self.max_redispatch, self.poll_s = int(max_redispatch), float(poll_s)
         self.on_progress = on_progress or (lambda cid, state: None)
         self.log = log
@@ -90,6 +98,13 @@ class Dispatcher:
         last_seen = time.time()  # the last time any trainer was there
         waiting_said = False
         while pending or running:
+            if self.should_stop():
+                for slot, job, started, _ in running.values():
+                    slot.stop()
+                    yield JobResult(job, False, None, STOPPED, slot.name, time.time() - started)
+                for job in pending:
+                    yield JobResult(job, False, None, STOPPED, None, 0.0)
+                return
             slots = self.slots()
             if slots:
                 last_seen, waiting_said = time.time(), False
@@ -178,7 +193,7 @@ class LocalProcessSlot:
             self.runs_dir.mkdir(parents=True, exist_ok=True)
             with (self.runs_dir / f"{self.name}.log").open("ab") as log:
                 self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                              preexec_fn=_die_with_parent, text=True,
+                                              preexec_fn=_die_with_parent, start_new_session=True, text=True,
                                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
         return self._proc
 

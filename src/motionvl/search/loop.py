@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -37,7 +38,7 @@ from motionvl.robot import ConfigError
 from motionvl.search import deps
 from motionvl.search.config import MODES, SearchConfig, mode_label
 from motionvl.search.decision import decide, gate_failures
-from motionvl.search.dispatch import Dispatcher, SlotState
+from motionvl.search.dispatch import STOPPED, Dispatcher, SlotState
 from motionvl.search.ledger import Ledger
 from motionvl.search.lineage import code_version, spec_hash
 from motionvl.search.playback import Playback, PlaybackResult
@@ -52,6 +53,10 @@ EVALUATION_SUMMARY_KEYS = ("success_rate", "fell_fraction", "task_score", "forwa
 
 class SearchError(RuntimeError):
     """The search cannot go on (no start policy, a run directory in use); the message says why."""
+
+
+class SearchStopped(RuntimeError):
+    """The search was asked to stop (`Search.stop()`): it ended at a step boundary; resume continues it."""
 
 
 @dataclasses.dataclass
@@ -105,6 +110,7 @@ class Search:
         self.synthesizer, self.critic, self.playback, self.slots = synthesizer, critic, playback, slots
         self.log, self.progress = log, progress
         self.on_state, self.no_trainer_s = on_state or (lambda state: None), float(no_trainer_s)
+        self._stop = threading.Event()
         self.use_critic = settings.mode == "synth+critic"
         if settings.mode != "reference" and synthesizer is None:
             raise ConfigError(f"mode {settings.mode!r} needs a synthesizer")
@@ -149,6 +155,18 @@ class Search:
             self.ledger.append("run", f"resumed-{sessions + 1}", {"steps_recorded": len(self.ledger.records)})
         self.log(f"resuming {self.run_dir}: {len(self.ledger.records)} steps recorded")
 
+    def stop(self) -> None:
+        """Ask the search to end at its next step (from any thread); run() then raises SearchStopped."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _check_stop(self) -> None:
+        if self._stop.is_set():
+            raise SearchStopped(f"the search in {self.run_dir} was stopped; resume continues it")
+
     def close(self) -> None:
         for bar in self._bars.values():
             bar.close()
@@ -160,10 +178,12 @@ class Search:
             best = self._start()
             if self.settings.mode != "reference":
                 for it in range(1, self.cfg.iterations + 1):
+                    self._check_stop()
                     best = self._iteration(it, best)
                 final = self._final(best)
             else:
                 final = best
+            self._check_stop()
             exported = self.ledger.once("exported", "policy", lambda: self._export(final, best))
             self._table_rows(self.records[START], self.records.get(exported["candidate"], final))
             summary = {"label": self.settings.label, "best": best["id"], "final": final["id"], **exported}
@@ -332,10 +352,13 @@ class Search:
         limits = self.cfg.limits
         dispatcher = Dispatcher(self.slots, limit_s=lambda job: limits.candidate_limit_s(job.iterations or 0),
                                 heartbeat_s=limits.heartbeat_s, max_redispatch=limits.max_redispatch,
-                                on_progress=self._show_progress, log=self.log, no_trainer_s=self.no_trainer_s)
+                                on_progress=self._show_progress, log=self.log, no_trainer_s=self.no_trainer_s,
+                                should_stop=self._stop.is_set)
         self._state("training", candidates=[job.candidate_id for job in todo])
         self._totals = {job.candidate_id: job.iterations for job in todo}
         for result in dispatcher.run(todo):
+            if result.reason == STOPPED:
+                self._check_stop()
             self._close_bar(result.job.candidate_id)
             data = {"ok": result.ok, "outcome": result.outcome, "reason": result.reason, "trainer": result.trainer,
                     "wall_s": result.wall_s}
@@ -358,6 +381,8 @@ class Search:
         self.records[record["id"]] = record
 
     def _play(self, cid: str, outcome: dict) -> dict:
+        self._check_stop()
+
         def play() -> dict:
             t0 = time.monotonic()
             out = self.candidate_dir(cid) / "playback"
@@ -516,7 +541,7 @@ def _read_outcome(run_dir: Path, cid: str) -> dict | None:
         outcome = json.loads((run_dir / OUTCOME_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    return outcome if outcome.get("candidate_id") == cid else None
+    return outcome if outcome.get("candidate_id") == cid and outcome.get("complete", True) else None
 
 
 def _evaluation_summary(record: dict) -> dict:

@@ -60,7 +60,9 @@ def serve_one(job_path: Path, runs_dir: Path, train_config: str | None, evaluati
     except Exception as exc:  # noqa: BLE001 - reported as the candidate's failure; the process takes the next job
         traceback.print_exc()
         outcome = {"candidate_id": job.candidate_id, "error": f"{type(exc).__name__}: {exc}"}
-        write_json(run_dir / OUTCOME_FILE, outcome)  # run_job writes a finished job's own
+    if not outcome.get("complete"):  # run_job writes a complete job's own
+        outcome.setdefault("error", f"training stopped before its budget ({outcome.get('stop_reason')})")
+        write_json(run_dir / OUTCOME_FILE, outcome)
     beat("done", outcome.get("iterations"))
 
 
