@@ -146,6 +146,12 @@ def _deployment_topic(_tmp_path: Path, feeder) -> dict:
     return {"command_topic": feeder.deployment_topic}
 
 
+def _search_run(tmp_path: Path, _feeder) -> dict:
+    """A new tiny search per run (no synthesizer node, no trainer: the search waits for one)."""
+    return {"task": "walk forward with straight knees", "run_dir": str(tmp_path / f"search_{uuid.uuid4().hex[:8]}"),
+            "settings_file": str(ROOT / "tests" / "data" / "search_tiny.yaml"), "synthesizer_node": False}
+
+
 CASES = {
     "simulator_node": NodeCase(working=lambda err, feeder: "publishing at" in err),
     "camera_renderer_node": NodeCase(params={"width": 64, "height": 48, "shadows": False, "frame_interval_s": 0.05},
@@ -157,6 +163,7 @@ CASES = {
     # count as a second writer (the node refuses to start beside one)
     "deployment_node": NodeCase(params={"realtime_priority": 0}, prepare=_deployment_topic,
                                 working=lambda err, feeder: feeder.commands[feeder.deployment_topic] > 0),
+    "orchestrator_node": NodeCase(prepare=_search_run, working=lambda err, feeder: "waiting up to" in err),
     "recorder_node": NodeCase(prepare=lambda tmp, _feeder: {"output_dir": str(tmp / "bags"), "bag_name": "bag",
                                                             "discovery_period_s": 0.2},
                               working=lambda err, feeder: "recording /joint_states (" in err),
