@@ -5,4 +5,4 @@
 
 
 def _reward_period(state):  # <- rejected here
-    return np.log(np.ones_like(state.base_height) * (0.75 - state.gait_period) + 1e-12) * 0.0
+    return np.log(np.ones_like(state.base_height) * (state.gait_period - 0.75) + 1e-12) * 0.0
