@@ -11,7 +11,7 @@ import sys
 
 # subcommand -> (module, one-line help)
 COMMANDS = {
-    "demo": ("motionvl.demo", "the main job on embedded defaults: train, evaluate, render and critique a policy"),
+    "demo": ("motionvl.demo", "one policy on the reference reward: train, evaluate, render and critique it"),
     "sim": ("motionvl.sim.cli", "run the simulator: stand the robot under PD, write a video"),
     "bench": ("motionvl.bench_cli", "benchmarks: 'bench sim', 'bench train', 'bench render'"),
     "reward": ("motionvl.rewards.cli", "reward tools: 'reward check FILE' validates generated reward code"),

@@ -1,13 +1,13 @@
-"""`motionvl demo`: the main job on embedded defaults (what `make demo` runs).
+"""`motionvl demo`: one policy on the reference reward, trained, evaluated, rendered and critiqued.
 
-From a task sentence to a critiqued policy, with what exists today:
+The language loop (`motionvl train`, what `make demo` runs) does this for every reward candidate; this
+command is the single-policy path without the search:
   1. train a PPO policy on the reference reward spec (rsl_rl, batched MuJoCo, randomisation on),
   2. export it to ONNX and evaluate it with ONNX Runtime at the robot's own 500 Hz PD rate
      (reward-free task score and gait numbers),
   3. render a 10 s rollout to an mp4 and a contact sheet,
   4. run the offline kinematic critic (model-free; not a VLM) on the rollout against the sentence.
 Everything lands in --out; running again resumes the training run instead of starting over.
-The LLM reward synthesizer that closes the loop is not part of the stack yet.
 """
 
 from __future__ import annotations
