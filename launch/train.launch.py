@@ -49,7 +49,7 @@ ARGUMENTS = {  # name -> (default, description)
     "critic_model": ("", "openai critic: the model name; transformers: a local model directory"),
     "settings_file": ("", "YAML of search settings laid over the preset"),
     "train_config": ("", "training YAML of the trainers (empty: config/training.yaml)"),
-    "robot_config": ("", "robot YAML; empty: the package's"),
+    "robot_config": ("", "robot YAML of every node (overrides the params file's); empty: the package's"),
 }
 
 
@@ -60,10 +60,12 @@ def _trainers(context, params_file):
         section = ((yaml.safe_load(f) or {}).get(TRAINER[1]) or {}).get("ros__parameters") or {}
     run_dir = LaunchConfiguration("run_dir").perform(context)
     values = {**section, "runs_dir": f"{run_dir}/candidates", "shared_channel": False,
-              "training_config": LaunchConfiguration("train_config").perform(context)}
+              "training_config": LaunchConfiguration("train_config").perform(context),
+              "robot_config": LaunchConfiguration("robot_config").perform(context)}
     count = int(LaunchConfiguration("trainers").perform(context))
+    # the params file for its /** section (the whole graph's), then the policy_trainer section under this name
     return [Node(package=PACKAGE, executable=TRAINER[0], name=f"{TRAINER[1]}_{i}", output="screen",
-                 emulate_tty=True, parameters=[values]) for i in range(count)]
+                 emulate_tty=True, parameters=[params_file, values]) for i in range(count)]
 
 
 def generate_launch_description():
@@ -76,22 +78,22 @@ def generate_launch_description():
         *[DeclareLaunchArgument(name, default_value=default, description=text)
           for name, (default, text) in ARGUMENTS.items()],
     ]
+    robot = {"robot_config": arg("robot_config")}  # one robot for every node (a node without one ignores it)
     overrides = {
-        "simulator": {"robot_config": arg("robot_config")},
         "vlm_critic": {"backend": arg("critic"), "model": arg("critic_model"), "base_url": arg("critic_base_url")},
         "reward_synthesizer": {"backend": arg("synthesizer"), "base_url": arg("synth_base_url"),
                                "model": arg("synth_model"), "model_dir": arg("synth_model_dir")},
     }
     for executable, name in NODES:
         actions.append(Node(package=PACKAGE, executable=executable, name=name, output="screen",
-                            emulate_tty=True, parameters=[params_file, overrides.get(name, {})]))
+                            emulate_tty=True, parameters=[params_file, {**robot, **overrides.get(name, {})}]))
     actions.append(OpaqueFunction(function=_trainers, args=[params_file]))
     orchestrator = Node(package=PACKAGE, executable="orchestrator_node", name="orchestrator", output="screen",
                         emulate_tty=True, parameters=[params_file, {
                             "task": arg("task"), "mode": arg("mode"), "preset": arg("preset"), "run_dir": arg("run_dir"),
                             "resume": arg("resume"), "synthesizer": arg("synthesizer"), "critic": arg("critic"),
                             "critic_model": arg("critic_model"), "critic_base_url": arg("critic_base_url"),
-                            "settings_file": arg("settings_file"), "train_config": arg("train_config")}])
+                            "settings_file": arg("settings_file"), "train_config": arg("train_config"), **robot}])
     actions.append(orchestrator)
     actions.append(Node(package=PACKAGE, executable="recorder_node", name="recorder", output="screen", emulate_tty=True,
                         condition=IfCondition(arg("record")),

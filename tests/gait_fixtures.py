@@ -26,7 +26,8 @@ def synthetic_gait(T: int = 200, dt: float = 0.02) -> Trajectory:
     qpos[:, 3], qpos[:, 5] = np.cos(0.05), np.sin(0.05)  # pitch 0.1 rad about +y (leaning forward)
     qpos[:, 8] = np.where(contact[:, 0], 0.5, 1.2)  # knees: 0.5 rad in stance, 1.2 in swing
     qpos[:, 10] = np.where(contact[:, 1], 0.5, 1.2)
-    return Trajectory(dt=dt, joint_names=names, time=t, qpos=qpos, qvel=np.zeros((T, 6 + 4)), foot_pos=foot_pos,
+    roles = (("left", "hip_pitch"), ("left", "knee"), ("right", "hip_pitch"), ("right", "knee"))
+    return Trajectory(dt=dt, joint_names=names, joint_roles=roles, time=t, qpos=qpos, qvel=np.zeros((T, 6 + 4)), foot_pos=foot_pos,
                       foot_vel=foot_vel, foot_contact=contact, command=np.zeros((T, 3)), fell=np.zeros(T, bool))
 
 
@@ -58,6 +59,6 @@ def walking_trajectory(speed: float = 0.6, period: float = 1.0, seconds: float =
     vel = np.gradient(foot, t, axis=0)
     qvel = np.zeros((n, 6 + ROBOT.num_joints))
     qvel[:, 0] = speed
-    return Trajectory(dt=dt, joint_names=ROBOT.joint_names, time=t, qpos=qpos, qvel=qvel, foot_pos=foot,
-                      foot_vel=vel, foot_contact=contact, command=np.tile([speed, 0.0, 0.0], (n, 1)),
-                      fell=np.zeros(n, bool))
+    return Trajectory(dt=dt, joint_names=ROBOT.joint_names, joint_roles=ROBOT.joint_roles, time=t, qpos=qpos,
+                      qvel=qvel, foot_pos=foot, foot_vel=vel, foot_contact=contact,
+                      command=np.tile([speed, 0.0, 0.0], (n, 1)), fell=np.zeros(n, bool))

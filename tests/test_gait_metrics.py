@@ -43,7 +43,7 @@ def test_stance_knee_flexion_is_the_mean_over_stance_samples_of_both_legs():
     """The definition the language loop's outcome rests on: which samples count, which angle, degrees."""
     traj = synthetic_gait(T=300)  # 6 s; stance 60 % of each 1 s cycle
     t = traj.time
-    left, right = knee_indices(traj.joint_names)
+    left, right = knee_indices(traj.joint_roles)
     ramp = 0.2 + 0.3 * (t % 1.0)  # the angle changes through stance: a mean, not a mid-stance sample
     traj.qpos[:, 7 + left] = np.where(traj.foot_contact[:, 0], ramp, 1.3)
     traj.qpos[:, 7 + right] = np.where(traj.foot_contact[:, 1], 0.1, 1.3)
@@ -96,12 +96,15 @@ def test_synthetic_walk_gait_numbers():
     assert lopsided.get("gait_asymmetry") > 0.1
 
 
-def test_knees_by_name_or_given():
-    assert knee_indices(ROBOT.joint_names) == (J["left_knee"], J["right_knee"])
-    assert knee_indices(("l_knee_joint", "r_knee_joint", "waist")) == (0, 1)
-    assert knee_indices(("waist", "neck")) == (None, None)
+def test_knees_as_declared_or_given():
+    assert knee_indices(ROBOT.joint_roles) == (J["left_knee"], J["right_knee"])
+    assert knee_indices((("left", "knee"), ("right", "knee"), (None, "waist_yaw"))) == (0, 1)
+    assert knee_indices(((None, "waist_yaw"), (None, "neck"))) == (None, None)
     walk = walking_trajectory()
-    unnamed = dataclasses.replace(walk, joint_names=tuple(f"joint{i}" for i in range(len(walk.joint_names))))
+    renamed = dataclasses.replace(walk, joint_names=tuple(f"joint{i}" for i in range(len(walk.joint_names))))
+    assert analyse_gait(renamed).get("knee_angle_stance_deg") == analyse_gait(walk).get("knee_angle_stance_deg"), \
+        "the roles, not the names, say which joints are knees"
+    unnamed = dataclasses.replace(walk, joint_roles=())
     assert analyse_gait(unnamed).get("knee_angle_stance_deg") is None
     given = analyse_gait(unnamed, knees=(J["left_knee"], J["right_knee"]))
     assert given.get("knee_angle_stance_deg") == pytest.approx(analyse_gait(walk).get("knee_angle_stance_deg"))

@@ -134,3 +134,37 @@ def test_console_scripts_point_at_main_functions():
 def test_ros_launch_tests_compile():
     for path in sorted((ROOT / "ros_tests").glob("*.py")):
         compile(path.read_text(), str(path), "exec")
+
+
+def test_every_node_gets_the_same_robot_and_world():
+    """One robot config and one terrain for the whole graph: config/nodes.yaml sets robot and terrain for
+    all nodes at once (/**), every launch file passes its robot_config argument to each node that loads
+    the robot, and every node that loads the robot or builds a floor declares the parameters it reads."""
+    import re
+
+    raw = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
+    assert set(raw["/**"]["ros__parameters"]) >= {"robot_config", "terrain", "terrain_seed"}
+    for name, section in raw.items():
+        if name != "/**":
+            assert not {"robot_config", "terrain", "terrain_seed"} & set(section["ros__parameters"]), name
+    node_sources = {p.stem: p.read_text() for p in (ROOT / "src" / "motionvl" / "ros").glob("*_node.py")}
+    for path in LAUNCH_FILES:
+        tree = ast.parse(path.read_text())
+        dicts = {a.targets[0].id: a.value for a in ast.walk(tree)  # `deployment = {...}` in the function body
+                 if isinstance(a, ast.Assign) and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Dict)}
+        for call in ast.walk(tree):
+            if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Node"):
+                continue
+            kw = {k.arg: k.value for k in call.keywords}
+            executable = kw["executable"].value if isinstance(kw["executable"], ast.Constant) else None
+            if executable is not None and "load_robot_config(" not in node_sources[executable]:
+                continue  # a node without a robot (the recorder); a loop over the node table passes it to all
+            params = [dicts.get(p.id, p) if isinstance(p, ast.Name) else p for p in kw["parameters"].elts]
+            keys = {k.value for d in params if isinstance(d, ast.Dict) for k in d.keys if isinstance(k, ast.Constant)}
+            assert "robot_config" in keys, f"{path.name}: {executable or 'a node'} does not get the robot_config argument"
+    for name, source in node_sources.items():
+        declared = set(re.findall(r'^\s+"(\w+)": \(', source, re.M))
+        if "load_robot_config(" in source:
+            assert "robot_config" in declared, f"{name} loads a robot but has no robot_config parameter"
+        if "TerrainConfig(" in source:
+            assert {"terrain", "terrain_seed"} <= declared, f"{name} builds a floor without terrain/terrain_seed"

@@ -452,7 +452,7 @@ def test_gait_feedforward_folds_the_clocks_swing_leg_under_the_policys_action(ro
                                               commands=CommandConfig(fixed=command, resample_s=1e9),
                                               randomization=RandomizationConfig.disabled()))
 
-    idx = reference_gait_joint_indices(robot.joint_names)
+    idx = reference_gait_joint_indices(robot.joint_roles)
     actions = np.random.default_rng(0).uniform(-0.3, 0.3, (3, robot.num_joints))
     plain, fed = env_with(0.0, (0.6, 0.0, 0.0)), env_with(0.35, (0.6, 0.0, 0.0))
     for step in range(12):  # into the first swing: the fold is 0 at lift-off
@@ -493,7 +493,7 @@ def test_stride_feedforward_sweeps_the_hips_as_the_forward_command_asks(robot):
                                               commands=CommandConfig(fixed=command, resample_s=1e9),
                                               randomization=RandomizationConfig.disabled()))
 
-    idx = reference_gait_joint_indices(robot.joint_names)  # [left, right] x (hip pitch, knee, ankle pitch)
+    idx = reference_gait_joint_indices(robot.joint_roles)  # [left, right] x (hip pitch, knee, ankle pitch)
     actions = np.zeros((2, robot.num_joints))
     fold_only, swept = env_with(0.0, (0.5, 0.0, 0.0)), env_with(0.4, (0.5, 0.0, 0.0))
     sweeps, phases = [], []

@@ -11,7 +11,7 @@ import torch
 
 from motionvl.envs.config import EnvConfig, RandomizationConfig
 from motionvl.envs.locomotion import LocomotionEnv
-from motionvl.envs.mirror import EnvMirror, joint_mirror, mirror_name
+from motionvl.envs.mirror import EnvMirror, joint_mirror
 from motionvl.rewards.spec import load_reward_spec
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.mirror_loss import LeanMirrorLoss, compare_with_rsl_rl
@@ -24,12 +24,11 @@ ROBOT = load_robot_config()
 
 
 def test_joint_mirror_pairs_sides_and_flips_roll_and_yaw():
-    assert mirror_name("left_hip_roll") == "right_hip_roll" and mirror_name("r_ankle") == "l_ankle"
-    assert mirror_name("waist_yaw") == "waist_yaw" and mirror_name("clearance_joint") == "clearance_joint"
-    perm, sign = joint_mirror(build_model(ROBOT), ROBOT.joint_names)
+    perm, sign = joint_mirror(build_model(ROBOT), ROBOT)
     names = list(ROBOT.joint_names)
     for i, name in enumerate(names):
-        assert names[perm[i]] == mirror_name(name)
+        side, kind = ROBOT.joint_roles[i]
+        assert ROBOT.joint_roles[perm[i]] == ({"left": "right", "right": "left"}[side], kind)
         assert sign[i] == (-1.0 if ("roll" in name or "yaw" in name) else 1.0), name
     # the joint limits of the robot file agree: a roll joint's range mirrors to its partner's
     lower, upper = np.asarray(ROBOT.lower), np.asarray(ROBOT.upper)
@@ -42,9 +41,11 @@ def test_an_asymmetric_robot_is_refused():
     joint = next(j for j in spec.joints if j.name == "right_hip_pitch")
     joint.axis = [0.0, 0.0, 1.0]  # a right hip that pitches about z: not the mirror image of the left
     with pytest.raises(ConfigError, match="axis of 'right_hip_pitch'"):
-        joint_mirror(spec.compile(), ROBOT.joint_names)
-    with pytest.raises(ConfigError, match="no partner 'right_knee'"):
-        joint_mirror(build_model(ROBOT), [n for n in ROBOT.joint_names if n != "right_knee"])
+        joint_mirror(spec.compile(), ROBOT)
+    # the partner comes from the declared roles, not the name: a right knee declared as something else
+    joints = tuple(dataclasses.replace(j, kind="stifle") if j.name == "right_knee" else j for j in ROBOT.joints)
+    with pytest.raises(ConfigError, match="'left_knee' \\(left knee\\) has no partner"):
+        joint_mirror(build_model(ROBOT), dataclasses.replace(ROBOT, joints=joints))
 
 
 def test_mirroring_refuses_different_action_scales_on_the_two_sides():
@@ -123,7 +124,7 @@ def test_mirror_of_the_randomization_draws_permutes_joint_scales_and_keeps_scala
     m = EnvMirror.of(env)
     total = env.num_obs + env.num_privileged
     assert sorted(m.critic_index) == list(range(total))
-    perm, _ = joint_mirror(env.model, ROBOT.joint_names)
+    perm, _ = joint_mirror(env.model, ROBOT)
     J = env.num_joints
     critic = np.concatenate([env.observations(), env.privileged_observations()], axis=1)
     mirrored = m.critic(critic[0])

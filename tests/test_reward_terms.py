@@ -40,7 +40,7 @@ def make_state(n: int = 4, **over) -> RewardState:
         foot_air_time=np.zeros((n, 2)), first_contact=np.zeros((n, 2), bool), body_collision=np.zeros(n, bool),
         command=np.tile([0.6, 0.0, 0.0], (n, 1)), heading_error=np.zeros(n), gait_phase=np.full(n, 0.25), gait_period=0.7,
         action=np.zeros((n, J)), last_action=np.zeros((n, J)), terminated=np.zeros(n, bool),
-        joint_names=ROBOT.joint_names)
+        joint_names=ROBOT.joint_names, joint_roles=ROBOT.joint_roles)
     base.update(over)
     return RewardState(**base)
 

@@ -56,7 +56,7 @@ def test_rejections_are_validation_errors_with_line_and_rule():
 
 def test_library_terms_are_checked_against_the_robot(robot):
     elbow = {"terms": {"default_pose": {"weight": 0.2, "params": {"joints": ["elbow"]}}}}
-    with pytest.raises(RewardValidationError, match=r"term 'default_pose': .*no joint name contains"):
+    with pytest.raises(RewardValidationError, match=r"term 'default_pose': .*no joint is named or has a kind"):
         validate_spec(elbow, robot)
 
 

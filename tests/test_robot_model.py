@@ -184,3 +184,54 @@ def test_action_scale_must_be_positive(tmp_path, where):
     match = "action_scale must be > 0" if where == "robot" else "left_knee.*action_scale must be > 0"
     with pytest.raises(ConfigError, match=match):
         load_robot_config(_write_config(tmp_path, mutate=zero))
+
+
+# ---------------------------------------------------------------- robot.yaml as the single source
+def test_joint_damping_and_friction_of_the_config_are_in_the_model(tmp_path):
+    """The URDF's <dynamics> (0.1 / 0.1) is overridden by robot.yaml."""
+    def dynamics(raw):
+        raw["joint_damping"], raw["joint_friction"] = 0.7, 0.35
+
+    robot = load_robot_config(_write_config(tmp_path, mutate=dynamics))
+    model = build_model(robot)
+    dofs = [model.jnt_dofadr[model.joint(n).id] for n in robot.joint_names]
+    np.testing.assert_array_equal(model.dof_damping[dofs], 0.7)
+    np.testing.assert_array_equal(model.dof_frictionloss[dofs], 0.35)
+    shipped = load_robot_config(ROBOT_YAML)
+    np.testing.assert_array_equal(build_model(shipped).dof_damping[dofs], shipped.joint_damping)
+
+
+def test_joint_roles_come_from_the_config_not_the_names(tmp_path):
+    def rename(raw):  # names that say nothing; the roles stay declared
+        for k, joint in enumerate(raw["joints"]):
+            joint["name"] = f"j{k}"
+
+    robot = load_robot_config(_write_config(tmp_path, mutate=rename))
+    assert robot.joint_index("left", "knee") == 3 and robot.leg_pair("hip_pitch").tolist() == [2, 8]
+    assert robot.mirror_partner(3) == 9 and robot.joint_roles[9] == ("right", "knee")
+    from motionvl.policy_io import robot_feedforward_joints
+    assert robot_feedforward_joints(robot) == (("j2", "j3", "j4"), ("j8", "j9", "j10"))
+    undeclared = load_robot_config(_write_config(tmp_path, mutate=lambda raw: raw["joints"][9].pop("kind")))
+    with pytest.raises(ConfigError, match="no joint is declared as the right knee"):
+        undeclared.leg_pair("knee")
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda raw: raw["joints"][0].update(side="port"), "side must be 'left' or 'right'"),
+    (lambda raw: raw["joints"][1].update(kind="hip_yaw"), "more than one joint declared as \\['left hip_yaw'\\]"),
+    (lambda raw: raw.pop("knee_bodies"), "missing required key 'knee_bodies'"),
+])
+def test_bad_roles_are_refused(tmp_path, mutate, message):
+    with pytest.raises(ConfigError, match=message):
+        load_robot_config(_write_config(tmp_path, mutate=mutate))
+
+
+def test_fall_detection_needs_the_declared_knee_bodies(tmp_path):
+    """A robot whose knee links are named otherwise gets a clear error, not a silent loss of the knee check."""
+    robot = load_robot_config(_write_config(tmp_path, mutate=lambda raw: raw.update(knee_bodies=["left_calf", "right_shank"])))
+    with pytest.raises(ConfigError, match="knee_bodies \\['left_calf'\\] .* not links"):
+        build_model(robot)
+    declared_none = load_robot_config(_write_config(tmp_path, mutate=lambda raw: raw.update(knee_bodies=[])))
+    env = LocomotionEnv(declared_none, EnvConfig(num_envs=1, num_threads=1))
+    assert env._knee_bodies.size == 0
+    assert LocomotionEnv(load_robot_config(ROBOT_YAML), EnvConfig(num_envs=1, num_threads=1))._knee_bodies.size == 2

@@ -32,7 +32,7 @@ import dataclasses
 
 import numpy as np
 
-from motionvl.robot import ConfigError
+from motionvl.robot import SIDES, ConfigError
 from motionvl.sim.math import projected_gravity, wrap_angle, yaw_of
 
 FORMAT = "motionvl-policy/2"
@@ -395,11 +395,9 @@ def _parse_block(raw, num_joints: int, problems: list, where: str, known: tuple)
 
 
 def robot_feedforward_joints(robot) -> tuple:
-    """(left, right) x FEEDFORWARD_KINDS joint names of `robot`, from its joint roles."""
-    from motionvl.rewards.terms import reference_gait_joint_indices
-
-    idx = reference_gait_joint_indices(robot.joint_names)
-    return tuple(tuple(robot.joint_names[i] for i in side) for side in idx)
+    """(left, right) x FEEDFORWARD_KINDS joint names of `robot` (RobotConfig), from its declared joint roles."""
+    return tuple(tuple(robot.joint_names[robot.joint_index(side, kind)] for kind in FEEDFORWARD_KINDS)
+                 for side in SIDES)
 
 
 # ---------------------------------------------------------------------- clock, heading, feed-forward
@@ -464,7 +462,7 @@ def _rows(x, num_envs: int, width: int | None, name: str) -> np.ndarray:
     shape = (num_envs,) if width is None else (num_envs, width)
     if a.shape == shape:
         return a
-    if a.size == int(np.prod(shape)) and (a.ndim <= 1 or num_envs == 1):
+    if num_envs == 1 and a.size == int(np.prod(shape)):
         return a.reshape(shape)
     raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
 

@@ -35,6 +35,12 @@ def package_root() -> Path:
 DEFAULT_ROBOT_CONFIG = "config/robot.yaml"
 
 
+SIDES = ("left", "right")
+JOINT_KINDS = ("hip_yaw", "hip_roll", "hip_pitch", "knee", "ankle_pitch", "ankle_roll")
+"""Joint kinds MotionVL's code reads (the gait feed-forward, reward terms, gait metrics); a robot may
+declare other kinds for its other joints."""
+
+
 @dataclasses.dataclass(frozen=True)
 class JointConfig:
     name: str
@@ -46,9 +52,15 @@ class JointConfig:
     lower: float
     upper: float
     action_scale: float | None = None  # rad per unit action for this joint; None: the robot's action_scale
+    side: str | None = None
+    """'left' or 'right'; None for a joint on the body's midline (a waist)."""
+    kind: str | None = None
+    """What the joint is (JOINT_KINDS, or the robot's own name for other joints); None: nothing reads it."""
 
 
 _JOINT_KEYS = {f.name for f in dataclasses.fields(JointConfig)}
+_OPTIONAL_JOINT_KEYS = {"action_scale", "side", "kind"}
+_TEXT_JOINT_KEYS = {"name", "side", "kind"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +93,23 @@ class HardwareConfig:
     @property
     def identity(self) -> bool:
         return not self.motors and not any(self.imu_rpy)
-_OPTIONAL_JOINT_KEYS = {"action_scale"}
+
+
+def joint_role_index(roles, side: str, kind: str) -> int:
+    """Index of the joint with role (`side`, `kind`) among `roles`, one (side, kind) per joint in
+    joint order (RobotConfig.joint_roles; RewardState and Trajectory carry them too). ValueError
+    naming the declared roles when no joint has it."""
+    for i, role in enumerate(roles):
+        if tuple(role) == (side, kind):
+            return i
+    declared = [f"{s or 'midline'} {k}" for s, k in roles if k]
+    raise ValueError(f"no joint is declared as the {side} {kind} (side and kind in the robot config's joints; "
+                     f"declared: {declared or 'none'})")
+
+
+def leg_pair(roles, kind: str):
+    """np.array([left, right]) indices of the joints of `kind` (see joint_role_index)."""
+    return np.array([joint_role_index(roles, side, kind) for side in SIDES])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +121,10 @@ class RobotConfig:
     base_link: str
     imu_link: str
     feet: tuple
+    """(left, right) links whose soles carry the contact sensors."""
+    knee_bodies: tuple
+    """Bodies whose origin less than 0.12 m above the ground ends an episode as a fall (a knee down);
+    declared, () when the robot relies on the base height and tilt alone."""
     sim_dt: float
     decimation: int
     action_scale: float
@@ -100,7 +132,9 @@ class RobotConfig:
     init_base_height: float
     armature: float
     joint_damping: float
+    """Passive damping of every joint (N m s/rad), in the MuJoCo model (the URDF's <dynamics> is overridden)."""
     joint_friction: float
+    """Friction loss of every joint (N m), in the MuJoCo model and the base of its randomisation."""
     joints: tuple
     source: Path | None = None
     hardware: HardwareConfig = HardwareConfig()
@@ -157,6 +191,30 @@ class RobotConfig:
         """Policy period in seconds."""
         return self.sim_dt * self.decimation
 
+    @property
+    def joint_roles(self) -> tuple:
+        """(side, kind) of every joint in joint order (None where the config declares none)."""
+        return tuple((j.side, j.kind) for j in self.joints)
+
+    def joint_index(self, side: str, kind: str) -> int:
+        """Index of the joint declared as (`side`, `kind`); ConfigError when none is."""
+        try:
+            return joint_role_index(self.joint_roles, side, kind)
+        except ValueError as exc:
+            raise ConfigError(f"{self.source or self.name}: {exc}") from exc
+
+    def leg_pair(self, kind: str) -> np.ndarray:
+        """[left, right] indices of the joints of `kind`; ConfigError when a side has none."""
+        return np.array([self.joint_index(side, kind) for side in SIDES])
+
+    def mirror_partner(self, index: int) -> int | None:
+        """The joint on the other side with the same kind (the joint itself on the midline); None if missing."""
+        side, kind = self.joint_roles[index]
+        if side is None:
+            return index
+        other = SIDES[1 - SIDES.index(side)]
+        return next((i for i, role in enumerate(self.joint_roles) if role == (other, kind)), None)
+
 
 def _require(mapping: dict, key: str, where: str):
     if key not in mapping:
@@ -207,6 +265,17 @@ def _hardware(raw, joint_names: list, where: str) -> HardwareConfig:
     return HardwareConfig(motors=tuple(motors), imu_rpy=rpy)
 
 
+def _knee_bodies(raw: dict, where: str) -> tuple:
+    if "knee_bodies" not in raw:
+        raise ConfigError(f"{where}: missing required key 'knee_bodies': the bodies whose origin near the ground "
+                          "ends an episode as a fall (a knee down), e.g. [left_shank, right_shank]; [] to rely on "
+                          "the base height and tilt alone")
+    bodies = raw["knee_bodies"] or []
+    if not isinstance(bodies, list) or not all(isinstance(b, str) for b in bodies):
+        raise ConfigError(f"{where}: 'knee_bodies' must be a list of body (link) names, got {bodies!r}")
+    return tuple(bodies)
+
+
 def load_robot_config(path: str | Path | None = None) -> RobotConfig:
     """Read and validate a robot YAML file (default: the package's config/robot.yaml)."""
     path = Path(path) if path is not None else package_root() / DEFAULT_ROBOT_CONFIG
@@ -232,10 +301,14 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
             raise ConfigError(f"{jw}: unknown keys {sorted(unknown)}")
         values = {k: _require(j, k, jw) for k in _JOINT_KEYS - _OPTIONAL_JOINT_KEYS}
         values.update({k: j[k] for k in _OPTIONAL_JOINT_KEYS & set(j) if j[k] is not None})
+        text = {k: str(values.pop(k)) for k in _TEXT_JOINT_KEYS & set(values)}
         try:
-            joint = JointConfig(name=str(values.pop("name")), **{k: float(v) for k, v in values.items()})
+            joint = JointConfig(**text, **{k: float(v) for k, v in values.items()})
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{jw}: numeric fields must be numbers ({exc})") from exc
+        if joint.side is not None and joint.side not in SIDES:
+            raise ConfigError(f"{jw} ({joint.name}): side must be 'left' or 'right' (omit it on the midline), "
+                              f"got {joint.side!r}")
         if not joint.lower < joint.upper:
             raise ConfigError(f"{jw} ({joint.name}): lower limit must be below upper")
         if not joint.lower <= joint.default <= joint.upper:
@@ -248,6 +321,10 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
     names = [j.name for j in joints]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: duplicate joint names")
+    roles = [(j.side, j.kind) for j in joints if j.kind is not None]
+    twice = sorted({f"{s or 'midline'} {k}" for s, k in roles if roles.count((s, k)) > 1})
+    if twice:
+        raise ConfigError(f"{where}: more than one joint declared as {twice} (side and kind name one joint)")
     urdf = Path(str(_require(raw, "urdf", where)))
     if not urdf.is_absolute():
         base = path.parent.parent if path.parent.name == "config" else path.parent
@@ -258,6 +335,7 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
         base_link=str(_require(raw, "base_link", where)),
         imu_link=str(raw.get("imu_link", raw["base_link"])),
         feet=tuple(_require(raw, "feet", where)),
+        knee_bodies=_knee_bodies(raw, where),
         sim_dt=float(_require(raw, "sim_dt", where)),
         decimation=int(_require(raw, "decimation", where)),
         action_scale=float(_require(raw, "action_scale", where)),

@@ -92,8 +92,8 @@ def play(policy, *, seconds: float = 10.0, command=(0.5, 0.0, 0.0), path: str = 
         rows.append(_sample(sim, 5.0))
     cols = list(zip(*rows)) if rows else [[]] * 8
     dt = robot.control_dt
-    trajectory = Trajectory(dt=dt, joint_names=robot.joint_names, time=np.arange(len(rows)) * dt,
-                            qpos=np.array(cols[0]), qvel=np.array(cols[1]), foot_pos=np.array(cols[2]),
+    trajectory = Trajectory(dt=dt, joint_names=robot.joint_names, joint_roles=robot.joint_roles,
+                            time=np.arange(len(rows)) * dt, qpos=np.array(cols[0]), qvel=np.array(cols[1]), foot_pos=np.array(cols[2]),
                             foot_vel=np.array(cols[3]), foot_contact=np.array(cols[4]),
                             command=np.tile(np.asarray(command, float), (len(rows), 1)), fell=np.array(cols[6]),
                             joint_torque=np.array(cols[7])) if rows else None

@@ -93,8 +93,8 @@ class LocomotionEnv:
         self._touch_idx = np.array([adr[f"{s}_touch"] for s in SOLE_SITES])
         self._foot_pos_idx = np.array([adr[f"{s}_pos"] + np.arange(3) for s in SOLE_SITES])
         self._foot_vel_idx = np.array([adr[f"{s}_vel"] + np.arange(3) for s in SOLE_SITES])
-        # knees (shank origins) near the ground count as a body collision (kneeling, falling)
-        self._knee_bodies = np.array([m.body(n).id for n in ("left_shank", "right_shank") if _has_body(m, n)], dtype=int)
+        # knees (the robot config's knee_bodies) near the ground count as a body collision (kneeling, falling)
+        self._knee_bodies = np.array([m.body(n).id for n in robot.knee_bodies], dtype=int)
         self._hfield = _HeightField(m) if cfg.terrain in ("rough", "mixed") else None
         if not 0.0 <= cfg.rough_fraction <= 1.0:
             raise ConfigError(f"env.rough_fraction must be in [0, 1], got {cfg.rough_fraction}")
@@ -465,7 +465,7 @@ class LocomotionEnv:
             foot_air_time=self.feet_air_time.copy(), first_contact=first_contact,
             body_collision=body_collision, command=self.command.copy(), heading_error=heading_error, gait_phase=self.gait_phase(),
             gait_period=self.gait_period, action=self.action.copy(), last_action=self.last_action.copy(),
-            terminated=terminated, joint_names=self.robot.joint_names)
+            terminated=terminated, joint_names=self.robot.joint_names, joint_roles=self.robot.joint_roles)
 
     def _heading_error(self, quat: np.ndarray) -> np.ndarray:
         return heading_error(self._heading_target, quat)
@@ -566,14 +566,6 @@ class LocomotionEnv:
         return rec.trajectory()
 
 
-def _has_body(model: mujoco.MjModel, name: str) -> bool:
-    try:
-        model.body(name)
-        return True
-    except KeyError:
-        return False
-
-
 class _HeightField:
     """Ground height under (x, y) for the rough-terrain height field (nearest-cell lookup)."""
 
@@ -598,6 +590,7 @@ class TrajectoryRecorder:
     def __init__(self, env: LocomotionEnv, index: int):
         self.index = index
         self.joint_names = env.robot.joint_names
+        self.joint_roles = env.robot.joint_roles
         self.dt = env.dt
         self.rows: list[tuple] = []
         self.capture(env)
@@ -610,7 +603,8 @@ class TrajectoryRecorder:
     def trajectory(self) -> Trajectory:
         cols = list(zip(*self.rows))
         n = len(self.rows)
-        return Trajectory(dt=self.dt, joint_names=self.joint_names, time=np.arange(n) * self.dt,
+        return Trajectory(dt=self.dt, joint_names=self.joint_names, joint_roles=self.joint_roles,
+                          time=np.arange(n) * self.dt,
                           qpos=np.array(cols[0]), qvel=np.array(cols[1]), foot_pos=np.array(cols[2]),
                           foot_vel=np.array(cols[3]), foot_contact=np.array(cols[4]), command=np.array(cols[5]),
                           fell=np.array(cols[6]), joint_torque=np.array(cols[7]))

@@ -6,10 +6,11 @@ append mirrored observation/action pairs to every mini-batch and/or penalise the
 disagreeing with its mirrored self. A policy that treats both sides alike cannot have a
 one-way yaw bias at a zero yaw-rate command.
 
-Everything here is an index permutation and a sign per entry, derived from the MuJoCo model
-(joint names and axes) and the observation layout, so that a wrong robot file fails loudly
-instead of teaching the policy a wrong mirror:
-  joints         left_* <-> right_* (others map to themselves); the sign is how the partner's
+Everything here is an index permutation and a sign per entry, derived from the robot config's
+joint roles, the MuJoCo model's joint axes and the observation layout, so that a wrong robot file
+fails loudly instead of teaching the policy a wrong mirror:
+  joints         each left joint <-> the right joint of the same kind (joints on the midline map to
+                 themselves; RobotConfig.mirror_partner); the sign is how the partner's
                  axis relates to the reflected axis (hinge axes are pseudovectors: a reflection
                  y -> -y maps (ax, ay, az) to (-ax, ay, -az)), so roll/yaw joints flip, pitch don't;
   angular vel.   (wx, wy, wz) -> (-wx, wy, -wz)       linear vel. (vx, vy, vz) -> (vx, -vy, vz)
@@ -23,15 +24,11 @@ instead of teaching the policy a wrong mirror:
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import mujoco
 import numpy as np
 
-from motionvl.robot import ConfigError
-
-_SIDES = {"left": "right", "right": "left", "l": "r", "r": "l"}
-_SIDE_TOKEN = re.compile(r"(?<![a-z])(left|right|l|r)(?=_|$)")
+from motionvl.robot import ConfigError, RobotConfig
 
 # (index permutation within the block, sign) of each observation block that is not joint-indexed
 _VECTOR_BLOCKS = {
@@ -54,19 +51,13 @@ _JOINT_BLOCKS = ("joint_pos_rel", "joint_vel", "last_action")
 _JOINT_MAGNITUDE_BLOCKS = ("gain_scale_log", "joint_friction_scale_log")
 
 
-def mirror_name(name: str) -> str:
-    """The name of a joint's mirror partner: 'left_knee' -> 'right_knee'; a name without a side maps to itself."""
-    return _SIDE_TOKEN.sub(lambda m: _SIDES[m.group(1)], name)
-
-
-def joint_mirror(model: mujoco.MjModel, joint_names: list[str] | tuple[str, ...], tol: float = 1e-3
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(perm, sign) with mirrored_q = sign * q[perm], from the joint names and their axes at qpos0.
+def joint_mirror(model: mujoco.MjModel, robot: RobotConfig, tol: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+    """(perm, sign) with mirrored_q = sign * q[perm], from the robot's joint roles and the joints' axes at qpos0.
 
     Raises ConfigError when a joint has no partner, or the partner's anchor or axis is not the
     mirror image of the joint's (an asymmetric robot cannot use the mirror augmentation).
     """
-    names = list(joint_names)
+    names = list(robot.joint_names)
     data = mujoco.MjData(model)
     mujoco.mj_kinematics(model, data)
     reflect_point = np.array([1.0, -1.0, 1.0])
@@ -74,9 +65,12 @@ def joint_mirror(model: mujoco.MjModel, joint_names: list[str] | tuple[str, ...]
     base_y = float(data.xpos[1][1])  # the floating base, the world's first child
     perm, sign = np.zeros(len(names), dtype=np.int64), np.zeros(len(names))
     for i, name in enumerate(names):
-        partner = mirror_name(name)
-        if partner not in names:
-            raise ConfigError(f"mirror symmetry: joint '{name}' has no partner '{partner}' in the robot config")
+        k = robot.mirror_partner(i)
+        if k is None:
+            side, kind = robot.joint_roles[i]
+            raise ConfigError(f"mirror symmetry: joint '{name}' ({side} {kind}) has no partner: no joint of the "
+                              f"robot config is declared as the {'right' if side == 'left' else 'left'} {kind}")
+        partner = names[k]
         a, b = model.joint(name).id, model.joint(partner).id
         anchor_a, anchor_b = data.xanchor[a].copy(), data.xanchor[b].copy()
         anchor_a[1] -= base_y
@@ -125,7 +119,7 @@ class EnvMirror:
     @classmethod
     def of(cls, env) -> "EnvMirror":
         """The mirror maps of a LocomotionEnv: its model's joints, its observation and history layout."""
-        perm, sign = joint_mirror(env.model, env.robot.joint_names)
+        perm, sign = joint_mirror(env.model, env.robot)
         for key in ("action_scales", "kp", "kd"):
             values = getattr(env.robot, key)
             if not np.allclose(values[perm], values):

@@ -56,8 +56,8 @@ gait_asymmetry                 0..1       |L - R| / max(|L| + |R|, floor) averag
 NaN marks a number the window cannot give (no stance, no complete swing, too few steps).
 `EVAL_KEYS` are the numbers `motionvl eval` reports per episode.
 
-Joint roles: the knees are found by `knee_indices` from the joint names ("knee" and "left"/"right"
-or an "l_"/"r_" prefix); a trajectory that names its knees otherwise passes `knees=(left, right)`.
+Joint roles: the knees are the joints the robot config declares as (left, knee) and (right, knee)
+(`Trajectory.joint_roles`, `knee_indices`); `knees=(left, right)` gives them for a trajectory without roles.
 """
 
 from __future__ import annotations
@@ -116,14 +116,12 @@ def debounce(mask: np.ndarray, min_len: int) -> np.ndarray:
     return mask
 
 
-def knee_indices(joint_names) -> tuple[int | None, int | None]:
-    """(left, right) knee joint indices from their names; None where a side has no knee."""
-    names = [str(n).lower() for n in joint_names]
-
-    def find(side: str, prefix: str) -> int | None:
-        return next((i for i, n in enumerate(names) if "knee" in n and (side in n or n.startswith(prefix))), None)
-
-    return find("left", "l_"), find("right", "r_")
+def knee_indices(joint_roles) -> tuple[int | None, int | None]:
+    """(left, right) indices of the joints declared as knees among `joint_roles` ((side, kind) per joint,
+    RobotConfig.joint_roles); None where a side declares none."""
+    roles = [tuple(r) for r in joint_roles]
+    left, right = (roles.index((side, "knee")) if (side, "knee") in roles else None for side in ("left", "right"))
+    return left, right
 
 
 def _mean(values) -> float:
@@ -178,7 +176,7 @@ def analyse_gait(traj: Trajectory, *, warmup_s: float = WARMUP_S, min_phase_s: f
                  knees: tuple[int | None, int | None] | None = None) -> GaitAnalysis:
     """Measure every gait number of `traj` (see the module docstring).
 
-    knees: (left, right) knee joint indices; None finds them by name (`knee_indices`).
+    knees: (left, right) knee joint indices; None: the trajectory's declared knees (`knee_indices`).
     """
     fell = np.flatnonzero(np.asarray(traj.fell, dtype=bool))
     fall_time = float(traj.time[fell[0]] - traj.time[0]) if fell.size else None
@@ -199,7 +197,7 @@ def analyse_gait(traj: Trajectory, *, warmup_s: float = WARMUP_S, min_phase_s: f
     T = len(tr.time)
     t = np.asarray(tr.time, dtype=float) - float(tr.time[0])
     window_s = float(t[-1]) + dt
-    knees = knee_indices(tr.joint_names) if knees is None else knees
+    knees = knee_indices(tr.joint_roles) if knees is None else knees
     v: dict[str, float] = {}
 
     # ---------------------------------------------------------------- base

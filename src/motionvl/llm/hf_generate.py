@@ -20,14 +20,7 @@ from typing import Any
 
 import numpy as np
 
-
-def resolve_device(device: str | None = "auto") -> str:
-    """"auto" -> "cuda" when torch sees a GPU, else "cpu"; anything else is returned as given."""
-    import torch
-
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return str(device)
+from motionvl.device import resolve_device
 
 
 def check_model_dir(model_dir: str | Path) -> Path:

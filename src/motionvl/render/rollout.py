@@ -170,5 +170,6 @@ def trajectory_from_poses(model: mujoco.MjModel, robot: RobotConfig, time, base_
     ground = np.median(foot_pos[foot_contact][:, 2]) - SOLE_HALF_SIZE[2] if foot_contact.any() else 0.0
     fell = (base_pos[:, 2] - ground < limits.min_base_height) | (-gravity[:, 2] < np.cos(limits.max_tilt_rad))
     cmd = np.zeros((n, 3)) if command is None else np.broadcast_to(np.asarray(command, dtype=np.float64), (n, 3)).copy()
-    return Trajectory(dt=dt, joint_names=robot.joint_names, time=np.arange(n) * dt, qpos=qpos, qvel=qvel,
-                      foot_pos=foot_pos, foot_vel=foot_vel, foot_contact=foot_contact, command=cmd, fell=fell)
+    return Trajectory(dt=dt, joint_names=robot.joint_names, joint_roles=robot.joint_roles, time=np.arange(n) * dt,
+                      qpos=qpos, qvel=qvel, foot_pos=foot_pos, foot_vel=foot_vel, foot_contact=foot_contact,
+                      command=cmd, fell=fell)

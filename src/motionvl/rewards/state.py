@@ -84,6 +84,9 @@ class RewardState:
     """(N,) bool, the episode ended by a fall at this step (not by a time-out)."""
     joint_names: tuple
     """Joint names in order (left leg then right leg)."""
+    joint_roles: tuple = ()
+    """(side, kind) of each joint in order, as the robot config declares them: side 'left', 'right' or
+    None (midline), kind e.g. 'hip_yaw', 'hip_roll', 'hip_pitch', 'knee', 'ankle_pitch', 'ankle_roll'."""
 
     @property
     def num_envs(self) -> int:

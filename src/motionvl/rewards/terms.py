@@ -25,6 +25,7 @@ import numpy as np
 
 from motionvl import policy_io
 from motionvl.rewards.state import RewardState
+from motionvl.robot import leg_pair
 from motionvl.sim.math import to_heading_frame, yaw_of
 
 
@@ -47,30 +48,28 @@ def _sq_ratio(x: np.ndarray, scale: float) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def _select_joints(joint_names: tuple, patterns: tuple) -> np.ndarray:
+def _select_joints(joint_names: tuple, joint_roles: tuple, patterns: tuple) -> np.ndarray:
+    """Joints a selector names: 'all', a joint's name, or a part of its declared kind ('hip' is every hip joint)."""
     if "all" in patterns:
         return np.arange(len(joint_names))
-    ids = [i for i, n in enumerate(joint_names) if any(p in n for p in patterns)]
+    ids = [i for i, (name, (_, kind)) in enumerate(zip(joint_names, joint_roles))
+           if any(p == name or (kind and p in kind) for p in patterns)]
     if not ids:
-        raise ValueError(f"no joint name contains any of {list(patterns)}; joints are {list(joint_names)}")
+        kinds = sorted({k for _, k in joint_roles if k})
+        raise ValueError(f"no joint is named or has a kind containing any of {list(patterns)}; joints are "
+                         f"{list(joint_names)}, kinds {kinds}")
     return np.array(ids)
 
 
 @functools.lru_cache(maxsize=64)
-def _leg_pair(joint_names: tuple, joint: str) -> np.ndarray:
-    """Indices [left, right] of one joint type, e.g. 'knee' -> (left_knee, right_knee)."""
-    pair = []
-    for side in ("left", "right"):
-        ids = [i for i, n in enumerate(joint_names) if side in n and n.endswith(joint)]
-        if len(ids) != 1:
-            raise ValueError(f"expected one '{side}' joint ending in '{joint}', found {[joint_names[i] for i in ids]}")
-        pair.append(ids[0])
-    return np.array(pair)
+def _leg_pair(joint_roles: tuple, kind: str) -> np.ndarray:
+    """Indices [left, right] of the joints of one kind, e.g. 'knee' -> (left knee, right knee), as declared."""
+    return leg_pair(joint_roles, kind)
 
 
-def _joint_pair(state: RewardState, joint: str) -> np.ndarray:
-    """(N, 2) positions of the left and right `joint`."""
-    return state.joint_pos[:, _leg_pair(tuple(state.joint_names), joint)]
+def _joint_pair(state: RewardState, kind: str) -> np.ndarray:
+    """(N, 2) positions of the left and right joint of `kind`."""
+    return state.joint_pos[:, _leg_pair(tuple(state.joint_roles), kind)]
 
 
 def moving(state: RewardState, stand_below: float = STAND_BELOW) -> np.ndarray:
@@ -297,8 +296,8 @@ def _cost_knee_distance(state: RewardState, *, min_dist: float = 0.12, max_dist:
 
 # ----------------------------------------------------------------------------- posture and gait style
 def _cost_default_pose(state: RewardState, *, joints: tuple = ("hip_yaw", "hip_roll"), scale: float = 0.3) -> np.ndarray:
-    """Mean over `joints` (name substrings, or 'all') of ((q - q_default) / scale)^2 clipped."""
-    ids = _select_joints(tuple(state.joint_names), tuple(joints))
+    """Mean over `joints` (kinds or parts of them, joint names, or 'all') of ((q - q_default) / scale)^2 clipped."""
+    ids = _select_joints(tuple(state.joint_names), tuple(state.joint_roles), tuple(joints))
     return _sq_ratio(state.joint_pos[:, ids] - state.default_joint_pos[ids], scale).mean(axis=1)
 
 
@@ -336,12 +335,9 @@ def _reward_toe_direction(state: RewardState, *, toe_out: float = 0.0, sigma: fl
     return np.exp(-0.5 * err / sigma ** 2)
 
 
-REFERENCE_GAIT_JOINTS = ("hip_pitch", "knee", "ankle_pitch")
-
-
-def reference_gait_joint_indices(joint_names) -> np.ndarray:
-    """(2, 3) joint indices [left, right] x REFERENCE_GAIT_JOINTS, the layout of `reference_gait_offsets`."""
-    return np.stack([_leg_pair(tuple(joint_names), j) for j in REFERENCE_GAIT_JOINTS], axis=1)
+def reference_gait_joint_indices(joint_roles) -> np.ndarray:
+    """(2, 3) joint indices [left, right] x policy_io.FEEDFORWARD_KINDS, the layout of `reference_gait_offsets`."""
+    return np.stack([_leg_pair(tuple(joint_roles), kind) for kind in policy_io.FEEDFORWARD_KINDS], axis=1)
 
 
 def reference_gait_offsets(state: RewardState, amplitude: float = 0.35, stand_below: float = STAND_BELOW,
@@ -362,7 +358,7 @@ def _reward_reference_gait(state: RewardState, *, amplitude: float = 0.35, sigma
     schedule of contact_phase); it does not ask for the stance leg's sweep, so keep its weight
     below the velocity tracking terms'.
     """
-    idx = reference_gait_joint_indices(state.joint_names)
+    idx = reference_gait_joint_indices(state.joint_roles)
     err = state.joint_pos[:, idx] - state.default_joint_pos[idx] - reference_gait_offsets(state, amplitude, stand_below)
     return np.exp(-np.square(err).mean(axis=(1, 2)) / sigma ** 2)
 

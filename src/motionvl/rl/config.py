@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from motionvl.device import resolve_device
 from motionvl.envs.config import EnvConfig, dataclass_from_dict, linear_schedule
 from motionvl.robot import ConfigError, package_root
 
@@ -289,11 +290,7 @@ class TrainConfig:
 
     # ------------------------------------------------------------------ rsl_rl
     def resolved_device(self) -> str:
-        import torch
-
-        if self.device == "auto":
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        return self.device
+        return resolve_device(self.device)
 
     def to_rsl_rl(self) -> dict:
         """The nested train_cfg dict of rsl_rl's OnPolicyRunner (rsl-rl-lib 5.x)."""

@@ -138,7 +138,7 @@ class TrainingJob:
 def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, default_minutes: float = 2.0,
             evaluation: dict | None = None, progress_bar: bool = False,
             on_iteration: Callable[[dict], "bool | None"] | None = None,
-            on_phase: Callable[[str], None] | None = None) -> dict:
+            on_phase: Callable[[str], None] | None = None, robot=None) -> dict:
     """Train one job (resuming its run directory if it holds a checkpoint), evaluate it, return the outcome:
     candidate_id, policy_path, run_dir, iterations, start_iteration, total_steps, steps_per_s, elapsed_s (the
     run's training time over its sessions, a warm start's included), stop_reason, selected_iteration, selected_actor,
@@ -146,7 +146,8 @@ def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, defaul
     A job is complete when its budget ran out; one stopped early (on_iteration returned False, SIGINT) is neither
     evaluated nor written to outcome.json: its run resumes from its checkpoint when the job is sent again.
     on_iteration gets each PPO iteration's history record (False stops training); on_phase the phases
-    'training' and 'evaluating'. Exceptions propagate (the caller reports the candidate as failed)."""
+    'training' and 'evaluating'; robot: the RobotConfig to train and evaluate on (None: config/robot.yaml).
+    Exceptions propagate (the caller reports the candidate as failed)."""
     from motionvl.rl.trainer import train_policy  # torch is heavy: import on first use
 
     run_dir = Path(job.run_dir) if job.run_dir else Path(runs_dir) / job.candidate_id
@@ -161,7 +162,7 @@ def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, defaul
         on_phase("training")
     t0 = time.monotonic()
     result = train_policy(run_dir, job.spec, cfg, minutes=minutes, resume=resume, progress=progress_bar,
-                          on_iteration=on_iteration, max_iterations=max_iterations)
+                          on_iteration=on_iteration, max_iterations=max_iterations, robot=robot)
     outcome = {"candidate_id": job.candidate_id, "policy_path": str(result.policy_path), "run_dir": str(run_dir),
                "iterations": result.iterations, "start_iteration": start_iteration,
                "total_steps": result.total_steps, "steps_per_s": result.steps_per_s, "elapsed_s": result.elapsed_s,
@@ -180,7 +181,7 @@ def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, defaul
         if "command" in kwargs:
             kwargs["command"] = tuple(float(c) for c in kwargs["command"])
         t0 = time.monotonic()
-        outcome["evaluation"] = evaluate(result.policy_path, **kwargs)
+        outcome["evaluation"] = evaluate(result.policy_path, robot=robot, **kwargs)
         outcome["eval_wall_s"] = time.monotonic() - t0
     tmp = run_dir / (OUTCOME_FILE + ".tmp")
     tmp.write_text(json.dumps(outcome, default=float))
@@ -240,8 +241,11 @@ class TrainingQueue:
     def __init__(self, runs_dir: str | Path, *, train_config=None, default_minutes: float = 2.0,
                  eval_seconds: float = 10.0, eval_episodes: int = 8, eval_command=(0.6, 0.0, 0.0),
                  on_status: StatusFn | None = None, on_progress: StatusFn | None = None,
-                 on_statistics: StatusFn | None = None, on_policy: StatusFn | None = None, progress_bar: bool = False):
+                 on_statistics: StatusFn | None = None, on_policy: StatusFn | None = None, progress_bar: bool = False,
+                 robot=None):
+        """robot: the RobotConfig every job trains and evaluates on (None: the package's config/robot.yaml)."""
         self.runs_dir = Path(runs_dir)
+        self.robot = robot
         self.train_config = train_config
         self.default_minutes = default_minutes
         self.eval_seconds, self.eval_episodes, self.eval_command = eval_seconds, eval_episodes, tuple(eval_command)
@@ -321,7 +325,8 @@ class TrainingQueue:
             outcome = run_job(job, self.runs_dir, train_config=self.train_config, default_minutes=self.default_minutes,
                               evaluation={"seconds": self.eval_seconds, "episodes": self.eval_episodes,
                                           "command": self.eval_command},
-                              progress_bar=self.progress_bar, on_iteration=on_iteration, on_phase=on_phase)
+                              progress_bar=self.progress_bar, on_iteration=on_iteration, on_phase=on_phase,
+                              robot=self.robot)
             self._emit["statistics"]({**ids, "term_stats": outcome["term_stats"]})
             self._emit["policy"]({**ids, **{k: v for k, v in outcome.items() if k != "term_stats"}})
             state = "done" if outcome["complete"] else "cancelled"

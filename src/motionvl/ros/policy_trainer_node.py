@@ -43,7 +43,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from motionvl.robot import ConfigError
+from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.runtime import run_node
 from motionvl.ros.params import declare_parameters
 
@@ -52,6 +52,7 @@ NODE_NAME = "policy_trainer"
 PARAMETERS = {
     "runs_dir": ("runs/trainer", "Directory holding one run directory per candidate (resumed if it exists)."),
     "training_config": ("", "Training YAML (env + ppo sections); empty = the package's config/training.yaml."),
+    "robot_config": ("", "Robot YAML the policies are trained and evaluated on; empty = the package's config/robot.yaml."),
     "default_minutes": (2.0, "Training budget of a candidate that names none, minutes."),
     "eval_seconds": (10.0, "Length of each evaluation episode after training, seconds."),
     "eval_episodes": (8, "Parallel evaluation episodes after training."),
@@ -84,12 +85,14 @@ class PolicyTrainerNode(Node):
 
         from motionvl.rl.jobs import TrainingQueue
 
+        robot = load_robot_config(p["robot_config"] or None)
         self.queue = TrainingQueue(
             p["runs_dir"], train_config=p["training_config"] or None, default_minutes=p["default_minutes"],
             eval_seconds=p["eval_seconds"], eval_episodes=p["eval_episodes"],
             eval_command=(p["eval_command_vx"], 0.0, 0.0),
             on_status=self._publisher(self.status_pub, log=True), on_progress=self._publisher(self.progress_pub),
-            on_statistics=self._publisher(self.stats_pub), on_policy=self._publisher(self.policy_pub, log=True))
+            on_statistics=self._publisher(self.stats_pub), on_policy=self._publisher(self.policy_pub, log=True),
+            robot=robot)
         self.create_subscription(String, "~/candidates", self._on_candidate, REQUEST_QOS)
         if p["shared_channel"]:
             self.create_subscription(String, "reward_candidates", self._on_candidate, REQUEST_QOS)

@@ -58,10 +58,19 @@ def wrap_angle(a: np.ndarray) -> np.ndarray:
 
 
 def roll_pitch_of(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    w, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
+    """Roll and pitch (rad) of (..., 4) wxyz quaternions (z-y-x Euler angles; pitch + = nose down)."""
+    w, x, y, z = np.moveaxis(np.asarray(q, dtype=float), -1, 0)
     roll = np.arctan2(2.0 * (w * x + y * z), 1.0 - 2.0 * (x * x + y * y))
     pitch = np.arcsin(np.clip(2.0 * (w * y - z * x), -1.0, 1.0))
     return roll, pitch
+
+
+def quat_from_euler(roll: np.ndarray, pitch: np.ndarray, yaw: np.ndarray) -> np.ndarray:
+    """(N, 4) wxyz quaternions of intrinsic z-y-x (yaw, then pitch, then roll) angles, rad."""
+    cr, sr, cp, sp = np.cos(roll / 2), np.sin(roll / 2), np.cos(pitch / 2), np.sin(pitch / 2)
+    cy, sy = np.cos(yaw / 2), np.sin(yaw / 2)
+    return np.stack([cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
+                     cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy], axis=-1)
 
 
 def quat_from_yaw(yaw: np.ndarray) -> np.ndarray:

@@ -1,9 +1,10 @@
 """Build the MuJoCo model of the robot from its URDF and robot config (MjSpec, no XML copies).
 
-The URDF carries geometry, inertials and limits; this module adds what URDF cannot say:
-a floating base, PD position actuators (tau = Kp (target - q) - Kd dq, clipped to the effort
-limit, evaluated every physics step), armature, the IMU and sole sites and sensors, contact
-filtering, a floor (flat or rough height field), lights and a tracking camera.
+The URDF carries geometry, inertials and limits; the robot config (motionvl.robot) sets the
+joints' dynamics, overriding the URDF's <dynamics>: armature, passive damping and friction loss.
+This module adds what URDF cannot say: a floating base, PD position actuators (tau = Kp (target -
+q) - Kd dq, clipped to the effort limit, evaluated every physics step), the IMU and sole sites and
+sensors, contact filtering, a floor (flat or rough height field), lights and a tracking camera.
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ def build_spec(robot: RobotConfig, terrain: TerrainConfig | None = None, ctrl_hi
     for j in robot.joints:
         joint = urdf_joints[j.name]
         joint.armature = robot.armature
+        damping = np.zeros_like(joint.damping)  # MuJoCo 4: linear coefficient first, higher orders after
+        damping[0] = robot.joint_damping
+        joint.damping = damping
+        joint.frictionloss = robot.joint_friction
         act = spec.add_actuator(name=j.name, target=j.name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
         act.set_to_position(kp=j.kp, kv=j.kd)
         act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
@@ -93,6 +98,10 @@ def build_spec(robot: RobotConfig, terrain: TerrainConfig | None = None, ctrl_hi
     foot_bodies = [spec.body(name) for name in robot.feet]
     if any(b is None for b in foot_bodies):
         raise ConfigError(f"URDF lacks foot links {robot.feet}")
+    missing = [name for name in robot.knee_bodies if spec.body(name) is None]
+    if missing:
+        raise ConfigError(f"knee_bodies {missing} of the robot config are not links of {robot.urdf.name}: falls "
+                          "would go undetected (name the knee links, or [] to rely on base height and tilt)")
     foot_names = set(robot.feet)
     for geom in spec.geoms:
         if geom.contype == 0 and geom.conaffinity == 0:

@@ -37,6 +37,7 @@ import mujoco
 import numpy as np
 
 from motionvl.robot import RobotConfig
+from motionvl.sim.math import projected_gravity, quat_rotate_inverse
 from motionvl.sim.model import SOLE_SITES, ModelIndex, TerrainConfig, build_model, build_spec, single_floor
 from motionvl.sim.trajectory import Trajectory
 
@@ -320,11 +321,7 @@ class SingleSim:
     def state(self) -> SingleState:
         d, ix = self.data, self.index
         quat = d.qpos[3:7].copy()
-        lin_world = d.qvel[0:3].copy()
-        lin_body = np.zeros(3)
-        neg = np.zeros(4)
-        mujoco.mju_negQuat(neg, quat)
-        mujoco.mju_rotVecQuat(lin_body, lin_world, neg)
+        lin_body = quat_rotate_inverse(quat[None], d.qvel[None, 0:3])[0]
         return SingleState(
             clock=self.clock, episode_time=float(d.time),
             joint_pos=d.qpos[ix.qpos_joints].copy(), joint_vel=d.qvel[ix.qvel_joints].copy(),
@@ -335,8 +332,7 @@ class SingleSim:
 
     def tilt(self) -> float:
         """Angle between the pelvis z axis and the world z axis, rad."""
-        w, x, y, z = self.data.qpos[3:7]
-        cos_tilt = 1.0 - 2.0 * (x * x + y * y)
+        cos_tilt = -projected_gravity(self.data.qpos[None, 3:7])[0, 2]
         return float(np.arccos(np.clip(cos_tilt, -1.0, 1.0)))
 
     def upright(self) -> bool:
@@ -380,7 +376,8 @@ def stand(robot: RobotConfig, seconds: float, terrain: TerrainConfig | None = No
         if k % every == 0:
             rows.append(_sample(sim, contact_threshold))
     cols = list(zip(*rows))
-    traj = Trajectory(dt=every * dt, joint_names=robot.joint_names, time=np.arange(len(rows)) * every * dt,
+    traj = Trajectory(dt=every * dt, joint_names=robot.joint_names, joint_roles=robot.joint_roles,
+                      time=np.arange(len(rows)) * every * dt,
                       qpos=np.array(cols[0]), qvel=np.array(cols[1]), foot_pos=np.array(cols[2]),
                       foot_vel=np.array(cols[3]), foot_contact=np.array(cols[4]), command=np.array(cols[5]),
                       fell=np.array(cols[6]), joint_torque=np.array(cols[7]))

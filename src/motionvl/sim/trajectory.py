@@ -38,6 +38,8 @@ class Trajectory:
     """(T,) bool, the fall/termination condition held at this sample."""
     joint_torque: np.ndarray | None = None
     """(T, J) applied joint torques, N m (optional)."""
+    joint_roles: tuple = ()
+    """(side, kind) of each joint as the robot config declares them (RobotConfig.joint_roles)."""
 
     @property
     def base_pos(self) -> np.ndarray:
@@ -60,15 +62,16 @@ class Trajectory:
         return float(len(self.time) * self.dt)
 
     def save(self, path: str | Path) -> None:
-        """Write to a .npz file (arrays) with the joint names and dt alongside."""
+        """Write to a .npz file (arrays) with the joint names, roles and dt alongside."""
         arrays = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                   if isinstance(getattr(self, f.name), np.ndarray)}
-        np.savez_compressed(path, meta=json.dumps({"dt": self.dt, "joint_names": list(self.joint_names)}),
-                            **arrays)
+        np.savez_compressed(path, meta=json.dumps({"dt": self.dt, "joint_names": list(self.joint_names),
+                                                   "joint_roles": [list(r) for r in self.joint_roles]}), **arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> "Trajectory":
         with np.load(path, allow_pickle=False) as f:
             meta = json.loads(str(f["meta"]))
             kwargs = {k: f[k] for k in f.files if k != "meta"}
-        return cls(dt=float(meta["dt"]), joint_names=tuple(meta["joint_names"]), **kwargs)
+        return cls(dt=float(meta["dt"]), joint_names=tuple(meta["joint_names"]),
+                   joint_roles=tuple(tuple(r) for r in meta.get("joint_roles", ())), **kwargs)

@@ -88,8 +88,8 @@ class Prompt:
 
 # ----------------------------------------------------------------------------- robot
 @lru_cache(maxsize=8)
-def _urdf_facts(urdf: str) -> dict:
-    """Total mass and the thigh/shank lengths (knee and ankle joint offsets) read from a URDF."""
+def _urdf_facts(urdf: str, knee: str = "", ankle: str = "") -> dict:
+    """Total mass and the thigh/shank lengths (the offsets of the joints `knee` and `ankle`) read from a URDF."""
     facts: dict = {}
     try:
         root = ET.parse(urdf).getroot()
@@ -100,14 +100,10 @@ def _urdf_facts(urdf: str) -> dict:
         facts["mass_kg"] = sum(masses)
     for joint in root.iter("joint"):
         name, origin = joint.get("name", ""), joint.find("origin")
-        if origin is None or not name.startswith("left"):
+        if origin is None or name not in (knee, ankle):
             continue
         xyz = [float(v) for v in origin.get("xyz", "0 0 0").split()]
-        length = math.sqrt(sum(v * v for v in xyz))
-        if name.endswith("knee"):
-            facts["thigh_m"] = length
-        elif name.endswith("ankle_pitch"):
-            facts["shank_m"] = length
+        facts["thigh_m" if name == knee else "shank_m"] = math.sqrt(sum(v * v for v in xyz))
     return facts
 
 
@@ -117,7 +113,11 @@ def robot_summary(robot=None) -> str:
         from motionvl.robot import load_robot_config
 
         robot = load_robot_config()
-    facts = _urdf_facts(str(robot.urdf))
+    try:  # the left leg's knee and ankle pitch joints, as the robot config declares them
+        knee, ankle = (robot.joint_names[robot.joint_index("left", kind)] for kind in ("knee", "ankle_pitch"))
+    except ValueError:  # ConfigError: a robot without them has no leg lengths in its summary
+        knee = ankle = ""
+    facts = _urdf_facts(str(robot.urdf), knee, ankle)
     lines = [f"{robot.name}: a biped with {robot.num_joints} actuated joints (left leg, then right leg)"
              + (f", {facts['mass_kg']:.1f} kg in total" if "mass_kg" in facts else "")
              + f"; pelvis {robot.init_base_height:.2f} m above the ground in the default pose; feet: "

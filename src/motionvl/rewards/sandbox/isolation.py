@@ -192,7 +192,8 @@ class IsolatedTerms:
             worker.send(parent, {"op": "load", "source": self.compiled.source, "filename": self.compiled.filename,
                                  "terms": [t.name for t in self.terms], "memory_bytes": self.memory_bytes,
                                  "cpu_s": self.deadline_s + 1.0,
-                                 "layout": {"size": size, "fields": layout, "joint_names": list(state.joint_names)}},
+                                 "layout": {"size": size, "fields": layout, "joint_names": list(state.joint_names),
+                                            "joint_roles": [list(r) for r in state.joint_roles]}},
                         fds=[progress_fd, readonly_fd])
         finally:
             for fd in (progress_fd, state_fd, readonly_fd):
@@ -207,7 +208,8 @@ class IsolatedTerms:
         if self._worker is not None and self._owner != os.getpid():  # a forked copy: start its own worker
             self._worker, self._finalizer, self._owner = None, None, os.getpid()
         fields = _array_fields(state, self.compiled.fields)
-        key = tuple((name, value.dtype.str, value.shape) for name, value in fields) + (tuple(state.joint_names),)
+        key = tuple((name, value.dtype.str, value.shape) for name, value in fields) + (tuple(state.joint_names),
+                                                                                       tuple(state.joint_roles))
         if self._worker is not None and self._worker.layout_key != key:
             self._shutdown()
         if self._worker is None:

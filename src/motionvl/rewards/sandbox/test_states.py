@@ -104,6 +104,7 @@ def random_reward_state(num_envs: int, rng: np.random.Generator, robot=None) -> 
         last_action=np.clip(action + rng.normal(0.0, 0.2, (n, nj)), -1.0, 1.0),
         terminated=rng.random(n) < 0.02,
         joint_names=tuple(names),
+        joint_roles=robot.joint_roles,
     )
 
 
@@ -173,6 +174,7 @@ def extreme_reward_state(num_envs: int, rng: np.random.Generator, kind: str = "m
         last_action=pick(-1.0, 1.0, (n, nj)),
         terminated=flag(n),
         joint_names=tuple(names),
+        joint_roles=robot.joint_roles,
     )
 
 

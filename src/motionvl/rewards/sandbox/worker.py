@@ -12,7 +12,7 @@ limits end it; the worker never answers for the parent's state because it never 
 
 Protocol. Start-up, as messages (an 8-byte header with the JSON and payload lengths, the JSON):
   parent -> {"op": "load", "source", "filename", "terms": [names], "memory_bytes", "cpu_s",
-             "layout": {"size", "fields": [[name, dtype, shape, offset]], "joint_names"}}
+             "layout": {"size", "fields": [[name, dtype, shape, offset]], "joint_names", "joint_roles"}}
             + two file descriptors: a read-write 8-byte progress page (the index of the running
             term, for the parent's message when it has to stop a call) and the state mapping, read-only
   worker -> {"ok": true} | {"problems": [...]}
@@ -140,6 +140,7 @@ def main(fd: int) -> None:
     views = {name: np.frombuffer(mapping, dtype=np.dtype(dtype), count=math.prod(shape), offset=offset).reshape(shape)
              for name, dtype, shape, offset in layout["fields"]}
     joint_names = tuple(layout["joint_names"])
+    joint_roles = tuple(tuple(r) for r in layout["joint_roles"])
     try:
         compiled = compile_code(request["source"], filename=request["filename"])
         terms = [compiled.terms[name] for name in request["terms"]]
@@ -158,7 +159,8 @@ def main(fd: int) -> None:
         except ChannelClosed:
             return
         _limit_cpu(cpu_s)
-        state = RewardState(**{**empty, **views, "dt": dt, "gait_period": gait_period, "joint_names": joint_names})
+        state = RewardState(**{**empty, **views, "dt": dt, "gait_period": gait_period, "joint_names": joint_names,
+                               "joint_roles": joint_roles})
         out = np.empty((len(terms), state.num_envs))
         failed, problems = -1, []
         for k, term in enumerate(terms):
