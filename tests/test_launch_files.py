@@ -136,6 +136,21 @@ def test_ros_launch_tests_compile():
         compile(path.read_text(), str(path), "exec")
 
 
+def _dict_keys(node, dicts: dict) -> set:
+    """Constant keys of a dict literal, following names bound to dict literals and `**name` unpacking."""
+    if isinstance(node, ast.Name):
+        node = dicts.get(node.id)
+    if not isinstance(node, ast.Dict):
+        return set()
+    keys = set()
+    for key, value in zip(node.keys, node.values):
+        if key is None:  # {**robot, ...}
+            keys |= _dict_keys(value, dicts)
+        elif isinstance(key, ast.Constant):
+            keys.add(key.value)
+    return keys
+
+
 def test_every_node_gets_the_same_robot_and_world():
     """One robot config and one terrain for the whole graph: config/nodes.yaml sets robot and terrain for
     all nodes at once (/**), every launch file passes its robot_config argument to each node that loads
@@ -159,8 +174,7 @@ def test_every_node_gets_the_same_robot_and_world():
             executable = kw["executable"].value if isinstance(kw["executable"], ast.Constant) else None
             if executable is not None and "load_robot_config(" not in node_sources[executable]:
                 continue  # a node without a robot (the recorder); a loop over the node table passes it to all
-            params = [dicts.get(p.id, p) if isinstance(p, ast.Name) else p for p in kw["parameters"].elts]
-            keys = {k.value for d in params if isinstance(d, ast.Dict) for k in d.keys if isinstance(k, ast.Constant)}
+            keys = set().union(*(_dict_keys(p, dicts) for p in kw["parameters"].elts))
             assert "robot_config" in keys, f"{path.name}: {executable or 'a node'} does not get the robot_config argument"
     for name, source in node_sources.items():
         declared = set(re.findall(r'^\s+"(\w+)": \(', source, re.M))
@@ -168,3 +182,17 @@ def test_every_node_gets_the_same_robot_and_world():
             assert "robot_config" in declared, f"{name} loads a robot but has no robot_config parameter"
         if "TerrainConfig(" in source:
             assert {"terrain", "terrain_seed"} <= declared, f"{name} builds a floor without terrain/terrain_seed"
+
+
+def test_trainer_processes_get_the_graphs_robot_from_the_params_file(tmp_path):
+    """`motionvl train` starts trainers with the params file's policy_trainer section: the whole graph's
+    section (/**) comes with it, so a trainer trains on the robot every other node uses."""
+    from motionvl.ros.train_graph import node_parameters
+
+    params = tmp_path / "nodes.yaml"
+    params.write_text(yaml.safe_dump({"/**": {"ros__parameters": {"robot_config": "/robots/mine.yaml", "terrain": "rough"}},
+                                      "policy_trainer": {"ros__parameters": {"runs_dir": "r", "terrain": "flat"}}}))
+    assert node_parameters(params, "policy_trainer") == {"robot_config": "/robots/mine.yaml", "terrain": "flat",
+                                                         "runs_dir": "r"}
+    assert node_parameters(params, "orchestrator") == {"robot_config": "/robots/mine.yaml", "terrain": "rough"}
+    assert node_parameters(ROOT / "config" / "nodes.yaml", "policy_trainer")["robot_config"] == ""

@@ -27,9 +27,11 @@ NODES_YAML = "config/nodes.yaml"
 
 
 def node_parameters(params_file: Path, name: str) -> dict:
-    """The `ros__parameters` of section `name` of a ROS params file ({} without one)."""
+    """The `ros__parameters` a node named `name` gets from a ROS params file: the whole graph's section (`/**`:
+    the robot config, the terrain) overlaid with the node's own ({} without either)."""
     raw = yaml.safe_load(params_file.read_text()) or {}
-    return dict((raw.get(name) or {}).get("ros__parameters") or {})
+    sections = [(raw.get(key) or {}).get("ros__parameters") or {} for key in ("/**", name)]
+    return {**sections[0], **sections[1]}
 
 
 def _parameters(values: dict) -> list:
