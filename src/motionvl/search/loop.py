@@ -41,7 +41,7 @@ from motionvl.search.decision import decide, gate_failures
 from motionvl.search.dispatch import STOPPED, Dispatcher, SlotState
 from motionvl.search.ledger import Ledger
 from motionvl.search.lineage import code_version, spec_hash
-from motionvl.search.playback import Playback, PlaybackResult
+from motionvl.search.playback import CritiqueRequest, Playback, PlaybackResult
 from motionvl.synth import SynthesisRequest, usage_totals
 
 START, FINAL = "start", "final"
@@ -234,7 +234,7 @@ class Search:
             challengers.append(record)
         if proposal.get("error"):
             self.log(f"iteration {it}: {proposal['error']}")
-        self._train_all(jobs)
+        self._train_all(jobs, best)
         for record in challengers:
             if not record.get("failed"):
                 self._complete(record, best)
@@ -271,7 +271,7 @@ class Search:
         record = {"id": FINAL, "iteration": self.cfg.iterations + 1, "parent": best["id"], "spec": best["spec"],
                   "diff": [], "origin": "final"}
         self._train_all([self._job(FINAL, best["spec"], self.cfg.final_iterations, warm_start=best["outcome"]["run_dir"],
-                                   final=True)])
+                                   final=True)], best)
         self._complete(record, best)
         self.records[FINAL] = record
         return record
@@ -336,7 +336,7 @@ class Search:
     def candidate_dir(self, cid: str) -> Path:
         return self.run_dir / "candidates" / cid
 
-    def _train_all(self, jobs: list[TrainingJob]) -> None:
+    def _train_all(self, jobs: list[TrainingJob], best: dict | None = None) -> None:
         todo = []
         for job in jobs:
             if self.ledger.has("trained", job.candidate_id):
@@ -365,7 +365,7 @@ class Search:
             self.ledger.append("trained", result.job.candidate_id, data)
             self.log(f"{result.job.candidate_id}: " + ("trained" if result.ok else f"failed: {result.reason}"))
             if self.cfg.playback.while_training and result.ok:
-                self._play(result.job.candidate_id, result.outcome)
+                self._play(result.job.candidate_id, result.outcome, best)
 
     def _complete(self, record: dict, best: dict | None = None) -> None:
         """Fill a trained candidate's record: outcome, evaluation, playback, critique (each once)."""
@@ -375,12 +375,14 @@ class Search:
             return
         record["outcome"] = trained["outcome"]
         record["evaluation"] = trained["outcome"].get("evaluation") or {}
-        record["playback"] = self._play(record["id"], trained["outcome"])
+        record["playback"] = self._play(record["id"], trained["outcome"], best)
         if self.use_critic:
             record["feedback"] = self.ledger.once("critiqued", record["id"], lambda: self._critique(record, best))
         self.records[record["id"]] = record
 
-    def _play(self, cid: str, outcome: dict) -> dict:
+    def _play(self, cid: str, outcome: dict, best: dict | None = None) -> dict:
+        """The candidate's playback (once); a playback that judges (the graph's vlm_critic) is asked to critique it
+        against r*'s feedback as well."""
         self._check_stop()
 
         def play() -> dict:
@@ -391,8 +393,11 @@ class Search:
             pb = self.cfg.playback
             images = self.critic is not None and getattr(self.critic, "name", "") != "kinematic"
             render = images or (pb.render and (pb.render_candidates or cid in (START, FINAL)))
+            critique = None
+            if self.use_critic and getattr(self.playback, "judges", False):
+                critique = CritiqueRequest(self.settings.task, (best or {}).get("feedback"))
             try:
-                result = self.playback.play(cid, outcome["policy_path"], out, render=render).summary()
+                result = self.playback.play(cid, outcome["policy_path"], out, render=render, critique=critique).summary()
             except Exception as exc:  # noqa: BLE001 - a failed playback fails this candidate's gates, not the search
                 result = {"candidate_id": cid, "out_dir": str(out), "fault": f"playback failed: {type(exc).__name__}: "
                           f"{exc}", "clipped_share": 0.0, "duration_s": 0.0, "frame_times": [], "meta": {"error": True}}
@@ -400,6 +405,8 @@ class Search:
         return self.ledger.once("played", cid, play)
 
     def _critique(self, record: dict, best: dict | None) -> dict:
+        if record["playback"].get("feedback") is not None:  # judged on the playback's path as it was played
+            return record["playback"]["feedback"]
         t0 = time.monotonic()
         pb = PlaybackResult.from_summary(record["playback"])
         if not pb.trajectory_path.exists():

@@ -7,7 +7,10 @@ the gates check: a fault (a fall, a non-finite state or action) and the share of
 to the robot's limits.
 
 `InProcessPlayback` plays the policy through the deployment controller (motionvl.deploy) on the simulator
-in this process; on the graph the deployment node plays it on the simulator node the same way.
+in this process; on the graph `motionvl.ros.graph_playback.GraphPlayback` has the deployment node play it on
+the simulator node the same way. A playback whose path has its own critic (`judges`: the graph's vlm_critic
+watches the rollout as it is played) takes a `CritiqueRequest` and returns that critic's feedback with the
+result; the search then records it instead of asking its own critic.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class PlaybackResult:
     duration_s: float
     frame_times: list = dataclasses.field(default_factory=list)
     meta: dict = dataclasses.field(default_factory=dict)
+    feedback: dict | None = None
+    """The feedback (MotionFeedback dict) of the critic on the playback's path, when it judges (see `judges`)."""
     _frames: list | None = dataclasses.field(default=None, repr=False)
     _trajectory: object | None = dataclasses.field(default=None, repr=False)
 
@@ -75,20 +80,36 @@ class PlaybackResult:
                 "clipped_share": self.clipped_share, "duration_s": self.duration_s,
                 "frame_times": list(self.frame_times), "meta": self.meta,
                 "video": str(self.video_path) if self.video_path else None,
-                "contact_sheet": str(self.contact_sheet_path) if self.contact_sheet_path else None}
+                "contact_sheet": str(self.contact_sheet_path) if self.contact_sheet_path else None,
+                **({"feedback": self.feedback} if self.feedback is not None else {})}
 
     @classmethod
     def from_summary(cls, data: dict) -> "PlaybackResult":
         return cls(candidate_id=data["candidate_id"], out_dir=Path(data["out_dir"]), fault=data["fault"],
                    clipped_share=float(data["clipped_share"]), duration_s=float(data["duration_s"]),
-                   frame_times=list(data.get("frame_times") or []), meta=dict(data.get("meta") or {}))
+                   frame_times=list(data.get("frame_times") or []), meta=dict(data.get("meta") or {}),
+                   feedback=data.get("feedback"))
+
+
+@dataclasses.dataclass(frozen=True)
+class CritiqueRequest:
+    """What a playback that judges (`Playback.judges`) asks its critic about the rollout."""
+
+    task: str
+    """The task sentence the rollout is judged against."""
+    previous_best: dict | None = None
+    """r*'s feedback (a MotionFeedback dict), so the critic says whether this rollout beats it; None at the start."""
 
 
 class Playback(Protocol):
     name: str
+    judges: bool
+    """True when the playback's path has its own critic: play() with a CritiqueRequest returns its feedback."""
 
-    def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True) -> PlaybackResult:
-        """Play the policy back; with `render` also film it (frames, video, contact sheet)."""
+    def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True,
+             critique: CritiqueRequest | None = None) -> PlaybackResult:
+        """Play the policy back; with `render` also film it (frames, video, contact sheet); with `critique` (a
+        playback that judges) also have it critiqued (PlaybackResult.feedback)."""
 
 
 def trajectory_fault(traj) -> str | None:
@@ -109,6 +130,7 @@ class InProcessPlayback:
     clipped joint targets and torques per joint and policy step. Frames are rendered from the RUN rollout."""
 
     name = "deployment controller (in-process)"
+    judges = False
 
     def __init__(self, cfg: PlaybackConfig | None = None, robot=None):
         from motionvl.robot import load_robot_config
@@ -116,7 +138,8 @@ class InProcessPlayback:
         self.cfg = cfg or PlaybackConfig()
         self.robot = robot or load_robot_config()
 
-    def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True) -> PlaybackResult:
+    def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True,
+             critique: CritiqueRequest | None = None) -> PlaybackResult:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         kwargs = {"seconds": self.cfg.seconds, "command": tuple(self.cfg.command), "robot": self.robot}
@@ -128,8 +151,6 @@ class InProcessPlayback:
             summary = _simulator_rollout(str(policy_path), **kwargs)
             summary["playback_note"] = f"simulator rollout: the deployment controller cannot load ({exc})"
         traj = summary.pop("trajectory")
-        steps = max(1, int(summary.get("policy_steps") or 0)) * self.robot.num_joints
-        clips = summary.get("clips") or {}
         frames, times = [], []
         if traj is not None and render:
             from motionvl.render.camera import render_trajectory
@@ -142,7 +163,8 @@ class InProcessPlayback:
         elif traj is not None:
             traj.save(out_dir / "trajectory.npz")
         result = PlaybackResult(candidate_id=candidate_id, out_dir=out_dir, fault=deployment_fault(summary, traj),
-                                clipped_share=(int(clips.get("target", 0)) + int(clips.get("torque", 0))) / steps,
+                                clipped_share=clipped_share(summary.get("clips") or {}, summary.get("policy_steps"),
+                                                            self.robot.num_joints),
                                 duration_s=float(traj.time[-1]) if traj is not None and len(traj.time) else 0.0,
                                 frame_times=list(times), meta={"playback": self.name, **summary},
                                 _frames=frames, _trajectory=traj)
@@ -161,6 +183,12 @@ def _simulator_rollout(policy_path: str, *, seconds: float, command, robot) -> d
     clipped = int(np.count_nonzero(tau >= 0.999 * robot.effort_limit[None, :]))
     return {"reached_run": True, "faults": [], "fell": bool(np.any(traj.fell)), "clips": {"torque": clipped},
             "policy_steps": max(len(traj.time) - 1, 0), "trajectory": traj}
+
+
+def clipped_share(clips: dict, policy_steps, num_joints: int) -> float:
+    """Share of (policy step, joint) commands the deployment controller clipped (its target and torque clips)."""
+    steps = max(1, int(policy_steps or 0)) * num_joints
+    return (int(clips.get("target", 0)) + int(clips.get("torque", 0))) / steps
 
 
 def deployment_fault(summary: dict, traj) -> str | None:

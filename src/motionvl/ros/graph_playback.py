@@ -1,0 +1,418 @@
+"""The search's playback and pairwise judge on the ROS graph: every candidate is played on the simulator
+node by the deployment node (simulation mode), filmed by camera_renderer and judged by vlm_critic, the
+path a robot uses. Not a node: the adapters run on a host node (the orchestrator), called from the
+search's thread while the host's executor delivers the answers.
+
+`GraphPlayback` is a motionvl.search Playback that judges (`judges`); `GraphCritic` is the vlm_critic node
+as the search's critic (its comparisons; its critiques come with the playbacks). Sequence per candidate,
+each step bounded by `step_timeout_s` (a node missing or a step refused raises PlaybackError naming it:
+that candidate's playback fails with the reason in the ledger, the search goes on):
+
+  1  deployment ~/set_mode/damp; its `policy` parameter set to the candidate's ONNX file
+  2  simulator ~/reset: the standing pose, in the gantry (as the in-process playback starts)
+  3  deployment ~/load_policy (the contract check), ~/rearm (allow_rearm: a simulation-only graph),
+     ~/set_mode/passive
+  4  cmd_vel at the playback's command from here on (COMMAND_PUBLISH_HZ); ~/set_mode/stand; the gantry
+     lets go when the ramp completes; motionvl.deploy.playback.SETTLE_S of simulated time on the ground
+  5  ~/set_mode/run; rollout/boundary start; `seconds` of simulated time in RUN (less when a fault ends
+     it); rollout/boundary end; ~/set_mode/damp
+  6  (asked to critique) vlm_critic's critic/feedback for this rollout's id
+
+Measured as the in-process playback measures it: the faults latched on deployment/status, the share of
+clipped commands (the controller's clip counters on /diagnostics over the sequence, per joint and policy
+step), and distance and falls from the rollout, recorded from joint_states, odom and camera/image_raw with
+the collector vlm_critic uses (motionvl.critic.rollouts).
+
+Host topics: publishes cmd_vel (Twist), rollout/boundary and critic/compare (String); subscribes
+deployment/status, /diagnostics, joint_states, odom, camera/image_raw, critic/feedback, critic/comparison.
+Calls deployment/{set_mode/*, load_policy, rearm, set_parameters} and simulator/reset.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist
+from nav_msgs.msg import Odometry
+from rcl_interfaces.msg import Parameter as ParameterMsg
+from rcl_interfaces.msg import ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from motionvl.critic.rollouts import Boundary, CollectLimits, RolloutCollector
+from motionvl.search.config import PlaybackConfig
+from motionvl.search.playback import SUMMARY_FILE, CritiqueRequest, PlaybackResult, clipped_share, deployment_fault
+
+COMMAND_PUBLISH_HZ = 10.0
+RETRY_PERIOD_S = 0.1
+MODES = ("damp", "passive", "stand", "run")
+
+COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+STATE_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+REQUEST_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+STATUS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
+ANSWER_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+class PlaybackError(RuntimeError):
+    """A step of the graph playback failed (a node missing, a request refused, a timeout); the message says which."""
+
+
+class GraphPlayback:
+    """The deployment node plays a candidate on the simulator node (see the module docstring).
+
+    Args:
+        node: the host node (its executor must spin while play() runs on another thread).
+        cfg: the playback's length, command and frame interval (the search's PlaybackConfig).
+        robot: the robot config (the rollout's trajectory is rebuilt with its model).
+        deployment, simulator: the two nodes' names (relative: resolved in the host's namespace).
+        step_timeout_s: the longest one step may take (a service answer, the STAND ramp, a feedback).
+        critic_timeout_s: how long to wait for vlm_critic's feedback on one rollout (a VLM may be slow).
+    """
+
+    name = "deployment node on the simulator node (ROS graph)"
+    judges = True
+
+    def __init__(self, node, cfg: PlaybackConfig | None = None, robot=None, *, deployment: str = "deployment",
+                 simulator: str = "simulator", step_timeout_s: float = 15.0, critic_timeout_s: float = 600.0):
+        from motionvl.robot import load_robot_config
+        from motionvl.sim.model import TerrainConfig, build_model, single_floor
+
+        self.node, self.cfg = node, cfg or PlaybackConfig()
+        self.robot = robot or load_robot_config()
+        self.model = build_model(self.robot, single_floor(TerrainConfig()))
+        self.deployment, self.simulator = deployment, simulator
+        self.step_timeout_s, self.critic_timeout_s = float(step_timeout_s), float(critic_timeout_s)
+        self.collector = RolloutCollector(CollectLimits(frame_interval_s=self.cfg.frame_interval_s))
+        self._changed = threading.Condition()
+        self._status: dict | None = None
+        self._statuses: list = []  # every deployment status since the current sequence began
+        self._diagnostics: tuple | None = None  # (wall time received, {key: value})
+        self._sim_time: float | None = None
+        self._feedback: dict = {}
+        self._comparisons: dict = {}
+        self._frames_wanted = self._commanding = False
+        self._command = Twist()
+
+        self.mode_clients = {m: node.create_client(Trigger, f"{deployment}/set_mode/{m}") for m in MODES}
+        self.load_client = node.create_client(Trigger, f"{deployment}/load_policy")
+        self.rearm_client = node.create_client(Trigger, f"{deployment}/rearm")
+        self.param_client = node.create_client(SetParameters, f"{deployment}/set_parameters")
+        self.reset_client = node.create_client(Trigger, f"{simulator}/reset")
+        self.cmd_pub = node.create_publisher(Twist, "cmd_vel", COMMAND_QOS)
+        self.boundary_pub = node.create_publisher(String, "rollout/boundary", REQUEST_QOS)
+        self.compare_pub = node.create_publisher(String, "critic/compare", REQUEST_QOS)
+        node.create_subscription(String, f"{deployment}/status", self._on_status, STATUS_QOS)
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, REQUEST_QOS)
+        node.create_subscription(JointState, "joint_states", self._on_joint_state, STATE_QOS)
+        node.create_subscription(Odometry, "odom", self._on_odom, STATE_QOS)
+        node.create_subscription(Image, "camera/image_raw", self._on_image, qos_profile_sensor_data)
+        node.create_subscription(String, "critic/feedback", self._on_feedback, ANSWER_QOS)
+        node.create_subscription(String, "critic/comparison", self._on_comparison, ANSWER_QOS)
+
+    # ------------------------------------------------------------------ graph input
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def _on_status(self, msg: String) -> None:
+        status = json.loads(msg.data)
+        with self._changed:
+            self._status = status
+            self._statuses.append(status)
+            self._changed.notify_all()
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        mine = f"{self.deployment.rsplit('/', 1)[-1]}: controller"
+        for status in msg.status:
+            if status.name == mine:
+                with self._changed:
+                    self._diagnostics = (time.monotonic(), {kv.key: kv.value for kv in status.values})
+                    self._changed.notify_all()
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        index = {n: i for i, n in enumerate(msg.name)}
+        if all(n in index for n in self.robot.joint_names) and len(msg.position) == len(msg.name):
+            self.collector.add_joint_state(_stamp(msg.header.stamp), [msg.position[index[n]] for n in self.robot.joint_names])
+
+    def _on_odom(self, msg: Odometry) -> None:
+        p, o = msg.pose.pose.position, msg.pose.pose.orientation
+        t = _stamp(msg.header.stamp)
+        self.collector.add_odometry(t, (p.x, p.y, p.z, o.w, o.x, o.y, o.z))
+        with self._changed:
+            self._sim_time = t
+            self._changed.notify_all()
+
+    def _on_image(self, msg: Image) -> None:
+        if self._frames_wanted:
+            from motionvl.ros.vlm_critic_node import image_to_rgb
+
+            self.collector.add_frame(_stamp(msg.header.stamp), lambda: image_to_rgb(msg))
+
+    def _on_feedback(self, msg: String) -> None:
+        feedback = json.loads(msg.data)
+        with self._changed:
+            self._feedback[_key((feedback.get("meta") or {}).get("rollout_id"))] = feedback
+            self._changed.notify_all()
+
+    def _on_comparison(self, msg: String) -> None:
+        comparison = json.loads(msg.data)
+        with self._changed:
+            self._comparisons[_key((comparison.get("meta") or {}).get("request_id"))] = comparison
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------ waiting and calling
+    def _wait(self, predicate, timeout_s: float, what: str):
+        """predicate()'s first true value (checked as the graph's input arrives), publishing the velocity command
+        meanwhile; PlaybackError(`what`) when `timeout_s` passes first."""
+        end = time.monotonic() + timeout_s
+        period = 1.0 / COMMAND_PUBLISH_HZ
+        next_command = time.monotonic()
+        while True:
+            if self._commanding and time.monotonic() >= next_command:
+                self.cmd_pub.publish(self._command)
+                next_command = time.monotonic() + period
+            with self._changed:
+                value = predicate()
+                if value:
+                    return value
+                now = time.monotonic()
+                if now >= end:
+                    raise PlaybackError(f"{what} within {timeout_s:g} s")
+                self._changed.wait(min(end - now, period))  # at most a command period: time-based predicates too
+
+    def _call(self, client, request, what: str):
+        """The answer of one service call; PlaybackError when its server is missing or silent."""
+        if not client.wait_for_service(timeout_sec=self.step_timeout_s):
+            raise PlaybackError(f"{what}: no {client.srv_name} on the graph within {self.step_timeout_s:g} s "
+                                "(is the node running?)")
+        done = threading.Event()
+        future = client.call_async(request)
+        future.add_done_callback(lambda _: (done.set(), self._notify()))
+        self._wait(done.is_set, self.step_timeout_s, f"{what}: {client.srv_name} did not answer")
+        if future.exception() is not None:
+            raise PlaybackError(f"{what}: {client.srv_name} failed: {future.exception()}")
+        return future.result()
+
+    def _trigger(self, client, what: str, retry_until_s: float = 0.0) -> str:
+        """Call a Trigger service; a refusal raises PlaybackError with its reason (after retrying for
+        `retry_until_s`: a request refused while the state stream catches up, e.g. right after a reset)."""
+        end = time.monotonic() + retry_until_s
+        while True:
+            answer = self._call(client, Trigger.Request(), what)
+            if answer.success:
+                return answer.message
+            if time.monotonic() >= end:
+                raise PlaybackError(f"{what} refused: {answer.message}")
+            again = time.monotonic() + RETRY_PERIOD_S
+            self._wait(lambda: time.monotonic() >= again, 1.0 + RETRY_PERIOD_S, what)
+
+    def _set_policy(self, path: str) -> None:
+        value = ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=path)
+        request = SetParameters.Request(parameters=[ParameterMsg(name="policy", value=value)])
+        (result,) = self._call(self.param_client, request, "setting the deployment node's policy parameter").results
+        if not result.successful:
+            raise PlaybackError(f"the deployment node refused its policy parameter: {result.reason}")
+
+    def _clip_counters(self, after: float) -> dict | None:
+        """The controller's clip counters and policy steps from the first /diagnostics received after `after`
+        (monotonic) in DAMP, None when none comes within step_timeout_s (the share is then unknown)."""
+        def damping():
+            received, values = self._diagnostics or (0.0, {})
+            return self._diagnostics if received > after and values.get("mode") == "DAMP" else None
+        try:
+            _, values = self._wait(damping, self.step_timeout_s, "no /diagnostics from the deployment node")
+        except PlaybackError:
+            return None
+        return {k: int(values.get(k, 0)) for k in ("clips_target", "clips_torque", "policy_steps")}
+
+    # ------------------------------------------------------------------ the playback
+    def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True,
+             critique: CritiqueRequest | None = None) -> PlaybackResult:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        policy_path = str(Path(policy_path).resolve())
+        cfg, command = self.cfg, [float(c) for c in self.cfg.command]
+        rollout_id = f"{candidate_id}@{uuid.uuid4().hex[:8]}"
+        self._command = Twist()
+        self._command.linear.x, self._command.linear.y, self._command.angular.z = command
+        self._commanding, self._frames_wanted = False, bool(render)
+        step = self.step_timeout_s
+        try:
+            self._trigger(self.mode_clients["damp"], "deployment ~/set_mode/damp")
+            before = self._clip_counters(time.monotonic())
+            self._wait(lambda: self._sim_time is not None, step, "no odom from the simulator")
+            self._set_policy(policy_path)
+            self._trigger(self.reset_client, "simulator ~/reset")
+            with self._changed:
+                self._statuses = []
+            self._trigger(self.load_client, "deployment ~/load_policy")
+            self._trigger(self.rearm_client, "deployment ~/rearm", retry_until_s=step)
+            self._trigger(self.mode_clients["passive"], "deployment ~/set_mode/passive")
+            self._commanding = True
+            self._trigger(self.mode_clients["stand"], "deployment ~/set_mode/stand", retry_until_s=step)
+            self._wait(lambda: (self._status or {}).get("stand_complete") or _faults(self._status), step,
+                       "the deployment node's STAND ramp did not complete")
+            from motionvl.deploy.playback import SETTLE_S
+
+            settled = self._sim_time + SETTLE_S
+            self._wait(lambda: self._sim_time >= settled or _faults(self._status), step,
+                       "the simulator did not advance (no odom)")
+            run = self._call(self.mode_clients["run"], Trigger.Request(), "deployment ~/set_mode/run")
+            started_at = None
+            if run.success:
+                self._wait(lambda: (self._status or {}).get("mode") in ("RUN", "DAMP"), step,
+                           "the deployment node's status did not report RUN")
+                started_at = self._sim_time
+                boundary = Boundary("start", critique.task if critique else "", rollout_id, tuple(command),
+                                    critique.previous_best if critique else None)
+                self.collector.start(boundary)
+                self._publish_boundary(boundary)
+                self._wait(lambda: self._sim_time - started_at >= cfg.seconds
+                           or (self._status or {}).get("mode") != "RUN",
+                           cfg.seconds * 4 + step, f"{cfg.seconds:g} s of RUN (simulated time) did not pass")
+                end = Boundary("end", critique.task if critique else "", rollout_id, tuple(command))
+                self._publish_boundary(end)
+                collected, _ = self.collector.end(end)
+            self._commanding = False
+            self._trigger(self.mode_clients["damp"], "deployment ~/set_mode/damp")
+            after = self._clip_counters(time.monotonic())
+        finally:
+            self._commanding, self._frames_wanted = False, False
+        with self._changed:
+            statuses = list(self._statuses)
+        rollout = collected.rollout(self.model, self.robot) if run.success else None
+        traj = rollout.trajectory if rollout is not None else None
+        frames, times = (rollout.frames, rollout.times) if rollout is not None else ([], [])
+        summary = {"path": "ros graph", "seconds": float(cfg.seconds), "command": command,
+                   "reached_run": bool(run.success), "refusal": None if run.success else run.message,
+                   "run_started_at_s": started_at, "rollout_id": rollout_id,
+                   "faults": sorted({f for s in statuses for f in s.get("faults") or []}),
+                   "transitions": _transitions(statuses), "fell": bool(traj is not None and traj.fell.any()),
+                   "distance_m": _distance(traj, command), "samples": collected.counts() if run.success else {}}
+        share = 0.0
+        if before is not None and after is not None:
+            clips = {k: after[f"clips_{k}"] - before[f"clips_{k}"] for k in ("target", "torque")}
+            steps = after["policy_steps"] if run.success else 0  # the controller counts them from entering RUN
+            summary.update(clips=clips, policy_steps=steps)
+            share = clipped_share(clips, steps, self.robot.num_joints)
+        else:
+            summary.update(clips=None, clips_note="no /diagnostics from the deployment node: clipped share unknown")
+        feedback = None
+        if critique is not None and run.success:
+            feedback = self._critic_feedback(rollout_id, critique.task)
+        self._save(out_dir, frames, times, traj)
+        result = PlaybackResult(candidate_id=candidate_id, out_dir=out_dir, fault=deployment_fault(summary, traj),
+                                clipped_share=share, duration_s=float(traj.time[-1]) if traj is not None else 0.0,
+                                frame_times=list(times), meta={"playback": self.name, **summary}, feedback=feedback,
+                                _frames=list(frames), _trajectory=traj)
+        (out_dir / SUMMARY_FILE).write_text(json.dumps(result.summary(), indent=1, default=str))
+        return result
+
+    def _publish_boundary(self, b: Boundary) -> None:
+        message = {"event": b.event, "id": b.rollout_id, "task": b.task, "command": list(b.command or ())}
+        if b.previous_best is not None:
+            message["previous_best"] = b.previous_best
+        self.boundary_pub.publish(String(data=json.dumps(message, default=str)))
+
+    def _critic_feedback(self, rollout_id: str, task: str) -> dict:
+        """vlm_critic's feedback on the rollout, or an invalid one saying why none came."""
+        from motionvl.critic.schema import MotionFeedback
+
+        key = _key(rollout_id)
+        try:
+            return self._wait(lambda: self._feedback.pop(key, None), self.critic_timeout_s,
+                              "no critic/feedback from the vlm_critic node for this rollout")
+        except PlaybackError as exc:
+            return MotionFeedback.invalid("vlm_critic", task, str(exc)).to_dict()
+
+    def _save(self, out_dir: Path, frames, times, traj) -> None:
+        if traj is None:
+            return
+        if frames:
+            from motionvl.render.cli import write_outputs
+
+            write_outputs(out_dir, frames, times, traj, every=self.cfg.frame_interval_s)
+        else:
+            traj.save(out_dir / "trajectory.npz")
+
+    # ------------------------------------------------------------------ comparisons
+    def compare(self, first: Path, second: Path, task: str) -> dict:
+        """vlm_critic's Comparison (a dict) of two saved rollouts (Rollout.save directories)."""
+        request_id = f"compare@{uuid.uuid4().hex[:8]}"
+        if self.compare_pub.get_subscription_count() == 0:
+            self._wait(lambda: self.compare_pub.get_subscription_count() > 0, self.step_timeout_s,
+                       "no vlm_critic node listens on critic/compare")
+        self.compare_pub.publish(String(data=json.dumps({"id": request_id, "task": task, "first": {"path": str(first)},
+                                                         "second": {"path": str(second)}})))
+        key = _key(request_id)
+        return self._wait(lambda: self._comparisons.pop(key, None), self.critic_timeout_s,
+                          "no critic/comparison from the vlm_critic node")
+
+
+class GraphCritic:
+    """The vlm_critic node as the search's critic: its feedback comes with GraphPlayback's results (it judges a
+    rollout as it is played); compare() saves the two rollouts under `work_dir` for critic/compare."""
+
+    def __init__(self, playback: GraphPlayback, name: str, work_dir: str | Path):
+        self.playback, self.name, self.work_dir = playback, name, Path(work_dir)
+
+    def critique(self, frames, times, task: str, previous_best=None, **kwargs):
+        from motionvl.critic.schema import MotionFeedback
+
+        return MotionFeedback.invalid(f"vlm_critic ({self.name})", task, "the vlm_critic node judges a rollout while "
+                                      "it is played; this playback was not judged there")
+
+    def compare(self, first, second, task: str):
+        from motionvl.critic.schema import Comparison
+
+        folder = self.work_dir / f"compare-{uuid.uuid4().hex[:8]}"
+        try:
+            paths = [rollout.save(folder / which) for which, rollout in (("first", first), ("second", second))]
+            answer = self.playback.compare(paths[0], paths[1], task)
+        except PlaybackError as exc:
+            return Comparison.invalid(f"vlm_critic ({self.name})", task, str(exc))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return Comparison.from_dict(answer)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _stamp(stamp) -> float:
+    return float(stamp.sec) + float(stamp.nanosec) * 1e-9
+
+
+def _key(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _faults(status: dict | None) -> list:
+    return list((status or {}).get("faults") or [])
+
+
+def _transitions(statuses: list) -> list:
+    seen = []
+    for s in statuses:
+        t = s.get("transition")
+        if t and (not seen or seen[-1] != t):
+            seen.append(t)
+    return [f"{t['from']}->{t['to']}" + ("" if t["why"] == "requested" else f" ({t['why']})") for t in seen]
+
+
+def _distance(traj, command) -> float:
+    if traj is None or len(traj.time) < 2:
+        return 0.0
+    from motionvl.deploy.playback import forward_distance
+
+    return float(forward_distance(traj.base_pos, traj.base_quat, command))

@@ -1,0 +1,128 @@
+"""The search's playback on the ROS graph over real DDS: the deployment node (simulation mode) plays a
+candidate on the simulator node, vlm_critic (kinematic backend) judges it, the simulator is reset between
+candidates; and a search whose graph has no deployment node fails that playback with a reason, not the run.
+
+Nothing here asks the random policy to walk (it may well fall: the fall fault then ends RUN).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from rclpy.parameter import Parameter  # noqa: E402
+
+from deploy_fixtures import write_random_policy  # noqa: E402
+from motionvl.critic.base import Rollout  # noqa: E402
+from motionvl.search.config import PlaybackConfig  # noqa: E402
+from motionvl.search.playback import CritiqueRequest, PlaybackResult  # noqa: E402
+from spinning import Spinners  # noqa: E402
+
+TASK = "walk forward with straight knees"
+
+
+def _params(**values):
+    return [Parameter(k, value=v) for k, v in values.items()]
+
+
+def _graph(context, spinners, *, deployment: bool = True, step_timeout_s: float = 15.0, seconds: float = 1.0):
+    """simulator (hardware emulation, gantry), deployment (simulation mode), vlm_critic (kinematic) and a host node
+    carrying the GraphPlayback; each node on its own executor thread as in `motionvl train`."""
+    from motionvl.ros.deployment_node import DeploymentNode
+    from motionvl.ros.graph_playback import GraphPlayback
+    from motionvl.ros.simulator_node import SimulatorNode
+    from motionvl.ros.vlm_critic_node import VlmCriticNode
+
+    spinners.add(SimulatorNode(context=context, parameter_overrides=_params(
+        mode="effort", gantry=True, publish_rate_hz=50.0)))
+    if deployment:
+        # a shared test machine can stall a thread longer than a robot's drives may: lenient stale-state and
+        # overrun faults (the faults themselves are test_deployment_node's)
+        spinners.add(DeploymentNode(context=context, parameter_overrides=_params(
+            path="pd", allow_rearm=True, autostart="", stand_seconds=0.5, state_timeout=2.0, overrun_periods=100,
+            realtime_priority=0)))
+    spinners.add(VlmCriticNode(context=context, parameter_overrides=_params(backend="kinematic")), threads=2)
+    host = spinners.add(rclpy.create_node(f"playback_host_{uuid.uuid4().hex[:6]}", context=context))
+    return GraphPlayback(host, PlaybackConfig(seconds=seconds, render=False), step_timeout_s=step_timeout_s,
+                         critic_timeout_s=120.0)
+
+
+@pytest.fixture
+def graph(tmp_path):
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    spinners = Spinners(context)
+    try:
+        yield _graph(context, spinners), tmp_path
+    finally:
+        spinners.shutdown()
+        rclpy.try_shutdown(context=context)
+
+
+def test_candidates_are_played_by_the_deployment_node_and_judged_by_vlm_critic(graph):
+    from motionvl.ros.graph_playback import GraphCritic
+
+    playback, folder = graph
+    policy = write_random_policy(folder / "policy.onnx")
+    results = []
+    for cid in ("c1", "c2"):  # the second one starts from a reset simulator and a re-armed deployment node
+        result = playback.play(cid, policy, folder / cid, render=False, critique=CritiqueRequest(TASK))
+        meta = result.meta
+        assert meta["reached_run"], meta
+        assert {"DAMP->PASSIVE", "PASSIVE->STAND", "STAND->RUN"} <= set(meta["transitions"]), meta["transitions"]
+        assert meta["policy_steps"] > 0 and 0.0 <= result.clipped_share <= 1.0
+        assert result.trajectory_path.exists() and len(result.trajectory().time) > 10
+        assert result.fault is None or result.fault.startswith(("fault:", "fell")), result.fault
+        assert result.feedback["valid"], result.feedback
+        assert result.feedback["meta"]["rollout_id"] == meta["rollout_id"], "the feedback is for this rollout"
+        assert result.feedback["task"] == TASK
+        saved = json.loads((folder / cid / "playback.json").read_text())
+        assert PlaybackResult.from_summary(saved).feedback == result.feedback
+        results.append(result)
+    assert results[0].meta["rollout_id"] != results[1].meta["rollout_id"]
+    # the second playback started where the reset put the robot, not where the first one ended
+    starts = [np.asarray(r.trajectory().base_pos[0]) for r in results]
+    assert np.linalg.norm(starts[0][:2] - starts[1][:2]) < 0.05, starts
+
+    critic = GraphCritic(playback, "kinematic", folder / "judge")
+    rollouts = [Rollout([], [], r.trajectory()) for r in results]
+    comparison = critic.compare(rollouts[0], rollouts[1], TASK)
+    assert comparison.valid, comparison
+    assert comparison.meta["request_id"].startswith("compare@") and comparison.meta["backend"] == "kinematic"
+    assert not (folder / "judge").exists() or not any((folder / "judge").iterdir()), "request files cleaned up"
+
+
+def test_a_graph_without_a_deployment_node_fails_the_playback_with_a_reason_and_not_the_run(tmp_path):
+    """A search (mode reference, a given start run) whose playback finds no deployment node: the start's
+    playback fails naming the missing service, the search finishes and exports."""
+    from motionvl.rl.trainer import train_policy
+    from motionvl.search.ledger import Ledger
+    from motionvl.search.loop import Search, SearchSettings
+    from rl_fixtures import PlaceholderReward, tiny_config
+
+    start = train_policy(tmp_path / "start", reward_spec=PlaceholderReward(), train_cfg=tiny_config(),
+                         max_iterations=1, progress=False)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    spinners = Spinners(context)
+    try:
+        playback = _graph(context, spinners, deployment=False, step_timeout_s=3.0)
+        from motionvl.search.config import SearchConfig
+
+        settings = SearchSettings(task=TASK, mode="reference", preset="quick", start_run=str(start.run_dir),
+                                  config=SearchConfig.from_dict({"evaluation": {"episodes": 1, "seconds": 0.5},
+                                                                 "playback": {"seconds": 0.5, "render": False}}).to_dict())
+        summary = Search(tmp_path / "run", settings, playback=playback, slots=lambda: [], log=lambda m: None,
+                         progress=False).run()
+    finally:
+        spinners.shutdown()
+        rclpy.try_shutdown(context=context)
+    assert summary["final"] == "start" and (tmp_path / "run" / "policy.onnx").exists()
+    played = Ledger(tmp_path / "run").get("played", "start")
+    assert played["fault"].startswith("playback failed: PlaybackError"), played
+    assert "deployment/set_mode/damp" in played["fault"] and "is the node running" in played["fault"], played
