@@ -242,18 +242,22 @@ class ScriptedSynthesizer:
 
 
 class KillingSlot(LocalProcessSlot):
-    """A trainer whose process is killed with SIGKILL once the victim candidate is training."""
+    """A trainer whose process is killed with SIGKILL as the victim candidate is handed to it. The process is
+    frozen (SIGSTOP) before it gets the job, so however fast the machine, the job cannot end before the kill."""
 
     def __init__(self, *args, victim: str, **kwargs):
         super().__init__(*args, **kwargs)
         self.victim, self.killed = victim, False
 
-    def poll(self):
-        state = super().poll()
-        if state.kind == "running" and self._cid == self.victim and state.phase == "training" and not self.killed:
-            os.kill(self._proc.pid, signal.SIGKILL)
-            self.killed = True
-        return state
+    def start(self, job):
+        if job.candidate_id != self.victim or self.killed:
+            return super().start(job)
+        proc = self._process()
+        os.kill(proc.pid, signal.SIGSTOP)
+        super().start(job)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        self.killed = True
 
 
 def test_refused_code_a_trainer_crash_and_the_call_cap_leave_r_star_and_the_run_goes_on(tmp_path):
@@ -288,41 +292,49 @@ def test_refused_code_a_trainer_crash_and_the_call_cap_leave_r_star_and_the_run_
 def test_ctrl_c_then_kill_9_and_resume_finish_without_redoing_finished_work(tmp_path):
     """motionvl train stopped by SIGINT (clean: exit 130, resumable), resumed and killed with SIGKILL while a
     candidate trains (its trainer dies with it), resumed again: the search finishes with every step done once
-    and the candidate's run continued from its checkpoint."""
-    settings = _settings_file(tmp_path, candidates=1, candidate_iterations=4)
+    and the candidate's run continued from its checkpoint. Both times the trainer is held (SIGSTOP) once the
+    candidate has trained an iteration more, so it cannot finish while the search stops, however fast the machine;
+    after Ctrl-C it is ended while held once the search has passed the stop on to it (as a trainer that does not
+    heed the stop would be)."""
+    budget = 4
+    settings = _settings_file(tmp_path, candidates=1, candidate_iterations=budget)
     run_dir = tmp_path / "run"
     history = run_dir / "candidates" / "i1k1" / "history.jsonl"
     start = [sys.executable, "-m", "motionvl.cli", "train", "--task", TASK, "--settings", str(settings),
              "--out", str(run_dir), "--no-progress", "--no-render"]
     resume = [sys.executable, "-m", "motionvl.cli", "train", "--out", str(run_dir), "--resume", "--no-progress"]
 
-    def trained_lines(n):
-        def enough():
-            try:
-                return len(history.read_text().splitlines()) >= n
-            except OSError:
-                return False
-        return enough
+    def lines() -> int:
+        try:
+            return len(history.read_text().splitlines())
+        except OSError:
+            return 0
 
     first = subprocess.Popen(start, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(trained_lines(1), timeout=400, period=0.05), first.stderr.read() if first.poll() else ""
+        trainer = _trainer_of(first)
+        assert wait_for(lambda: lines() >= 1 or first.poll() is not None, timeout=400, period=0.01), _said(first)
+        os.kill(trainer, signal.SIGSTOP)
+        held = lines()
         first.send_signal(signal.SIGINT)
+        assert wait_for(lambda: _pending(trainer, signal.SIGINT) or not _alive(trainer), timeout=60), \
+            "the search passed its stop on to the trainer"
+        os.kill(trainer, signal.SIGKILL)
         _, err = first.communicate(timeout=60)
     finally:
         if first.poll() is None:
             first.kill()
     assert first.returncode == 130 and "--resume" in err, err[-2000:]
     assert not Ledger(run_dir).has("trained", "i1k1"), "a stopped candidate is not recorded as trained"
-    after_first = len(history.read_text().splitlines())
-    assert after_first < 4, "stopped before the candidate's budget ran out"
+    after_first = lines()
+    assert 1 <= held == after_first < budget, (held, after_first)
 
     second = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(trained_lines(after_first + 1), timeout=400, period=0.05), \
-            second.stderr.read() if second.poll() else ""
-        trainer = _my_child("__node:=policy_trainer_0")
-        assert trainer is not None
+        trainer = _trainer_of(second)
+        assert wait_for(lambda: lines() > after_first or second.poll() is not None, timeout=400, period=0.01), \
+            _said(second)
+        os.kill(trainer, signal.SIGSTOP)  # held: the candidate cannot finish before the search is killed
         second.send_signal(signal.SIGKILL)
         second.wait(10)
     finally:
@@ -337,8 +349,30 @@ def test_ctrl_c_then_kill_9_and_resume_finish_without_redoing_finished_work(tmp_
     keys = [r["key"] for r in ledger.records if r["kind"] == "trained"]
     assert sorted(keys) == ["final", "i1k1", "start"], "no step done twice"
     iterations = [json.loads(line)["iteration"] for line in history.read_text().splitlines()]
-    assert iterations == [3, 4, 5, 6], "the candidate resumed from its checkpoint, no iteration lost or repeated"
+    assert iterations == list(range(3, 3 + budget)), "the candidate resumed from its checkpoint, no iteration lost or repeated"
     assert ledger.get("run", "finished") is not None and len(list(ledger.items("synthesis"))) == 1
+
+
+def _trainer_of(search: subprocess.Popen) -> int:
+    """The pid of the policy_trainer process `motionvl train` started."""
+    assert wait_for(lambda: _my_child("__node:=policy_trainer_0") or search.poll() is not None, timeout=400)
+    trainer = _my_child("__node:=policy_trainer_0")
+    assert trainer is not None, _said(search)
+    return trainer
+
+
+def _said(search: subprocess.Popen) -> str:
+    """What an ended search wrote on stderr (nothing while it runs: reading would wait for its end)."""
+    return search.stderr.read()[-2000:] if search.poll() is not None else "(still running)"
+
+
+def _pending(pid: int, signum: int) -> bool:
+    """Whether signal `signum` waits to be delivered to process `pid` (a stopped process keeps it pending)."""
+    try:
+        fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    except OSError:
+        return False
+    return bool(int(fields.get("ShdPnd", "0"), 16) & (1 << (signum - 1)))
 
 
 def _alive(pid: int) -> bool:
