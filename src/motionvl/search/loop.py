@@ -185,7 +185,9 @@ class Search:
                 final = best
             self._check_stop()
             exported = self.ledger.once("exported", "policy", lambda: self._export(final, best))
-            self._table_rows(self.records[START], self.records.get(exported["candidate"], final))
+            chosen = self.records.get(exported["candidate"], final)
+            self._film(chosen)
+            self._table_rows(self.records[START], chosen)
             summary = {"label": self.settings.label, "best": best["id"], "final": final["id"], **exported}
             self.ledger.once("run", "finished", lambda: summary)
             self._write_report()
@@ -472,6 +474,22 @@ class Search:
         return {"policy": str(target), "candidate": chosen["id"], "reason": why, "reward_spec_hash": digest,
                 "metadata": meta}
 
+    def _film(self, record: dict) -> None:
+        """The exported policy's playback rendered for the report, where its playback was not (an r* exported
+        because the longer training failed the gates)."""
+        if not self.cfg.playback.render or (record.get("playback") or {}).get("video"):
+            return
+
+        def film() -> dict:
+            t0 = time.monotonic()
+            out = self.candidate_dir(record["id"]) / "playback_filmed"
+            return {**self.playback.play(record["id"], record["outcome"]["policy_path"], out, render=True).summary(),
+                    "wall_s": time.monotonic() - t0}
+        try:
+            self.ledger.once("filmed", record["id"], film)
+        except Exception as exc:  # noqa: BLE001 - the report goes without the film
+            self.log(f"warning: could not film {record['id']}'s playback: {type(exc).__name__}: {exc}")
+
     def _table_rows(self, start: dict, chosen: dict) -> None:
         """Per-term episode rewards of the start and the exported policy (the paper's Table I rows)."""
         from motionvl.search.table import episode_term_rewards, table_spec
@@ -479,8 +497,11 @@ class Search:
         spec = table_spec([start["spec"], chosen["spec"]])
         rows = [(start, "RL-Base (start)")] + ([(chosen, self.settings.label)] if chosen is not start else [])
         for record, label in rows:
-            self.ledger.once("table", record["id"], lambda record=record, label=label: {
-                "label": label, "terms": episode_term_rewards(record["outcome"]["policy_path"], spec, self.cfg.evaluation)})
+            def measure(record=record, label=label) -> dict:
+                t0 = time.monotonic()
+                terms = episode_term_rewards(record["outcome"]["policy_path"], spec, self.cfg.evaluation)
+                return {"label": label, "terms": terms, "wall_s": time.monotonic() - t0}
+            self.ledger.once("table", record["id"], measure)
 
     def _write_report(self) -> None:
         try:

@@ -52,14 +52,14 @@ class RunView:
         for cid, c in self.candidates.items():
             c["trained"] = self.ledger.get("trained", cid)
             c["validated"] = self.ledger.get("validated", cid)
-            c["playback"] = self.ledger.get("played", cid)
+            c["playback"] = self.ledger.get("filmed", cid) or self.ledger.get("played", cid)
             c["feedback"] = self.ledger.get("critiqued", cid)
             c["evaluation"] = ((c["trained"] or {}).get("outcome") or {}).get("evaluation") or {}
             c["verdict"] = next((d["verdicts"][cid] for d in self.decisions.values() if cid in d["verdicts"]), None)
         if self.ledger.has("trained", "final"):
             self.candidates["final"] = {"id": "final", "spec": None, **{k: None for k in ("validated",)},
                                         "trained": self.ledger.get("trained", "final"),
-                                        "playback": self.ledger.get("played", "final"),
+                                        "playback": self.ledger.get("filmed", "final") or self.ledger.get("played", "final"),
                                         "feedback": self.ledger.get("critiqued", "final")}
             self.candidates["final"]["evaluation"] = ((self.candidates["final"]["trained"] or {}).get("outcome")
                                                       or {}).get("evaluation") or {}
@@ -104,7 +104,9 @@ class RunView:
 def run_timing(ledger: Ledger) -> dict:
     """Seconds of the run by part, from the ledger: wall_s (first to last record), train_s (PPO training
     inside the trainers), evaluation_s (held-out evaluation), synthesis, validation, playback, critique,
-    comparison. The rest of the wall time is the trainers' start-up, the ROS traffic and the waiting."""
+    comparison, table (the Table I episodes of the start and exported policies), filming (the exported policy's
+    playback rendered when it was not). The rest of the wall time is the trainers' start-up, the ROS traffic and
+    the waiting."""
     times = [r["t"] for r in ledger.records]
     trained = [d.get("outcome") or {} for _, d in ledger.items("trained")]
     wall = lambda kind: sum(d.get("wall_s") or 0.0 for _, d in ledger.items(kind))  # noqa: E731
@@ -113,7 +115,7 @@ def run_timing(ledger: Ledger) -> dict:
             "evaluation_s": sum(o.get("eval_wall_s") or 0.0 for o in trained),
             "synthesis": wall("synthesis"), "validation": wall("validated"), "playback": wall("played"),
             "critique": sum((d.get("meta") or {}).get("wall_s") or 0.0 for _, d in ledger.items("critiqued")),
-            "comparison": wall("compared")}
+            "comparison": wall("compared"), "table": wall("table"), "filming": wall("filmed")}
 
 
 # ----------------------------------------------------------------------------- figures
