@@ -59,6 +59,12 @@ class SearchStopped(RuntimeError):
     """The search was asked to stop (`Search.stop()`): it ended at a step boundary; resume continues it."""
 
 
+def training_overrides(cfg: SearchConfig) -> list[str]:
+    """The training config overrides every run of a search trains with (its seed, environments and the
+    preset's overrides); a baseline trained beside the search uses the same."""
+    return [f"seed={cfg.seed}", *cfg.training_overrides] + ([f"env.num_envs={cfg.num_envs}"] if cfg.num_envs else [])
+
+
 @dataclasses.dataclass
 class SearchSettings:
     """What a run is (recorded in the ledger and search.json; a resumed run keeps them)."""
@@ -323,9 +329,7 @@ class Search:
         return None
 
     def _job(self, cid: str, spec: dict, iterations: int, *, warm_start: str | None, final: bool = False) -> TrainingJob:
-        overrides = [f"seed={self.cfg.seed}", *self.cfg.training_overrides]
-        if self.cfg.num_envs:
-            overrides.append(f"env.num_envs={self.cfg.num_envs}")
+        overrides = training_overrides(self.cfg)
         if not final and not self.cfg.candidate_selection:
             overrides += ["selection.minutes=0", "selection.iterations=0"]
         ev = self.cfg.evaluation

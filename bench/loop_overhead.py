@@ -7,9 +7,9 @@ start-up, ROS traffic, waiting). Goal: overhead < 10 % of the wall time. A quiet
 the figure; the run itself is resumable (rerun the same command), but a resumed run's wall time
 includes the pause, so measure a run that went through in one go.
 
-    .venv/bin/python bench/search_overhead.py --preset quick --out runs/bench_overhead_quick
-    .venv/bin/python bench/search_overhead.py --preset cpu --out runs/bench_overhead_cpu
-    .venv/bin/python bench/search_overhead.py --run runs/some_search          # an existing run's figures
+    .venv/bin/python bench/loop_overhead.py --preset quick --out runs/bench_overhead_quick
+    .venv/bin/python bench/loop_overhead.py --preset cpu --out runs/bench_overhead_cpu
+    .venv/bin/python bench/loop_overhead.py --run runs/some_search          # an existing run's figures
 """
 
 from __future__ import annotations

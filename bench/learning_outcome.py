@@ -12,8 +12,8 @@ each term at weight 1, and task scores), and writes OUT/results.json.
 Resumable: every step's result lands in OUT/results.json as it finishes, a loop run resumes from its
 ledger and a base run from its checkpoint, so the benchmark can run in pieces (rerun the same command).
 
-    .venv/bin/python bench/search_outcome.py --preset quick --seeds 0,1,2 --out runs/bench_outcome
-    .venv/bin/python bench/search_outcome.py --preset quick --seeds 0 --out /tmp/o --settings tiny.yaml \\
+    .venv/bin/python bench/learning_outcome.py --preset quick --seeds 0,1,2 --out runs/bench_outcome
+    .venv/bin/python bench/learning_outcome.py --preset quick --seeds 0 --out /tmp/o --settings tiny.yaml \\
         --episodes 8      # a tiny proof that the pieces fit (not a measurement)
 """
 
@@ -28,6 +28,8 @@ from pathlib import Path
 
 TASK = "walk forward with straight knees"
 COMMAND = (0.6, 0.0, 0.0)
+SECONDS = 10.0
+SUCCESS_M = 5.0
 GOALS = {"knee_reduction": 0.30, "speed_tolerance": 0.10, "min_success": 0.90}
 
 
@@ -46,7 +48,8 @@ def _save(path: Path, results: dict) -> None:
 
 
 def run_loop(args, seed: int, run_dir: Path) -> None:
-    cmd = [sys.executable, "-m", "motionvl.cli", "train", "--out", str(run_dir), "--no-progress"]
+    # no rendering: the kinematic critic judges the playback's trajectory, frames only feed the report
+    cmd = [sys.executable, "-m", "motionvl.cli", "train", "--out", str(run_dir), "--no-progress", "--no-render"]
     if (run_dir / "ledger.jsonl").exists():
         cmd.append("--resume")
     else:
@@ -57,36 +60,46 @@ def run_loop(args, seed: int, run_dir: Path) -> None:
     subprocess.run(cmd, check=True)
 
 
-def run_base(args, seed: int, run_dir: Path, iterations: int) -> Path:
-    from motionvl.rl.trainer import train_policy
-
-    resume = (run_dir / "checkpoints" / "latest.pt").exists()
-    overrides = [f"seed={seed}"]
-    if args.settings:
-        import yaml
-
-        overrides += list((yaml.safe_load(Path(args.settings).read_text()) or {}).get("training_overrides") or [])
+def run_base(args, seed: int, run_dir: Path, iterations: int, loop_dir: Path) -> Path:
+    """The reference reward from scratch for `iterations` PPO iterations, trained as the loop's runs were
+    (its training YAML, seed, environments and the preset's overrides)."""
+    from motionvl.rewards.spec import load_reward_spec
     from motionvl.rl.config import TrainConfig
+    from motionvl.rl.trainer import train_policy
+    from motionvl.search.config import SearchConfig
+    from motionvl.search.ledger import Ledger
+    from motionvl.search.loop import training_overrides
 
-    cfg = TrainConfig.from_yaml(None, overrides=tuple(overrides))
+    settings = Ledger(loop_dir).get("run", "settings")
+    cfg = TrainConfig.from_yaml(settings.get("train_config") or None,
+                                overrides=tuple(training_overrides(SearchConfig.from_dict(settings["config"]))))
+    spec = load_reward_spec(settings["reference_spec"]) if settings.get("reference_spec") else None
+    resume = (run_dir / "checkpoints" / "latest.pt").exists()
     print(f"[seed {seed}] base: the reference reward for {iterations} iterations -> {run_dir}", flush=True)
-    result = train_policy(run_dir, None, cfg, minutes=1e6, max_iterations=iterations, resume=resume,
+    result = train_policy(run_dir, spec, cfg, minutes=1e6, max_iterations=iterations, resume=resume,
                           progress=not args.no_progress)
     return result.policy_path
 
 
 def measure(policy: Path, spec, args) -> dict:
+    """Reward-free evaluation (as `motionvl eval`, randomised, with pushes) and per-term episode rewards."""
     from motionvl.rl.evaluate import evaluate
     from motionvl.search.config import EvaluationConfig
     from motionvl.search.table import episode_term_rewards
 
-    ev = evaluate(policy, seconds=10.0, episodes=args.episodes, randomize=True, command=COMMAND, seed=args.eval_seed)
+    ev = evaluate(policy, seconds=SECONDS, episodes=args.episodes, randomize=True, command=COMMAND, seed=args.eval_seed,
+                  return_trajectories=True)
+    episodes = ev.pop("per_episode")
+    ev.pop("trajectories")
     keys = ("success_rate", "fell_fraction", "task_score", "forward_distance_m", "mean_speed_mps",
             "knee_angle_stance_deg", "torso_pitch_deg", "step_frequency_hz", "swing_clearance_m", "stance_slip_mps")
-    terms = episode_term_rewards(policy, spec, EvaluationConfig(episodes=args.episodes, seconds=10.0,
+    figures = {k: ev.get(k) for k in keys}
+    # the issue's success: >= 5 m of the 10 s at 0.6 m/s without a fall (success_rate asks 90 % of 6 m)
+    figures["success_5m_rate"] = sum((not e["fell"]) and e["forward_distance_m"] >= SUCCESS_M for e in episodes) / len(episodes)
+    terms = episode_term_rewards(policy, spec, EvaluationConfig(episodes=args.episodes, seconds=SECONDS,
                                                                  command=COMMAND, seed=args.eval_seed,
                                                                  training_physics=False))
-    return {"evaluation": {k: ev.get(k) for k in keys}, "terms": terms}
+    return {"evaluation": figures, "terms": terms}
 
 
 def verdict(loop: dict, base: dict) -> dict:
@@ -94,10 +107,10 @@ def verdict(loop: dict, base: dict) -> dict:
     ls, bs = loop["mean_speed_mps"], base["mean_speed_mps"]
     reduction = (bk - lk) / bk if bk else None
     speed_change = (ls - bs) / bs if bs else None
-    return {"knee_reduction": reduction, "speed_change": speed_change, "success": loop["success_rate"],
+    return {"knee_reduction": reduction, "speed_change": speed_change, "success": loop["success_5m_rate"],
             "knee_met": reduction is not None and reduction >= GOALS["knee_reduction"],
             "speed_met": speed_change is not None and abs(speed_change) <= GOALS["speed_tolerance"],
-            "success_met": loop["success_rate"] is not None and loop["success_rate"] >= GOALS["min_success"]}
+            "success_met": loop["success_5m_rate"] >= GOALS["min_success"]}
 
 
 def table(results: dict) -> str:
@@ -105,7 +118,8 @@ def table(results: dict) -> str:
     for seed in results["seeds"].values():
         for side in ("base", "loop"):
             terms += [t for t in (seed.get(side) or {}).get("terms", {}) if t not in terms]
-    head = ["seed", "method", "PPO iterations", *terms, "task score", "success", "speed (m/s)", "stance knee (deg)"]
+    head = ["seed", "method", "PPO iterations", *terms, "task score", "success (>= 5 m)", "speed (m/s)",
+            "stance knee (deg)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     fmt = lambda v, f=".3f": "-" if v is None else format(v, f)  # noqa: E731
     for s, seed in sorted(results["seeds"].items()):
@@ -116,7 +130,7 @@ def table(results: dict) -> str:
             ev = row["evaluation"]
             lines.append("| " + " | ".join([s, label, str(seed.get("iterations", "-")),
                                              *[fmt(row["terms"].get(t)) for t in terms], fmt(ev["task_score"]),
-                                             fmt(100 * ev["success_rate"], ".1f") + "%", fmt(ev["mean_speed_mps"]),
+                                             fmt(100 * ev["success_5m_rate"], ".1f") + "%", fmt(ev["mean_speed_mps"]),
                                              fmt(ev["knee_angle_stance_deg"], ".1f")]) + " |")
     return "\n".join(lines)
 
@@ -155,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             entry["loop"] = measure(loop_dir / "policy.onnx", spec, args)
             _save(path, results)
         if "base" not in entry:
-            policy = run_base(args, seed, base_dir, entry["iterations"])
+            policy = run_base(args, seed, base_dir, entry["iterations"], loop_dir)
             entry["base"] = measure(policy, spec, args)
             _save(path, results)
         entry["verdict"] = verdict(entry["loop"]["evaluation"], entry["base"]["evaluation"])
