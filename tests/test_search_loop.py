@@ -148,6 +148,17 @@ def test_the_report_has_every_section(finished_run):
         assert "## Start and final playback" in md and (run_dir / "report" / "start_vs_final.png").exists()
 
 
+def test_the_loop_benchmark_splits_a_runs_wall_time_into_training_and_the_rest(finished_run):
+    from motionvl.search.bench import loop_overhead
+
+    run_dir, _, _ = finished_run
+    figures = loop_overhead(run_dir)
+    assert figures["finished"] and 0.0 < figures["train_s"] < figures["wall_s"]
+    assert figures["parts"]["playback"] > 0 and figures["parts"]["table"] > 0
+    assert sum(figures["parts"].values()) == pytest.approx(figures["overhead_s"])
+    assert figures["overhead_share"] == pytest.approx(figures["overhead_s"] / figures["wall_s"])
+
+
 def test_the_recorder_kept_the_search_on_the_graph(finished_run):
     from motionvl.bags import read_bag
 

@@ -1,7 +1,7 @@
 """`motionvl bench TARGET ...`: benchmarks that print measured figures (JSON last line).
 
 Targets: `sim` (raw batched MuJoCo vs the locomotion env), `train` (motionvl.rl.bench),
-`render` (motionvl.render.bench) and `deploy` (motionvl.ros.deploy_bench). Each target's module is imported only when it runs, so a
+`render` (motionvl.render.bench), `deploy` (motionvl.ros.deploy_bench) and `loop` (motionvl.search.bench). Each target's module is imported only when it runs, so a
 missing or heavy one does not slow or break the others.
 """
 
@@ -21,6 +21,8 @@ TARGETS = {
                "offscreen rendering throughput"),
     "deploy": ("motionvl.ros.deploy_bench", "add_deploy_bench_arguments", "run_deploy_benchmark",
                "deployment loop over DDS: end-to-end latency and period error, idle / CPU hog, with / without RT"),
+    "loop": ("motionvl.search.bench", "add_loop_bench_arguments", "run_loop_benchmark",
+             "the language loop's overhead: share of its wall time not spent training (goal < 10 %)"),
 }
 
 
