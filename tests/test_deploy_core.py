@@ -102,6 +102,50 @@ def test_imu_mounting_round_trips():
     np.testing.assert_allclose(imu_quat, quat_multiply(base, m.imu_quat))
 
 
+def test_mapping_matches_the_hardware_section_written_out_by_hand():
+    """The simulator's emulated drives and the controller both use JointMapping, so a wrong formula
+    there would cancel out in every round trip and only show on the robot: pin each direction to
+    'motor angle = sign x joint angle + offset, velocity and torque = sign x the joint's, gains
+    permuted only', written out here from the hardware section's numbers."""
+    from deploy_fixtures import MOTOR_OFFSETS, MOTOR_ORDER, MOTOR_SIGNS
+
+    robot = ROBOTS["mapped"]
+    m = JointMapping(robot)
+    rng = np.random.default_rng(1)
+    q, v, g = rng.uniform(-1, 1, J), rng.uniform(-5, 5, J), rng.uniform(0, 50, J)
+    motor_q = np.array([MOTOR_SIGNS[k] * q[MOTOR_ORDER[k]] + MOTOR_OFFSETS[k] for k in range(J)])
+    motor_v = np.array([MOTOR_SIGNS[k] * v[MOTOR_ORDER[k]] for k in range(J)])
+    motor_g = np.array([g[MOTOR_ORDER[k]] for k in range(J)])
+    np.testing.assert_allclose(m.to_motor_position(q), motor_q, atol=1e-15)
+    np.testing.assert_allclose(m.to_motor_signed(v), motor_v, atol=1e-15)
+    np.testing.assert_allclose(m.to_motor_unsigned(g), motor_g, atol=1e-15)
+    np.testing.assert_allclose(m.from_motor_position(motor_q), q, atol=1e-15)
+    np.testing.assert_allclose(m.from_motor_signed(motor_v), v, atol=1e-15)
+    np.testing.assert_allclose(m.from_motor_unsigned(motor_g), g, atol=1e-15)
+    assert list(m.motor_names) == [f"motor_{k:02d}_{ROBOT.joint_names[MOTOR_ORDER[k]]}" for k in range(J)]
+
+
+def test_imu_mounting_agrees_with_physics():
+    """Not only a round trip: what the mounted IMU reports must describe the same motion in the world
+    (its gyro turned by its orientation equals the base's) and the same gravity direction."""
+    from motionvl.deploy.mapping import quat_to_matrix
+
+    m = JointMapping(ROBOTS["mapped"])
+    base = quat_from_rpy(0.1, -0.2, 0.7)
+    gyro = np.array([0.3, -0.1, 0.5])
+    imu_quat, imu_gyro = m.base_to_imu(base, gyro)
+    np.testing.assert_allclose(quat_to_matrix(imu_quat) @ imu_gyro, quat_to_matrix(base) @ gyro, atol=1e-12)
+    down = np.array([0.0, 0.0, -1.0])
+    # the IMU's gravity, turned by the mounting (IMU frame -> base frame), is the base's gravity
+    np.testing.assert_allclose(m.imu_matrix @ (quat_to_matrix(imu_quat).T @ down), quat_to_matrix(base).T @ down,
+                               atol=1e-12)
+    # the controller recovers the base's tilt from the mounted IMU (upside down and turned here)
+    c = Controller(ROBOTS["mapped"], DeployConfig(), clock=FakeClock())
+    c.imu(imu_quat, imu_gyro, 0.0)
+    assert c.inputs.tilt() == pytest.approx(math.acos(quat_to_matrix(base)[2, 2]), abs=1e-9)
+    np.testing.assert_allclose(c.inputs.base_gyro, gyro, atol=1e-12)
+
+
 def test_hardware_section_is_validated(tmp_path):
     from deploy_fixtures import write_robot_yaml
 
