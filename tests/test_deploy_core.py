@@ -565,3 +565,36 @@ class ControllerMachine(RuleBasedStateMachine):
 ControllerMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None,
                                                suppress_health_check=[HealthCheck.too_slow])
 TestControllerMachine = ControllerMachine.TestCase
+
+
+# ---------------------------------------------------------------------- review: faults between cycles,
+# damping without a velocity, a policy step that raises, the mapping pinned by hand
+@pytest.mark.parametrize("path", ["pd", "torque"])
+def test_a_bad_message_superseded_before_the_cycle_still_damps(path):
+    """A NaN IMU reading or a joint-speed spike that a clean message replaced before the next cycle
+    is still a fault at that cycle (the IMU usually comes faster than the command cycles)."""
+    c, clock, _ = running(path)
+    m = c.mapping
+    c.imu(np.array([np.nan, 0.0, 0.0, 0.0]), np.zeros(3), clock.t)
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)  # a clean IMU and joint state follow
+    cmd = c.cycle()
+    assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "non_finite_input"
+
+    c, clock, _ = running(path)
+    spike = np.where(np.arange(J) == 5, 40.0, 0.0)
+    c.joint_state(m.motor_names, m.to_motor_position(ROBOT.default_pose), m.to_motor_signed(spike), clock.t - 100.0)
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    cmd = c.cycle()
+    assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "joint_velocity"
+
+
+def test_passive_forgets_a_superseded_bad_message_once_cycled():
+    """In PASSIVE the same faults only block leaving it; one cycle later a clean stream may stand."""
+    clock = FakeClock()
+    c = Controller(ROBOT, DeployConfig(), clock=clock)
+    feed(c, ROBOT.default_pose, np.zeros(J), clock, gyro=(20.0, 0.0, 0.0))
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.PASSIVE and not c.modes.faults
+    assert c.request_mode("STAND")[0]
+
+

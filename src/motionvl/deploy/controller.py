@@ -7,8 +7,10 @@ robot measures (`joint_state` in motor names and space, `imu` in the IMU's frame
 configured limits. Not thread-safe: a transport with several threads holds one lock around calls.
 
 A fault found by a cycle changes that cycle's command: DAMP goes out at the next command after
-the bad input arrived. In PASSIVE (zero torque, nothing to protect) the same checks only block
-leaving PASSIVE; in every other mode they latch (see `motionvl.deploy.modes`).
+the bad input arrived. Every message is checked as it arrives and what it showed is kept for the
+next cycle, so a bad reading replaced by a clean one before that cycle still counts. In PASSIVE
+(zero torque, nothing to protect) the same checks only block leaving PASSIVE; in every other
+mode they latch (see `motionvl.deploy.modes`).
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class Controller:
         self._run_cycles = 0
         self._policy_steps = 0
         self._overrun_streak = 0
+        self._seen: dict[str, Fault] = {}
+        """Faults the messages since the last cycle showed (first of each kind), for that cycle."""
 
     # ------------------------------------------------------------------ inputs
     def joint_state(self, names, position, velocity, stamp: float, now: float | None = None) -> None:
@@ -96,19 +100,21 @@ class Controller:
             pos = np.asarray(position, dtype=np.float64)[order]
             vel = np.asarray(velocity, dtype=np.float64)[order]
         except KeyError as exc:
-            inputs.bad_joint_message = f"joint_states unusable: {exc.args[0]}"
-            return
+            return self._bad_joint_message(f"joint_states unusable: {exc.args[0]}")
         except IndexError:
-            inputs.bad_joint_message = (f"joint_states unusable: {len(position)} positions and {len(velocity)} "
-                                        f"velocities for {len(names)} names")
-            return
+            return self._bad_joint_message(f"joint_states unusable: {len(position)} positions and {len(velocity)} "
+                                           f"velocities for {len(names)} names")
         bad = first_non_finite(self.mapping.motor_names, {"position": pos, "velocity": vel})
         if bad:
-            inputs.bad_joint_message = f"joint_states: {bad}"
-            return
+            return self._bad_joint_message(f"joint_states: {bad}")
         inputs.bad_joint_message = None
         inputs.joint_pos = self.mapping.from_motor_position(pos)
         inputs.joint_vel = self.mapping.from_motor_signed(vel)
+        self._saw(self.monitor.joint_faults(inputs.joint_pos, inputs.joint_vel, self.cycle_index + 1))
+
+    def _bad_joint_message(self, reason: str) -> None:
+        self.inputs.bad_joint_message = reason
+        self._saw([Fault("non_finite_input", reason, self.cycle_index + 1)])
 
     def imu(self, quat_wxyz, gyro, stamp: float, now: float | None = None) -> None:
         """An IMU reading in the IMU's frame: orientation in the world (w, x, y, z) and gyro (rad/s)."""
@@ -118,15 +124,20 @@ class Controller:
         quat, gyro = np.asarray(quat_wxyz, dtype=np.float64), np.asarray(gyro, dtype=np.float64)
         bad = first_non_finite(("w", "x", "y", "z"), {"orientation": quat}) or \
             first_non_finite(("x", "y", "z"), {"angular_velocity": gyro})
+        norm = float(np.linalg.norm(quat)) if not bad else 0.0
+        if not bad and abs(norm - 1.0) > QUAT_NORM_TOLERANCE:
+            bad = f"orientation norm {norm:.3f} is not a rotation"
         if bad:
             inputs.bad_imu_message = f"imu: {bad}"
-            return
-        norm = float(np.linalg.norm(quat))
-        if abs(norm - 1.0) > QUAT_NORM_TOLERANCE:
-            inputs.bad_imu_message = f"imu: orientation norm {norm:.3f} is not a rotation"
+            self._saw([Fault("non_finite_input", inputs.bad_imu_message, self.cycle_index + 1)])
             return
         inputs.bad_imu_message = None
         inputs.base_quat, inputs.base_gyro = self.mapping.imu_to_base(quat / norm, gyro)
+        self._saw(self.monitor.imu_faults(inputs, self.cycle_index + 1))
+
+    def _saw(self, faults: list[Fault]) -> None:
+        for fault in faults:
+            self._seen.setdefault(fault.kind, fault)
 
     def velocity_command(self, vx: float, vy: float, yaw_rate: float, now: float | None = None) -> bool:
         """cmd_vel; False (ignored) when not finite."""
@@ -214,6 +225,8 @@ class Controller:
         self.cycle_index += 1
         self.stats.cycle_started(start)
         found = self.monitor.check(self.inputs, start, self.cycle_index)
+        found += [f for kind, f in self._seen.items() if all(g.kind != kind for g in found)]
+        self._seen.clear()
         if self.command_writers > 0:
             found.append(self._writer_fault())
         if self.mode != Mode.PASSIVE:

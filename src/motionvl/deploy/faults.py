@@ -9,6 +9,9 @@ with their stamps and monotonic arrival times; `FaultMonitor.check` turns them i
 - joint limit: a measured position beyond its hard limit by more than `joint_limit_margin`;
 - joint velocity beyond `velocity_bound_scale` x its limit; gyro beyond `gyro_bound`;
 - fall: tilt beyond `fall_tilt`, with hysteresis (it clears below `fall_clear_tilt` only).
+The state checks run on every message as it arrives too (`joint_faults`, `imu_faults`): the
+controller keeps what they find until its next cycle, so a bad reading that a clean one replaced
+before that cycle (the IMU usually comes faster than the cycles) is still a fault there.
 The policy's NaN output, overruns, the e-stop and a second command writer are raised by the
 controller where it sees them.
 """
@@ -100,6 +103,7 @@ class FaultMonitor:
         """Hysteresis state of the fall check."""
 
     def check(self, inputs: SensorInputs, now: float, cycle: int = 0) -> list[Fault]:
+        """The faults of the streams' freshness and of the newest state (see `message_faults`)."""
         cfg, out = self.config, []
         for stream in (inputs.joints, inputs.imu):
             age = stream.staleness(now)
@@ -112,29 +116,40 @@ class FaultMonitor:
             if bad:
                 out.append(Fault("non_finite_input", bad, cycle))
         if inputs.joint_pos is not None and inputs.bad_joint_message is None:
-            q, dq = inputs.joint_pos, inputs.joint_vel
-            outside = np.flatnonzero((q < self.lower) | (q > self.upper))
-            if outside.size:
-                k = int(outside[0])
-                out.append(Fault("joint_limit", f"{self.names[k]} at {q[k]:.3f} rad, limits "
-                                                f"[{self.lower[k] + cfg.joint_limit_margin:.3f}, "
-                                                f"{self.upper[k] - cfg.joint_limit_margin:.3f}] + margin "
-                                                f"{cfg.joint_limit_margin:g}", cycle))
-            fast = np.flatnonzero(np.abs(dq) > self.velocity_bound)
-            if fast.size:
-                k = int(fast[0])
-                out.append(Fault("joint_velocity", f"{self.names[k]} at {dq[k]:.2f} rad/s, bound "
-                                                   f"{self.velocity_bound[k]:.2f}", cycle))
+            out += self.joint_faults(inputs.joint_pos, inputs.joint_vel, cycle)
         if inputs.base_quat is not None and inputs.bad_imu_message is None:
-            spin = float(np.max(np.abs(inputs.base_gyro)))
-            if spin > cfg.gyro_bound:
-                out.append(Fault("gyro", f"base angular velocity {spin:.2f} rad/s, bound {cfg.gyro_bound:g}", cycle))
-            tilt = inputs.tilt()
-            if tilt > cfg.fall_tilt:
-                self.fallen = True
-            elif tilt < cfg.fall_clear_tilt:
-                self.fallen = False
-            if self.fallen:
-                out.append(Fault("fall", f"base tilted {tilt:.2f} rad (falls beyond {cfg.fall_tilt:g}, clears below "
-                                         f"{cfg.fall_clear_tilt:g})", cycle))
+            out += self.imu_faults(inputs, cycle)
+        return out
+
+    def joint_faults(self, q: np.ndarray, dq: np.ndarray, cycle: int = 0) -> list[Fault]:
+        """A measured joint beyond its limit (+ margin) or its velocity bound."""
+        cfg, out = self.config, []
+        outside = np.flatnonzero((q < self.lower) | (q > self.upper))
+        if outside.size:
+            k = int(outside[0])
+            out.append(Fault("joint_limit", f"{self.names[k]} at {q[k]:.3f} rad, limits "
+                                            f"[{self.lower[k] + cfg.joint_limit_margin:.3f}, "
+                                            f"{self.upper[k] - cfg.joint_limit_margin:.3f}] + margin "
+                                            f"{cfg.joint_limit_margin:g}", cycle))
+        fast = np.flatnonzero(np.abs(dq) > self.velocity_bound)
+        if fast.size:
+            k = int(fast[0])
+            out.append(Fault("joint_velocity", f"{self.names[k]} at {dq[k]:.2f} rad/s, bound "
+                                               f"{self.velocity_bound[k]:.2f}", cycle))
+        return out
+
+    def imu_faults(self, inputs: SensorInputs, cycle: int = 0) -> list[Fault]:
+        """The base spinning beyond the gyro bound, or fallen (with hysteresis), from the newest IMU reading."""
+        cfg, out = self.config, []
+        spin = float(np.max(np.abs(inputs.base_gyro)))
+        if spin > cfg.gyro_bound:
+            out.append(Fault("gyro", f"base angular velocity {spin:.2f} rad/s, bound {cfg.gyro_bound:g}", cycle))
+        tilt = inputs.tilt()
+        if tilt > cfg.fall_tilt:
+            self.fallen = True
+        elif tilt < cfg.fall_clear_tilt:
+            self.fallen = False
+        if self.fallen:
+            out.append(Fault("fall", f"base tilted {tilt:.2f} rad (falls beyond {cfg.fall_tilt:g}, clears below "
+                                     f"{cfg.fall_clear_tilt:g})", cycle))
         return out
