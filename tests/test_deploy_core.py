@@ -598,3 +598,47 @@ def test_passive_forgets_a_superseded_bad_message_once_cycled():
     assert c.request_mode("STAND")[0]
 
 
+
+
+@pytest.mark.parametrize("path", ["pd", "torque"])
+def test_a_policy_step_that_raises_damps_that_cycle(path):
+    """ONNX Runtime or the observation builder raising is a fault like any other: DAMP at once,
+    latched as 'internal', instead of an exception that ends the control loop."""
+    c, clock, policy = running(path)
+
+    def broken(obs):
+        raise RuntimeError("onnxruntime: bad allocation")
+
+    policy.act = broken
+    for _ in range(c.decimation):
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        cmd = c.cycle()
+        if cmd.mode == Mode.DAMP:
+            break
+    assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "internal"
+    assert "bad allocation" in c.modes.faults[0].reason
+    assert_within(cmd, c.robot, c.config)
+
+
+def test_internal_fault_gives_damping_from_any_state():
+    c, clock, _ = running("pd")
+    cmd = c.internal_fault("cycle raised ZeroDivisionError")
+    assert cmd.mode == Mode.DAMP and c.mode == Mode.DAMP and c.modes.faults[0].kind == "internal"
+    assert np.all(cmd.kp == 0) and np.all(cmd.kd > 0)
+    assert not c.request_mode("STAND")[0]
+
+
+
+@pytest.mark.parametrize("path", ["pd", "torque"])
+def test_a_non_finite_joint_target_from_a_finite_action_damps(path):
+    """The NaN check before scaling cannot see an action law that makes NaN of a finite action (a
+    non-finite clip or feed-forward amplitude in the metadata): the targets are checked too."""
+    c, clock, policy = running(path)
+    policy.target = np.where(np.arange(J) == 2, np.nan, ROBOT.default_pose)
+    for _ in range(c.decimation):
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        cmd = c.cycle()
+        if cmd.mode == Mode.DAMP:
+            break
+    assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "non_finite_policy"
+    assert "action law" in c.modes.faults[0].reason and ROBOT.joint_names[2] in c.modes.faults[0].reason

@@ -254,6 +254,13 @@ class Controller:
         self.last_command = command
         return command
 
+    def internal_fault(self, reason: str) -> Command:
+        """Latch an 'internal' fault (the transport caught an exception in a cycle) and return the
+        damping command to send in that cycle's place."""
+        self._fault(Fault("internal", reason, self.cycle_index))
+        self.last_command = self.damping_command()
+        return self.last_command
+
     def damping_command(self) -> Command:
         """Pure damping from the newest state, for the exit path (no mode change, no statistics)."""
         q, dq = self._measured()
@@ -304,20 +311,37 @@ class Controller:
 
     def _policy_target(self, q: np.ndarray, dq: np.ndarray, command: np.ndarray) -> np.ndarray | None:
         if self._run_cycles % self.decimation == 0:
-            io = self.policy.io
-            obs = io.observe(joint_pos=q, joint_vel=dq, imu_quat=self.inputs.base_quat,
-                             imu_gyro=self.inputs.base_gyro, command=command,
-                             time_s=self._policy_steps * self.robot.control_dt)
-            action, seconds = self.policy.act(obs)
-            self.stats.inference.add(seconds)
-            bad = first_non_finite(self.robot.joint_names, {"action": action})
-            if bad:
-                self._fault(Fault("non_finite_policy", f"policy output before scaling: {bad}", self.cycle_index))
+            try:
+                target = self._policy_step(q, dq, command)
+            except Exception as exc:  # ONNX Runtime, the observation or the action law: whatever raises damps
+                self._fault(Fault("internal", f"policy step raised {type(exc).__name__}: {exc}", self.cycle_index))
                 return None
-            self._target = io.targets(action)[0]
+            if target is None:
+                return None
+            self._target = target
             self._policy_steps += 1
         self._run_cycles += 1
         return self._target
+
+    def _policy_step(self, q: np.ndarray, dq: np.ndarray, command: np.ndarray) -> np.ndarray | None:
+        """The policy's joint targets for the newest state; None after a non-finite output (fault raised)."""
+        io = self.policy.io
+        obs = io.observe(joint_pos=q, joint_vel=dq, imu_quat=self.inputs.base_quat, imu_gyro=self.inputs.base_gyro,
+                         command=command, time_s=self._policy_steps * self.robot.control_dt)
+        action, seconds = self.policy.act(obs)
+        self.stats.inference.add(seconds)
+        bad = first_non_finite(self.robot.joint_names, {"action": action})
+        if bad:
+            self._fault(Fault("non_finite_policy", f"policy output before scaling: {bad}", self.cycle_index))
+            return None
+        target = io.targets(action)[0]
+        # a finite action gives a finite target unless the contract's action law does not (a NaN
+        # clip or feed-forward amplitude in the metadata): the clip would pass NaN on
+        bad = first_non_finite(self.robot.joint_names, {"joint target": target})
+        if bad:
+            self._fault(Fault("non_finite_policy", f"action law of a finite action: {bad}", self.cycle_index))
+            return None
+        return target
 
     def _build(self, q: np.ndarray, dq: np.ndarray, target: np.ndarray | None) -> Command:
         mode, b = self.mode, self.builder
