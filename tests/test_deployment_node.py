@@ -294,6 +294,24 @@ def test_silent_and_frozen_state_streams_damp(deployment):
     assert "do not advance" in node.controller.modes.faults[0].reason
 
 
+def test_a_cycle_that_raises_damps_and_the_loop_goes_on(deployment):
+    """A bug in a cycle must not end the control thread (the drives would hold the last command,
+    full gains, with no watchdog behind a forward command controller): that cycle sends damping,
+    latches an 'internal' fault, and the next states are still answered."""
+    node, drives = deployment("pd")
+    stand(node, drives)
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    node.controller.velocity.update = broken  # fault injection into the core, not a mock of ROS
+    assert_damping(drives.step(ROBOT.default_pose), drives, node)
+    fault = node.controller.modes.faults[0]
+    assert fault.kind == "internal" and "ZeroDivisionError" in fault.reason
+    assert_damping(drives.step(ROBOT.default_pose), drives, node)  # still cycling
+    assert wait_for(lambda: "internal" in " ".join(drives.status().get("faults", [])))
+
+
 def test_estop_wins_and_rearm_is_refused_unless_allowed(deployment):
     node, drives = deployment("pd")
     stand(node, drives)

@@ -231,7 +231,10 @@ class DeploymentNode(Node):
 
     def _cycle(self, trigger: float) -> None:
         with self.lock:
-            command = self.controller.cycle(trigger)
+            try:
+                command = self.controller.cycle(trigger)
+            except Exception as exc:  # noqa: BLE001 - a bug must not end the loop with the last command holding
+                command = self.controller.internal_fault(f"command cycle raised {type(exc).__name__}: {exc}")
             self._autostart_step()
             answered = self.controller.inputs.joints.last_stamp
         if command is not None and self.command_pub is not None:
