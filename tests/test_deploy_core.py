@@ -322,6 +322,17 @@ def running(path="pd", robot=None, **config):
     return c, clock, policy
 
 
+def next_policy_step(c, clock):
+    """Cycles on a standing robot up to the next policy step (it runs once per decimation cycles), or
+    the first DAMP; returns the last command."""
+    for _ in range(c.decimation):
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        cmd = c.cycle()
+        if cmd.mode == Mode.DAMP:
+            break
+    return cmd
+
+
 BAD_STATES = {
     "non_finite_input": dict(q=np.where(np.arange(J) == 3, np.nan, ROBOT.default_pose)),
     "joint_limit": dict(q=np.where(np.arange(J) == 2, ROBOT.upper[2] + 0.2, ROBOT.default_pose)),
@@ -350,11 +361,7 @@ def test_each_bad_state_damps_at_the_next_command(kind, path):
 def test_non_finite_policy_output_damps_that_cycle():
     c, clock, policy = running("torque")
     policy.actions = np.where(np.arange(J) == 4, np.inf, 0.0)
-    for k in range(c.decimation):  # the policy runs once per decimation cycles
-        feed(c, ROBOT.default_pose, np.zeros(J), clock)
-        cmd = c.cycle()
-        if cmd.mode == Mode.DAMP:
-            break
+    cmd = next_policy_step(c, clock)
     assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "non_finite_policy"
     assert "before scaling" in c.modes.faults[0].reason and ROBOT.joint_names[4] in c.modes.faults[0].reason
 
@@ -610,11 +617,7 @@ def test_a_policy_step_that_raises_damps_that_cycle(path):
         raise RuntimeError("onnxruntime: bad allocation")
 
     policy.act = broken
-    for _ in range(c.decimation):
-        feed(c, ROBOT.default_pose, np.zeros(J), clock)
-        cmd = c.cycle()
-        if cmd.mode == Mode.DAMP:
-            break
+    cmd = next_policy_step(c, clock)
     assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "internal"
     assert "bad allocation" in c.modes.faults[0].reason
     assert_within(cmd, c.robot, c.config)
@@ -635,10 +638,6 @@ def test_a_non_finite_joint_target_from_a_finite_action_damps(path):
     non-finite clip or feed-forward amplitude in the metadata): the targets are checked too."""
     c, clock, policy = running(path)
     policy.target = np.where(np.arange(J) == 2, np.nan, ROBOT.default_pose)
-    for _ in range(c.decimation):
-        feed(c, ROBOT.default_pose, np.zeros(J), clock)
-        cmd = c.cycle()
-        if cmd.mode == Mode.DAMP:
-            break
+    cmd = next_policy_step(c, clock)
     assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "non_finite_policy"
     assert "action law" in c.modes.faults[0].reason and ROBOT.joint_names[2] in c.modes.faults[0].reason
