@@ -641,3 +641,32 @@ def test_a_non_finite_joint_target_from_a_finite_action_damps(path):
     cmd = next_policy_step(c, clock)
     assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "non_finite_policy"
     assert "action law" in c.modes.faults[0].reason and ROBOT.joint_names[2] in c.modes.faults[0].reason
+
+
+def test_torque_path_damping_needs_a_fresh_velocity():
+    """Host-side damping is -Kd dq of a velocity measured now: with the joint states silent, or the
+    newest one unusable, the velocity is unknown and DAMP (and the exit) command zero torque, not a
+    constant -Kd dq of an old reading."""
+    c, clock, _ = running("torque", state_timeout=0.1)
+    moving = np.full(J, 2.0)
+    feed(c, ROBOT.default_pose, moving, clock)
+    assert c.cycle().mode == Mode.RUN
+    clock.t += 0.15  # silent
+    cmd = c.cycle()
+    assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "stale_state"
+    np.testing.assert_array_equal(cmd.tau, 0.0)
+    np.testing.assert_array_equal(c.damping_command().tau, 0.0)
+
+    c, clock, _ = running("torque")
+    feed(c, ROBOT.default_pose, moving, clock)
+    c.cycle()
+    feed(c, np.where(np.arange(J) == 3, np.nan, ROBOT.default_pose), moving, clock)
+    cmd = c.cycle()
+    assert cmd.mode == Mode.DAMP
+    np.testing.assert_array_equal(cmd.tau, 0.0)
+    # a fresh, usable state: damping acts on it again
+    feed(c, ROBOT.default_pose, moving, clock)
+    tau = c.mapping.from_motor_signed(c.cycle().tau)
+    np.testing.assert_allclose(tau, np.clip(-ROBOT.kd * c.config.damping_scale * moving, -ROBOT.effort_limit,
+                                            ROBOT.effort_limit))
+

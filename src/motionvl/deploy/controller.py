@@ -31,6 +31,10 @@ from motionvl.robot import RobotConfig
 
 QUAT_NORM_TOLERANCE = 0.1
 """An IMU orientation whose norm is further than this from 1 is not a rotation: a bad message."""
+DAMPING_VELOCITY_MAX_AGE = 2
+"""Policy periods: host-side damping uses a joint velocity measured at most this long ago (and not
+longer than the state timeout); an older one, or none usable, damps with zero torque rather than a
+constant -Kd dq of a stale reading."""
 
 
 class VelocityCommand:
@@ -235,7 +239,7 @@ class Controller:
         command_now = self.velocity.update(start, self.period, self._command_ranges())
         q, dq = self._measured()
         target = self._policy_target(q, dq, command_now) if self.mode == Mode.RUN else None
-        command = self._build(q, dq, target)
+        command = self._build(q, dq, target, start)
         finish = self.clock()
         late = finish - trigger
         if late > self.period:
@@ -250,7 +254,7 @@ class Controller:
             self._fault(Fault("overrun", f"cycle finished {late * 1e3:.1f} ms after its trigger; "
                                          f"{self._overrun_streak} policy periods of {policy_period * 1e3:.0f} ms "
                                          f"missed (limit {self.config.overrun_periods})", self.cycle_index))
-            command = self._build(q, dq, None)
+            command = self._build(q, dq, None, start)
         self.last_command = command
         return command
 
@@ -263,14 +267,23 @@ class Controller:
 
     def damping_command(self) -> Command:
         """Pure damping from the newest state, for the exit path (no mode change, no statistics)."""
-        q, dq = self._measured()
-        return self.builder.damp(q, dq)
+        q, _ = self._measured()
+        return self.builder.damp(q, self._damping_velocity(self.clock()))
 
     # ------------------------------------------------------------------ internals
     def _measured(self) -> tuple[np.ndarray, np.ndarray]:
         if self.inputs.joint_pos is None:
             return self.robot.default_pose.copy(), np.zeros(self.robot.num_joints)
         return self.inputs.joint_pos, self.inputs.joint_vel
+
+    def _damping_velocity(self, now: float) -> np.ndarray:
+        """The measured joint velocity while fresh (see DAMPING_VELOCITY_MAX_AGE), else zeros."""
+        inputs = self.inputs
+        age = inputs.joints.staleness(now)
+        max_age = min(DAMPING_VELOCITY_MAX_AGE * self.robot.control_dt, self.config.state_timeout)
+        if inputs.joint_vel is None or inputs.bad_joint_message or age is None or age > max_age:
+            return np.zeros(self.robot.num_joints)
+        return inputs.joint_vel
 
     def _command_ranges(self):
         if self.policy is not None and self.policy.contract.command_ranges is not None:
@@ -343,7 +356,7 @@ class Controller:
             return None
         return target
 
-    def _build(self, q: np.ndarray, dq: np.ndarray, target: np.ndarray | None) -> Command:
+    def _build(self, q: np.ndarray, dq: np.ndarray, target: np.ndarray | None, now: float) -> Command:
         mode, b = self.mode, self.builder
         if mode == Mode.RUN and target is not None:
             return b.run(q, dq, target)
@@ -353,7 +366,7 @@ class Controller:
             return command
         if mode == Mode.PASSIVE:
             return b.passive(q)
-        return b.damp(q, dq)
+        return b.damp(q, self._damping_velocity(now))
 
     # ------------------------------------------------------------------ reporting
     def status(self) -> dict:
