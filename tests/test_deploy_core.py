@@ -670,3 +670,56 @@ def test_torque_path_damping_needs_a_fresh_velocity():
     np.testing.assert_allclose(tau, np.clip(-ROBOT.kd * c.config.damping_scale * moving, -ROBOT.effort_limit,
                                             ROBOT.effort_limit))
 
+
+
+# ---------------------------------------------------------------------- pacing by the state stream
+@pytest.mark.parametrize("per_period", [1, 2, 10])
+def test_state_pacer_keeps_the_command_rate_when_states_come_faster(per_period):
+    """Drives publishing 1, 2 or 10 states per command period: one cycle per period, on states a
+    whole period apart by their stamps (the second may come up to the slack early: the phase)."""
+    from motionvl.deploy.scheduling import StatePacer
+
+    period = ROBOT.control_dt
+    pacer = StatePacer(period)
+    stamps = 5.0 + np.arange(100 * per_period) * (period / per_period)
+    due = np.array([s for s in stamps if pacer.due(s)])
+    assert abs(len(due) - 100) <= 1
+    assert np.diff(due)[0] >= (1 - 0.25) * period - 1e-9
+    np.testing.assert_allclose(np.diff(due)[1:], period, atol=1e-9)
+
+
+def test_state_pacer_follows_slower_or_irregular_states_without_bursts():
+    from motionvl.deploy.scheduling import StatePacer
+
+    period = 0.02
+    pacer = StatePacer(period)
+    slow = np.arange(50) * 0.03  # slower than the command rate: each state is a cycle
+    assert all(pacer.due(s) for s in slow)
+    pacer = StatePacer(period)
+    gap = np.concatenate([np.arange(0.0, 1.0, 0.002), np.arange(1.5, 2.5, 0.002)])  # 10x, then 0.5 s of silence
+    due = np.array([s for s in gap if pacer.due(s)])
+    assert np.diff(due).min() >= 0.5 * period  # no burst after the gap
+    assert len(due) <= 2.0 / period + 2
+    rng = np.random.default_rng(0)
+    jittered = np.arange(200) * period + rng.uniform(-0.1, 0.1, 200) * period  # one a period, stamps jitter
+    pacer = StatePacer(period)
+    assert all(pacer.due(s) for s in jittered)
+
+
+def test_stand_ramp_takes_its_time_however_fast_the_states_come():
+    """The STAND ramp counts cycles: with one cycle per joint state, a drive publishing at 10x the
+    command rate would finish a 0.2 s ramp in 0.02 s on a 40 kg robot."""
+    from motionvl.deploy.scheduling import StatePacer
+
+    clock = FakeClock()
+    c = Controller(ROBOT, DeployConfig(path="pd", stand_seconds=0.2), clock=clock)
+    pacer = StatePacer(c.period)
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    c.cycle()
+    assert c.request_mode("STAND")[0]
+    start = clock.t
+    while not c.stand_complete:
+        feed(c, ROBOT.default_pose, np.zeros(J), clock, dt=c.period / 10)
+        if pacer.due(clock.t - 100.0):  # feed's stamp
+            c.cycle()
+    assert clock.t - start >= 0.2 - 2 * c.period  # the ramp's first command comes at once, its last a period on

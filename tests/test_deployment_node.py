@@ -207,6 +207,21 @@ def test_stand_ramp_never_jumps_and_stays_within_limits(deployment, path):
         assert np.all(tau[0] == 0)  # gain share 0 at the first STAND cycle, robot at rest
 
 
+def test_states_faster_than_the_command_rate_do_not_speed_up_the_ramp(deployment):
+    """Drives often publish joint states at 500 Hz-1 kHz: at ten states per command period the
+    STAND ramp must still take stand_seconds (of the states' own stamps), not a tenth of it."""
+    node, drives = deployment("pd", stand_seconds=0.2)
+    drives.step(ROBOT.default_pose)
+    assert wait_for(lambda: drives.call("set_mode/stand").success)
+    start = drives.stamp
+    while not node.controller.stand_complete and drives.stamp - start < 1.0:
+        stamp = drives.stamp + ROBOT.control_dt / 10
+        drives.publish(ROBOT.default_pose, stamp=stamp)
+        assert wait_for(lambda: abs(node.controller.inputs.joints.last_stamp - stamp) < 1e-6), "state not taken"
+    assert node.controller.stand_complete
+    assert drives.stamp - start >= 0.2 - 2 * ROBOT.control_dt
+
+
 def test_torque_clipping_is_exact(deployment):
     """STAND complete (target = default pose, full gains): tau = clip(Kp (default - q) - Kd dq) to
     the bit, in motor order and sign, with joints far enough off for the clip to act."""

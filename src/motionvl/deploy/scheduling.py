@@ -157,3 +157,31 @@ class DeadlineClock:
         deadline = self.next
         self.next += self.period
         return deadline, lost
+
+
+class StatePacer:
+    """Which joint states start a command cycle when the state stream paces the loop.
+
+    A drive may publish its joint states faster than the command rate (ros2_control's joint state
+    broadcaster and vendor bridges often run at 500 Hz-1 kHz): one cycle per state would run the
+    policy, its gait clock, the STAND ramp and the cmd_vel rate limit that many times too fast. A
+    state starts a cycle when its stamp (the drive's own clock, so jitter in delivery does not
+    matter) reaches the next due time, less `slack` periods; due times advance one period per
+    cycle (the mean rate is the command rate whenever states come at least that often) and never
+    fall more than a period behind the stamps (no burst of cycles after a gap). States slower than
+    the command rate each start a cycle.
+    """
+
+    def __init__(self, period: float, slack: float = 0.25):
+        self.period = float(period)
+        self.slack = float(slack) * self.period
+        self.next_due: float | None = None
+
+    def due(self, stamp: float) -> bool:
+        if self.next_due is not None and stamp < self.next_due - self.slack:
+            return False
+        if self.next_due is None:
+            self.next_due = stamp + self.period
+        else:
+            self.next_due = max(self.next_due + self.period, stamp + self.period - self.slack)
+        return True

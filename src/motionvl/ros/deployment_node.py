@@ -9,8 +9,10 @@ lock orders them with the cycles.
 
 Subscribes (motor names and space; see the robot config's `hardware:` section):
   joint_states  sensor_msgs/JointState  position and velocity by motor name. Reliable, depth 1
-                                        (only the newest state matters); every message whose stamp
-                                        advances triggers a cycle.
+                                        (only the newest state matters); with trigger 'state' a
+                                        message whose stamp advances triggers a cycle, paced to the
+                                        command rate by its stamp (a drive publishing faster than
+                                        that does not speed up the policy or the STAND ramp).
   imu/data      sensor_msgs/Imu         orientation and gyro in the IMU's mounted frame. Sensor-data
                                         QoS (best effort, depth 5).
   cmd_vel       geometry_msgs/Twist     the velocity command: clipped to the policy's trained
@@ -58,7 +60,7 @@ from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension, String
 from std_srvs.srv import Trigger
 
 from motionvl.deploy import PD_FIELDS, Controller, DeployConfig, Mode
-from motionvl.deploy.scheduling import DeadlineClock, RealtimeStatus, request_realtime
+from motionvl.deploy.scheduling import DeadlineClock, RealtimeStatus, StatePacer, request_realtime
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node
@@ -75,8 +77,8 @@ PARAMETERS = {
     "command_topic": ("", "Topic of the motor commands; empty = joint_drive_commands (pd) or joint_effort_commands "
                           "(torque)."),
     "command_rate_hz": (0.0, "Command cycles per second; 0 = the path's own (pd: policy rate, torque: PD rate 1/sim_dt)."),
-    "trigger": ("state", "'state': one cycle per joint state with a new stamp (the drive paces the loop); 'clock': "
-                         "absolute monotonic deadlines at command_rate_hz."),
+    "trigger": ("state", "'state': the joint states pace the loop (a cycle per state with a new stamp, at most "
+                         "the command rate by their stamps); 'clock': absolute monotonic deadlines at command_rate_hz."),
     "autostart": ("", "'' stays in PASSIVE for the operator; 'stand' goes to STAND once the state stream is up; "
                       "'run' then to RUN when the ramp completes (simulation playback)."),
     "stand_seconds": (2.0, "STAND ramp time: targets and gains from where they are to the default pose, s."),
@@ -181,6 +183,7 @@ class DeploymentNode(Node):
 
         self.realtime = RealtimeStatus(p["realtime_priority"])
         self._state_event = threading.Event()
+        self._pacer = StatePacer(c.period)
         self._state_arrival = 0.0
         self._had_state = False
         self._autostart = p["autostart"]
@@ -277,8 +280,9 @@ class DeploymentNode(Node):
         now = time.monotonic()
         with self.lock:
             self.controller.joint_state(msg.name, msg.position, msg.velocity, stamp_seconds(msg.header), now)
-            fresh = self.controller.inputs.joints.advanced_at == now
-        if fresh:
+            joints = self.controller.inputs.joints
+            due = joints.advanced_at == now and self._pacer.due(joints.last_stamp)
+        if due:
             self._state_arrival, self._had_state = now, True
             self._state_event.set()
 
