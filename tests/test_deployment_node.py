@@ -255,7 +255,7 @@ def test_bad_joint_state_damps_the_command_it_triggers(deployment, kind, path):
     good = drives.step(ROBOT.default_pose)
     assert good.mode != Mode.DAMP and (path == "torque" or np.any(good.kp > 0))
     command = drives.step(**STATE_FAULTS[kind])
-    assert_damping(command, drives, node)
+    assert_damping(command, drives, node, dq=STATE_FAULTS[kind].get("dq"))
     assert wait_for(lambda: kind in " ".join(drives.status().get("faults", [])))
     # latched: clean states keep it damping, and STAND is refused
     assert_damping(drives.step(ROBOT.default_pose), drives, node)
@@ -263,12 +263,17 @@ def test_bad_joint_state_damps_the_command_it_triggers(deployment, kind, path):
     assert not response.success and "latched fault" in response.message
 
 
-def assert_damping(command, drives, node):
-    """The command is pure damping and within the limits."""
+def assert_damping(command, drives, node, dq=None):
+    """The command is pure damping and within the limits: on the torque path -Kd_damp dq of the joint
+    velocity `dq` the test sent with the state (default: at rest), to the bit."""
     assert_within(command, drives.robot, config_of(node))
     if command.path == "pd":
         assert np.all(command.kp == 0) and np.all(command.kd > 0) and np.all(command.tau_ff == 0)
-    else:  # with the state the test sent: -Kd dq (0 for a robot at rest, or where a NaN was)
+    else:
+        robot, config = drives.robot, config_of(node)
+        dq = np.zeros(J) if dq is None else np.asarray(dq, float)
+        want = np.clip(-robot.kd * config.damping_scale * dq, -robot.effort_limit, robot.effort_limit)
+        np.testing.assert_array_equal(drives.mapping.from_motor_signed(command.tau), want)
         assert node.controller.mode == Mode.DAMP
 
 
