@@ -548,7 +548,7 @@ class ControllerMachine(RuleBasedStateMachine):
 
     @rule(late=st.floats(0.0, 10.0))
     def cycle(self, late):
-        before_mode = self.c.mode
+        ramp = self.c._ramp
         command = self.c.cycle(trigger_time=self.clock.t - late * self.c.period)
         if command is None:
             return
@@ -556,12 +556,13 @@ class ControllerMachine(RuleBasedStateMachine):
         event(f"command in {command.mode.value}")
         if self.c.modes.faults:
             assert command.mode == Mode.DAMP
-        if command.mode == Mode.STAND and self.last is not None and self.last.mode == Mode.STAND \
-                and command.path == "pd" and before_mode == Mode.STAND:
-            ramp, m = self.c._ramp, self.c.mapping
-            step = np.abs(m.from_motor_position(command.q) - m.from_motor_position(self.last.q))
+        # STAND never jumps within one ramp (a new ramp, after DAMP say, starts where the robot is)
+        if command.mode == Mode.STAND and self.last is not None and self.last[1] is ramp is not None \
+                and command.path == "pd":
+            m = self.c.mapping
+            step = np.abs(m.from_motor_position(command.q) - m.from_motor_position(self.last[0].q))
             assert np.all(step <= 1.5 / ramp.cycles * np.abs(self.robot.default_pose - ramp.start) + 1e-9)
-        self.last = command
+        self.last = (command, self.c._ramp if command.mode == Mode.STAND else None)
 
     @invariant()
     def latched_means_damp(self):
