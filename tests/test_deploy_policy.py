@@ -82,3 +82,32 @@ def test_faults_in_run_and_a_swap_in_damp(deployment, tmp_path):
     response = drives.call("load_policy")  # in DAMP: allowed, the fault stays latched
     assert response.success, response.message
     assert not drives.call("set_mode/stand").success
+
+
+def with_metadata(source, target, **values) -> str:
+    """`source` written to `target` with metadata entries replaced by raw JSON text."""
+    import onnx
+
+    model = onnx.load(str(source))
+    for prop in model.metadata_props:
+        if prop.key in values:
+            prop.value = values[prop.key]
+    onnx.save(model, str(target))
+    return str(target)
+
+
+def test_a_contract_of_wrong_types_or_non_finite_numbers_is_refused(deployment, tmp_path):
+    """A malformed contract is a refusal naming it, never an exception out of the service (which would
+    end the node: the robot left to its drives' watchdog); a NaN action clip or gait period, which
+    no robot-side comparison sees, is refused at load rather than found in RUN."""
+    good = write_random_policy(tmp_path / "good.onnx", robot=mapped_robot())
+    node, drives = deployment("pd")
+    cases = {"control_dt": ('"fast"', "unreadable policy contract"), "action_clip": ("NaN", "action_clip"),
+             "gait_period": ("Infinity", "gait_period")}
+    for key, (raw, named) in cases.items():
+        bad = with_metadata(good, tmp_path / f"bad_{key}.onnx", **{key: raw})
+        node.set_parameters([Parameter("policy", value=bad)])
+        response = drives.call("load_policy")
+        assert not response.success and named in response.message, response.message
+    assert node.controller.policy is None
+    drives.step(ROBOT.default_pose)  # the node still answers

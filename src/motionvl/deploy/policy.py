@@ -10,6 +10,7 @@ code that training and evaluation run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -21,6 +22,23 @@ from motionvl.robot import RobotConfig
 
 WARMUP_RUNS = 20
 """Inferences before the policy may run: ONNX Runtime allocates and plans on its first calls."""
+
+
+def non_finite_fields(contract: PolicyContract) -> list[str]:
+    """Names of the contract's numeric fields holding NaN or inf (a NaN action clip or gait period
+    passes every other check and turns finite actions into NaN targets or a frozen gait clock)."""
+    bad = []
+    for field in dataclasses.fields(contract):
+        value = getattr(contract, field.name)
+        if value is None:  # optional facts the contract does not carry
+            continue
+        try:
+            numbers = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):  # names, blocks: not numbers
+            continue
+        if not np.all(np.isfinite(numbers)):
+            bad.append(field.name)
+    return bad
 
 
 class DeployedPolicy:
@@ -52,8 +70,13 @@ class DeployedPolicy:
         try:
             self.contract = PolicyContract.from_metadata(meta)
             self.contract.check_robot(robot)
+            non_finite = non_finite_fields(self.contract)
+            if non_finite:
+                raise ContractError(f"non-finite numbers in the contract: {non_finite}")
         except ContractError as exc:
             raise ContractError(f"{self.path.name}: {exc}") from exc
+        except (ValueError, TypeError, KeyError, IndexError) as exc:  # metadata of the wrong types: a refusal
+            raise ContractError(f"{self.path.name}: unreadable policy contract ({type(exc).__name__}: {exc})") from exc
         self.metadata = meta
         inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
         self.input_name = inputs[0].name
@@ -70,8 +93,12 @@ class DeployedPolicy:
 
     def warmup(self, runs: int = WARMUP_RUNS) -> None:
         obs = np.zeros((1, self.contract.num_obs), dtype=np.float32)
-        for _ in range(runs):
-            out = self.session.run(None, {self.input_name: obs})[0]
+        try:
+            for _ in range(runs):
+                out = self.session.run(None, {self.input_name: obs})[0]
+        except Exception as exc:  # ORT's exception types are not importable stably
+            raise ContractError(f"{self.path.name}: the graph does not run on an observation of its contract "
+                                f"({type(exc).__name__}: {(str(exc).strip().splitlines() or ['no message'])[0]})") from exc
         if np.shape(out) != (1, self.num_joints):
             raise ContractError(f"{self.path.name}: the graph returns shape {np.shape(out)}, expected "
                                 f"(1, {self.num_joints}) actions")
