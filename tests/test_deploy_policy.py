@@ -4,6 +4,8 @@ built in the test with the robot's contract (deploy_fixtures.write_random_policy
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -59,12 +61,27 @@ def test_nan_from_the_policy_damps_at_the_next_command(deployment, tmp_path, pat
     assert ROBOT.joint_names[3] in fault.reason
 
 
-def test_policy_overrunning_its_periods_damps(deployment, tmp_path):
-    policy = write_random_policy(tmp_path / "slow.onnx", robot=mapped_robot(), kind="slow", slow_layers=600)
-    node, drives = deployment("pd", policy=str(policy), overrun_periods=1)
+@pytest.mark.parametrize("path", ["pd", "torque"])
+def test_policy_overrunning_its_periods_damps(deployment, tmp_path, path):
+    """A policy step finishing more than overrun_periods policy periods late damps the command of its
+    own cycle, the first of RUN here. The step sleeps overrun_periods + 2 periods before it runs:
+    time.sleep never returns early, so it overruns on any machine (a heavy graph did not on a fast one)."""
+    periods = 2
+    policy = write_random_policy(tmp_path / "p.onnx", robot=mapped_robot())
+    node, drives = deployment(path, policy=str(policy), overrun_periods=periods,
+                              stand_seconds=0.1 if path == "pd" else 0.02)
+    deployed = node.controller.policy
+    step = deployed.act
+
+    def overrunning_step(obs):
+        time.sleep((periods + 2) * ROBOT.control_dt)
+        return step(obs)
+
+    deployed.act = overrunning_step  # fault injection into the core's policy, the node untouched
     command = run_mode(node, drives)
     assert_damping(command, drives, node)
-    assert node.controller.modes.faults[0].kind == "overrun"
+    fault = node.controller.modes.faults[0]
+    assert fault.kind == "overrun" and f"(limit {periods})" in fault.reason, fault
 
 
 def test_faults_in_run_and_a_swap_in_damp(deployment, tmp_path):
