@@ -400,6 +400,29 @@ def test_overrun_beyond_k_policy_periods_damps(path):
     assert command.mode == Mode.DAMP and c.modes.faults[0].kind == "overrun"
 
 
+@pytest.mark.parametrize("path", ["pd", "torque"])
+def test_policy_steps_each_late_by_part_of_a_period_add_up_to_a_fault(path):
+    """A policy that always needs 1.5 periods misses one period per step: after overrun_periods + 1
+    steps the streak is past the limit. On the torque path too, where the PD cycles between two
+    policy steps finish in time: they do not end the policy's streak (they did, and such a policy
+    ran for ever at two thirds of its rate, the PD loop stalled at each step)."""
+    periods = 2
+    c, clock, policy = running(path, overrun_periods=periods)
+    step = policy.act
+
+    def late_step(obs):
+        clock.t += 1.5 * ROBOT.control_dt
+        return step(obs)
+
+    policy.act = late_step
+    steps = 0
+    while c.mode == Mode.RUN and steps < 10:
+        command = next_policy_step(c, clock)
+        steps += 1
+    assert command.mode == Mode.DAMP and c.modes.faults[0].kind == "overrun"
+    assert steps == periods + 1
+
+
 def test_second_writer_estop_and_rearm():
     c, clock, _ = running("pd", allow_rearm=True)
     c.command_writers = 1

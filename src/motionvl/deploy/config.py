@@ -44,8 +44,9 @@ class DeployConfig:
     is a fault."""
     overrun_periods: int = 3
     """A cycle that finishes more than this many policy periods after its trigger (one long cycle, or
-    a streak of late ones adding up) is a fault. Cycles later than one command period are counted
-    (statistics) but a host PD cycle a few ms late is no fault on its own."""
+    a streak of late ones adding up; in RUN only a policy step in time ends a streak) is a fault.
+    Cycles later than one command period are counted (statistics) but a host PD cycle a few ms
+    late is no fault on its own."""
     damping_scale: float = 1.0
     """DAMP and the exit: pure damping with Kd = this x the configured Kd."""
     gain_limit_scale: float = 1.0

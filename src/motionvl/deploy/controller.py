@@ -238,6 +238,9 @@ class Controller:
                 self._fault(fault)
         command_now = self.velocity.update(start, self.period, self._command_ranges())
         q, dq = self._measured()
+        # in RUN only a policy step in time ends a streak: the host PD cycles between two steps
+        # finish in time however late every step is
+        ends_streak = self.mode != Mode.RUN or self._run_cycles % self.decimation == 0
         target = self._policy_target(q, dq, command_now) if self.mode == Mode.RUN else None
         command = self._build(q, dq, target, start)
         finish = self.clock()
@@ -248,7 +251,7 @@ class Controller:
         policy_period = self.robot.control_dt
         if late > policy_period:
             self._overrun_streak += math.ceil(late / policy_period) - 1
-        else:
+        elif ends_streak:
             self._overrun_streak = 0
         if self._overrun_streak > self.config.overrun_periods and self.mode in (Mode.STAND, Mode.RUN):
             self._fault(Fault("overrun", f"cycle finished {late * 1e3:.1f} ms after its trigger; "

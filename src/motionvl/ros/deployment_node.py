@@ -89,7 +89,8 @@ PARAMETERS = {
     "fall_tilt": (0.8, "rad: base tilt at which the robot has fallen (a fault)."),
     "fall_clear_tilt": (0.4, "rad: the fall condition clears only below this tilt (hysteresis)."),
     "state_timeout": (0.1, "s: joint states or IMU silent, or with stamps not advancing, this long is a fault."),
-    "overrun_periods": (3, "A cycle finishing more than this many policy periods late (in total over a streak) is a fault."),
+    "overrun_periods": (3, "A cycle finishing more than this many policy periods late (in total over a streak, which in RUN "
+                        "only a policy step in time ends) is a fault."),
     "damping_scale": (1.0, "DAMP and exit: Kd = this x the configured Kd."),
     "gain_limit_scale": (1.0, "Drive-side kp and kd are bounded by this x the configured gains."),
     "feedforward_limit": (0.2, "|tau_ff| sent to the drive is bounded by this share of the effort limit."),
