@@ -4,13 +4,17 @@
         [mode:=synth+critic] [synthesizer:=rules] [critic:=kinematic] [trainers:=1] [run_dir:=runs/search]
         [resume:=false] [record:=false] [synth_base_url:=... synth_model:=...] [critic_base_url:=...
         critic_model:=...] [settings_file:=...] [train_config:=...] [params_file:=...] [robot_config:=...]
+        [playback:=in_process|ros]
 
 Starts simulator, camera_renderer, vlm_critic, reward_synthesizer, `trainers` policy_trainer nodes
 (policy_trainer_0 ...; each with the policy_trainer section of the params file and its own candidate
-channel) and the orchestrator, plus the recorder with record:=true (its bag in <run_dir>/bags). The
-launch ends when the orchestrator's search ends. The pip-only route, `motionvl train`, runs the same
-node classes with the same params file (config/nodes.yaml) without launch. The orchestrator plays
-rollouts back through the deployment controller in its own process (motionvl.deploy).
+channel), deployment (simulation mode) and the orchestrator, plus the recorder with record:=true (its
+bag in <run_dir>/bags). The launch ends when the orchestrator's search ends. The pip-only route,
+`motionvl train`, runs the same node classes with the same params file (config/nodes.yaml) without
+launch. The simulator and the deployment node take config/simulation_playback.yaml over the params
+file (hardware emulation with a gantry; pd path, re-arm allowed, no autostart): with playback:=ros the
+orchestrator has each candidate played by the deployment node on the simulator node and judged by
+vlm_critic (motionvl.ros.graph_playback); with in_process it plays and critiques in its own process.
 """
 
 import yaml
@@ -50,7 +54,10 @@ ARGUMENTS = {  # name -> (default, description)
     "settings_file": ("", "YAML of search settings laid over the preset"),
     "train_config": ("", "training YAML of the trainers (empty: config/training.yaml)"),
     "robot_config": ("", "robot YAML of every node (overrides the params file's); empty: the package's"),
+    "playback": ("in_process", "where candidates are played back: ros (deployment node on the simulator node, "
+                               "judged by vlm_critic) | in_process (in the orchestrator)"),
 }
+DEPLOYMENT = ("deployment_node", "deployment")
 
 
 def _trainers(context, params_file):
@@ -79,21 +86,26 @@ def generate_launch_description():
           for name, (default, text) in ARGUMENTS.items()],
     ]
     robot = {"robot_config": arg("robot_config")}  # one robot for every node (a node without one ignores it)
+    playback_file = PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "simulation_playback.yaml"])
     overrides = {
         "vlm_critic": {"backend": arg("critic"), "model": arg("critic_model"), "base_url": arg("critic_base_url")},
         "reward_synthesizer": {"backend": arg("synthesizer"), "base_url": arg("synth_base_url"),
                                "model": arg("synth_model"), "model_dir": arg("synth_model_dir")},
     }
     for executable, name in NODES:
+        layers = [params_file, playback_file] if name == "simulator" else [params_file]
         actions.append(Node(package=PACKAGE, executable=executable, name=name, output="screen",
-                            emulate_tty=True, parameters=[params_file, {**robot, **overrides.get(name, {})}]))
+                            emulate_tty=True, parameters=[*layers, {**robot, **overrides.get(name, {})}]))
+    actions.append(Node(package=PACKAGE, executable=DEPLOYMENT[0], name=DEPLOYMENT[1], output="screen", emulate_tty=True,
+                        parameters=[params_file, playback_file, robot]))
     actions.append(OpaqueFunction(function=_trainers, args=[params_file]))
     orchestrator = Node(package=PACKAGE, executable="orchestrator_node", name="orchestrator", output="screen",
                         emulate_tty=True, parameters=[params_file, {
                             "task": arg("task"), "mode": arg("mode"), "preset": arg("preset"), "run_dir": arg("run_dir"),
                             "resume": arg("resume"), "synthesizer": arg("synthesizer"), "critic": arg("critic"),
                             "critic_model": arg("critic_model"), "critic_base_url": arg("critic_base_url"),
-                            "settings_file": arg("settings_file"), "train_config": arg("train_config"), **robot}])
+                            "settings_file": arg("settings_file"), "train_config": arg("train_config"),
+                            "playback": arg("playback"), **robot}])
     actions.append(orchestrator)
     actions.append(Node(package=PACKAGE, executable="recorder_node", name="recorder", output="screen", emulate_tty=True,
                         condition=IfCondition(arg("record")),

@@ -108,7 +108,7 @@ def test_launch_files_start_the_documented_nodes():
     by_file = {p.name: {a["executable"] for a in _node_actions(p)} for p in LAUNCH_FILES}
     assert by_file["train.launch.py"] == {"simulator_node", "camera_renderer_node", "vlm_critic_node",
                                           "reward_synthesizer_node", "policy_trainer_node", "orchestrator_node",
-                                          "recorder_node"}
+                                          "recorder_node", "deployment_node"}
 
 
 def test_nodes_yaml_is_a_params_file():

@@ -21,6 +21,7 @@ from deploy_fixtures import write_random_policy  # noqa: E402
 from motionvl.critic.base import Rollout  # noqa: E402
 from motionvl.search.config import PlaybackConfig  # noqa: E402
 from motionvl.search.playback import CritiqueRequest, PlaybackResult  # noqa: E402
+from render_fixtures import egl_works  # noqa: E402
 from spinning import Spinners  # noqa: E402
 
 TASK = "walk forward with straight knees"
@@ -30,9 +31,11 @@ def _params(**values):
     return [Parameter(k, value=v) for k, v in values.items()]
 
 
-def _graph(context, spinners, *, deployment: bool = True, step_timeout_s: float = 15.0, seconds: float = 1.0):
-    """simulator (hardware emulation, gantry), deployment (simulation mode), vlm_critic (kinematic) and a host node
-    carrying the GraphPlayback; each node on its own executor thread as in `motionvl train`."""
+def _graph(context, spinners, *, deployment: bool = True, camera: bool = False, step_timeout_s: float = 15.0,
+           seconds: float = 1.0):
+    """simulator (hardware emulation, gantry), deployment (simulation mode), vlm_critic (kinematic), camera_renderer
+    (with `camera`) and a host node carrying the GraphPlayback; each node on its own executor thread as in
+    `motionvl train`."""
     from motionvl.ros.deployment_node import DeploymentNode
     from motionvl.ros.graph_playback import GraphPlayback
     from motionvl.ros.simulator_node import SimulatorNode
@@ -47,6 +50,10 @@ def _graph(context, spinners, *, deployment: bool = True, step_timeout_s: float 
             path="pd", allow_rearm=True, autostart="", stand_seconds=0.5, state_timeout=2.0, overrun_periods=100,
             realtime_priority=0)))
     spinners.add(VlmCriticNode(context=context, parameter_overrides=_params(backend="kinematic")), threads=2)
+    if camera:
+        from motionvl.ros.camera_renderer_node import CameraRendererNode
+
+        spinners.add(CameraRendererNode(context=context, parameter_overrides=_params(use_sim_time=True)))
     host = spinners.add(rclpy.create_node(f"playback_host_{uuid.uuid4().hex[:6]}", context=context))
     return GraphPlayback(host, PlaybackConfig(seconds=seconds, render=False), step_timeout_s=step_timeout_s,
                          critic_timeout_s=120.0)
@@ -58,7 +65,7 @@ def graph(tmp_path):
     rclpy.init(context=context)
     spinners = Spinners(context)
     try:
-        yield _graph(context, spinners), tmp_path
+        yield _graph(context, spinners, camera=egl_works()), tmp_path
     finally:
         spinners.shutdown()
         rclpy.try_shutdown(context=context)
@@ -70,8 +77,9 @@ def test_candidates_are_played_by_the_deployment_node_and_judged_by_vlm_critic(g
     playback, folder = graph
     policy = write_random_policy(folder / "policy.onnx")
     results = []
+    render = egl_works()
     for cid in ("c1", "c2"):  # the second one starts from a reset simulator and a re-armed deployment node
-        result = playback.play(cid, policy, folder / cid, render=False, critique=CritiqueRequest(TASK))
+        result = playback.play(cid, policy, folder / cid, render=render and cid == "c1", critique=CritiqueRequest(TASK))
         meta = result.meta
         assert meta["reached_run"], meta
         assert {"DAMP->PASSIVE", "PASSIVE->STAND", "STAND->RUN"} <= set(meta["transitions"]), meta["transitions"]
@@ -81,6 +89,9 @@ def test_candidates_are_played_by_the_deployment_node_and_judged_by_vlm_critic(g
         assert result.feedback["valid"], result.feedback
         assert result.feedback["meta"]["rollout_id"] == meta["rollout_id"], "the feedback is for this rollout"
         assert result.feedback["task"] == TASK
+        if render and cid == "c1":  # filmed by camera_renderer: the frames the critic sees, a video for the report
+            assert len(result.frames()) >= 3 and result.video_path is not None and result.contact_sheet_path
+            assert result.frame_times == sorted(result.frame_times) and result.frame_times[0] == 0.0
         saved = json.loads((folder / cid / "playback.json").read_text())
         assert PlaybackResult.from_summary(saved).feedback == result.feedback
         results.append(result)
@@ -126,3 +137,34 @@ def test_a_graph_without_a_deployment_node_fails_the_playback_with_a_reason_and_
     played = Ledger(tmp_path / "run").get("played", "start")
     assert played["fault"].startswith("playback failed: PlaybackError"), played
     assert "deployment/set_mode/damp" in played["fault"] and "is the node running" in played["fault"], played
+
+
+def test_a_tiny_search_on_the_graph_plays_and_judges_every_candidate_there(tmp_path):
+    """`motionvl train`'s graph with playback ros (one process): every playback ran on the deployment node and was
+    judged by vlm_critic; the pairwise judgement of the candidate against r* came from the node too."""
+    from pathlib import Path
+
+    import yaml
+
+    from motionvl.ros.graph_playback import GraphPlayback
+    from motionvl.ros.train_graph import run_train_graph
+    from motionvl.search.ledger import Ledger
+
+    tiny = yaml.safe_load((Path(__file__).parent / "data" / "search_tiny.yaml").read_text())
+    settings = tmp_path / "tiny.yaml"
+    # a margin no score difference passes: the candidate always goes to the critic's pairwise judgement
+    settings.write_text(yaml.safe_dump({**tiny, "candidates": 1, "final_iterations": 0, "ranking": {"margin": 100.0}}))
+    run_dir = tmp_path / "run"
+    code = run_train_graph({"run_dir": str(run_dir), "task": TASK, "settings_file": str(settings), "render": False,
+                            "playback": "ros"}, trainers=1, trainers_in_process=True)
+    assert code == 0
+    ledger = Ledger(run_dir)
+    assert ledger.get("run", "finished") is not None
+    for cid in ("start", "i1k1"):
+        played = ledger.get("played", cid)
+        assert played["meta"]["playback"] == GraphPlayback.name and played["meta"]["reached_run"], played
+        feedback = ledger.get("critiqued", cid)
+        assert feedback == played["feedback"] and feedback["meta"]["rollout_id"] == played["meta"]["rollout_id"]
+        assert feedback["valid"] and feedback["meta"]["backend"] == "kinematic", feedback
+    compared = ledger.get("compared", "i1k1-vs-start")
+    assert compared["challenger_first"]["valid"] and compared["best_first"]["valid"], compared

@@ -23,6 +23,7 @@ from motionvl.search.lineage import spec_hash
 from motionvl.search.loop import Search, SearchSettings
 from motionvl.search.playback import InProcessPlayback
 from motionvl.synth import Candidate, make_synthesizer
+from render_fixtures import egl_works
 from waiting import wait_for
 
 TASK = "walk forward with straight knees"
@@ -47,17 +48,6 @@ def _search(run_dir, settings, *, synthesizer=None, slots=None, resume=False, re
                   slots=lambda: slots, resume=resume, log=lambda m: None, progress=False)
 
 
-def _egl_works() -> bool:
-    try:
-        from motionvl.render.camera import gl_backend  # noqa: F401
-        import mujoco
-
-        mujoco.GLContext(32, 32).free()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-
-
 def _settings_file(directory: Path, **config) -> Path:
     path = directory / "tiny.yaml"
     path.write_text(yaml.safe_dump({**TINY, **config}))
@@ -72,7 +62,7 @@ def finished_run(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("search")
     run_dir = base / "run"
-    render = _egl_works()
+    render = egl_works()
     settings = _settings_file(base, playback={"seconds": 1.0, "render": render})
     code = run_train_graph({"run_dir": str(run_dir), "task": TASK, "settings_file": str(settings), "render": render},
                            trainers=1, trainers_in_process=True, record=True)

@@ -76,6 +76,7 @@ class GraphPlayback:
         node: the host node (its executor must spin while play() runs on another thread).
         cfg: the playback's length, command and frame interval (the search's PlaybackConfig).
         robot: the robot config (the rollout's trajectory is rebuilt with its model).
+        terrain: the simulator's floor (a TerrainConfig; default flat): foot contacts are found against it.
         deployment, simulator: the two nodes' names (relative: resolved in the host's namespace).
         step_timeout_s: the longest one step may take (a service answer, the STAND ramp, a feedback).
         critic_timeout_s: how long to wait for vlm_critic's feedback on one rollout (a VLM may be slow).
@@ -84,14 +85,14 @@ class GraphPlayback:
     name = "deployment node on the simulator node (ROS graph)"
     judges = True
 
-    def __init__(self, node, cfg: PlaybackConfig | None = None, robot=None, *, deployment: str = "deployment",
+    def __init__(self, node, cfg: PlaybackConfig | None = None, robot=None, *, terrain=None, deployment: str = "deployment",
                  simulator: str = "simulator", step_timeout_s: float = 15.0, critic_timeout_s: float = 600.0):
         from motionvl.robot import load_robot_config
         from motionvl.sim.model import TerrainConfig, build_model, single_floor
 
         self.node, self.cfg = node, cfg or PlaybackConfig()
         self.robot = robot or load_robot_config()
-        self.model = build_model(self.robot, single_floor(TerrainConfig()))
+        self.model = build_model(self.robot, single_floor(terrain or TerrainConfig()))
         self.deployment, self.simulator = deployment, simulator
         self.step_timeout_s, self.critic_timeout_s = float(step_timeout_s), float(critic_timeout_s)
         self.collector = RolloutCollector(CollectLimits(frame_interval_s=self.cfg.frame_interval_s))
@@ -269,6 +270,11 @@ class GraphPlayback:
             settled = self._sim_time + SETTLE_S
             self._wait(lambda: self._sim_time >= settled or _faults(self._status), step,
                        "the simulator did not advance (no odom)")
+            if critique is not None:  # the critic must hear the rollout's start; without one the playback still counts
+                try:
+                    self._wait(lambda: self.boundary_pub.get_subscription_count() > 0, step, "no vlm_critic")
+                except PlaybackError:
+                    pass
             run = self._call(self.mode_clients["run"], Trigger.Request(), "deployment ~/set_mode/run")
             started_at = None
             if run.success:
@@ -288,6 +294,10 @@ class GraphPlayback:
             self._commanding = False
             self._trigger(self.mode_clients["damp"], "deployment ~/set_mode/damp")
             after = self._clip_counters(time.monotonic())
+        except PlaybackError:
+            if self.mode_clients["damp"].service_is_ready():  # leave the robot damped, without waiting for it
+                self.mode_clients["damp"].call_async(Trigger.Request())
+            raise
         finally:
             self._commanding, self._frames_wanted = False, False
         with self._changed:
@@ -331,6 +341,9 @@ class GraphPlayback:
         from motionvl.critic.schema import MotionFeedback
 
         key = _key(rollout_id)
+        if self.boundary_pub.get_subscription_count() == 0 and key not in self._feedback:
+            return MotionFeedback.invalid("vlm_critic", task, "no vlm_critic node listens on rollout/boundary: "
+                                          "nothing judged this rollout").to_dict()
         try:
             return self._wait(lambda: self._feedback.pop(key, None), self.critic_timeout_s,
                               "no critic/feedback from the vlm_critic node for this rollout")
@@ -363,10 +376,14 @@ class GraphPlayback:
 
 class GraphCritic:
     """The vlm_critic node as the search's critic: its feedback comes with GraphPlayback's results (it judges a
-    rollout as it is played); compare() saves the two rollouts under `work_dir` for critic/compare."""
+    rollout as it is played); compare() saves the two rollouts under `work_dir` (default: the system's temporary
+    directory; vlm_critic must be able to read it) for critic/compare. `name`: the node's backend."""
 
-    def __init__(self, playback: GraphPlayback, name: str, work_dir: str | Path):
-        self.playback, self.name, self.work_dir = playback, name, Path(work_dir)
+    def __init__(self, playback: GraphPlayback, name: str, work_dir: str | Path | None = None):
+        import tempfile
+
+        self.playback, self.name = playback, name
+        self.work_dir = Path(work_dir) if work_dir else Path(tempfile.gettempdir()) / "motionvl-compare"
 
     def critique(self, frames, times, task: str, previous_best=None, **kwargs):
         from motionvl.critic.schema import MotionFeedback

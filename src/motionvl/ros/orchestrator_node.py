@@ -3,8 +3,10 @@
 Runs `motionvl.search.loop.Search` on a worker thread with its backends on the graph: candidates go to
 the policy_trainer nodes, each addressed on its own channel (/<trainer>/candidates), one at a time per
 trainer; proposals come from the reward_synthesizer node (or an in-process synthesizer with
-`synthesizer_node` false); rollouts are played back and critiqued in this process until the
-deployment path plays them on the simulator node. Everything the search records is also published.
+`synthesizer_node` false); with `playback` ros every candidate is played by the deployment node on the
+simulator node and judged by vlm_critic, r*'s rollout sent with each comparison (motionvl.ros.graph_playback:
+the sequence, topics and services), with in_process in this process (the deployment controller and the
+critic here). Everything the search records is also published.
 
 Subscribes:
   trainer/heartbeat    std_msgs/String  which trainers are alive and what they train (reliable, depth 10);
@@ -52,6 +54,7 @@ from motionvl.ros.runtime import request_stop, run_node
 from motionvl.search.dispatch import SlotState
 
 NODE_NAME = "orchestrator"
+PLAYBACKS = ("ros", "in_process")
 
 PARAMETERS = {
     "task": ("", "The task sentence, e.g. 'walk forward with straight knees' (empty with resume: the recorded one)."),
@@ -73,6 +76,15 @@ PARAMETERS = {
     "train_config": ("", "Training YAML the trainers use (empty: the package's config/training.yaml)."),
     "start_run": ("", "An existing training run of the reference reward to start from (empty: train one)."),
     "render": (True, "Render the playbacks (frames for a VLM, videos and contact sheets for the report)."),
+    "playback": ("in_process", "Where candidates are played back and critiqued: 'ros' (the deployment node on the "
+                               "simulator node, filmed by camera_renderer, judged by vlm_critic: the path a robot "
+                               "uses) or 'in_process' (the deployment controller and the critic in this process)."),
+    "playback_step_timeout_s": (15.0, "ros playback: the longest one step may take (a service answer, the STAND "
+                                      "ramp); a node missing fails that candidate's playback, not the search."),
+    "critic_timeout_s": (600.0, "ros playback: seconds to wait for vlm_critic's feedback on a rollout or a comparison."),
+    "robot_config": ("", "ros playback: the graph's robot YAML (empty: the package's), its rollouts rebuilt with it."),
+    "terrain": ("flat", "ros playback: the simulator's floor, 'flat' or 'rough' (feet contacts of its rollouts)."),
+    "terrain_seed": (0, "ros playback: seed of the simulator's rough height field."),
     "shutdown_when_done": (True, "Shut this process's ROS context down when the search ends."),
 }
 
@@ -200,7 +212,22 @@ class OrchestratorNode(Node):
             self.synthesizer = SynthesizerClient(self, self.settings.synthesizer, p["synth_timeout_s"])
         else:
             self.synthesizer = make_synthesizer(self.settings, options)
-        self.critic = make_critic(self.settings, options)
+        if p["playback"] not in PLAYBACKS:
+            raise ConfigError(f"parameter playback must be one of {PLAYBACKS}, got {p['playback']!r}")
+        self.graph_playback = None
+        if p["playback"] == "ros":
+            from motionvl.robot import load_robot_config
+            from motionvl.ros.graph_playback import GraphCritic, GraphPlayback
+            from motionvl.sim.model import TerrainConfig
+
+            self.graph_playback = GraphPlayback(self, self.cfg.playback, load_robot_config(p["robot_config"] or None),
+                                                terrain=TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]),
+                                                step_timeout_s=p["playback_step_timeout_s"],
+                                                critic_timeout_s=p["critic_timeout_s"])
+            self.critic = GraphCritic(self.graph_playback, self.settings.critic) if self.settings.mode == "synth+critic" \
+                else None
+        else:
+            self.critic = make_critic(self.settings, options)
         self.state_pub = self.create_publisher(String, "search/state", STATE_QOS)
         self.ledger_pub = self.create_publisher(String, "search/ledger", LEDGER_QOS)
         self.create_subscription(String, "trainer/heartbeat", self._on_heartbeat, HEARTBEAT_QOS)
@@ -288,7 +315,8 @@ class OrchestratorNode(Node):
 
         try:
             self.search = Search(self.p["run_dir"], self.settings, synthesizer=self.synthesizer, critic=self.critic,
-                                 playback=InProcessPlayback(self.cfg.playback), slots=self.alive_trainers,
+                                 playback=self.graph_playback or InProcessPlayback(self.cfg.playback),
+                                 slots=self.alive_trainers,
                                  resume=self.p["resume"], log=self.get_logger().info, progress=False,
                                  on_record=self._publish_record, on_state=self._publish_state,
                                  no_trainer_s=self.cfg.limits.startup_s)

@@ -2,7 +2,9 @@
 
 The same node classes and the same parameter file (config/nodes.yaml, one section per node name) as
 launch/train.launch.py: the orchestrator, the reward_synthesizer (when a synthesizer is needed), the
-policy_trainer nodes and, with `record`, the recorder. Trainers run as child processes by default
+policy_trainer nodes, with the orchestrator's `playback` ros the playback graph (simulator, deployment in
+simulation mode, vlm_critic and, when playbacks are rendered or a VLM judges, camera_renderer; with
+config/simulation_playback.yaml laid over nodes.yaml) and, with `record`, the recorder. Trainers run as child processes by default
 (each its own interpreter and cores: `python -m motionvl.ros.policy_trainer_node`, dying with this
 process) or, with `trainers_in_process`, as nodes of this process. The nodes run through
 `motionvl.ros.runtime.run_nodes` (each on its own executor thread, one clean way out on SIGINT or
@@ -24,6 +26,7 @@ import yaml
 from motionvl.robot import package_root
 
 NODES_YAML = "config/nodes.yaml"
+PLAYBACK_YAML = "config/simulation_playback.yaml"
 
 
 def node_parameters(params_file: Path, name: str) -> dict:
@@ -53,6 +56,43 @@ def _trainer_process(params_file: Path, name: str, values: dict, log_path: Path)
                                  "--params-file", handle.name, "-r", f"__node:={name}"],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 preexec_fn=_die_with_parent, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _playback_graph(params_file: Path, orchestrator: dict) -> list:
+    """Factories of the nodes a ros playback needs: simulator, deployment (simulation mode), vlm_critic with the
+    orchestrator's critic, and camera_renderer when frames are wanted (rendering on, or a critic that sees)."""
+    playback_file = package_root() / PLAYBACK_YAML
+
+    def values(name: str, **extra) -> dict:
+        return {**node_parameters(params_file, name), **node_parameters(playback_file, name), **extra}
+
+    critic = orchestrator.get("critic") or "kinematic"
+
+    def simulator():
+        from motionvl.ros.simulator_node import SimulatorNode
+
+        return SimulatorNode(parameter_overrides=_parameters(values("simulator")))
+
+    def deployment():
+        from motionvl.ros.deployment_node import DeploymentNode
+
+        return DeploymentNode(parameter_overrides=_parameters(values("deployment")))
+
+    def vlm_critic():
+        from motionvl.ros.vlm_critic_node import VlmCriticNode
+
+        return VlmCriticNode(parameter_overrides=_parameters(values(
+            "vlm_critic", backend=critic, model=orchestrator.get("critic_model") or "",
+            base_url=orchestrator.get("critic_base_url") or "", device=orchestrator.get("device") or "auto")))
+
+    factories = [simulator, deployment, vlm_critic]
+    if orchestrator.get("render", True) or critic != "kinematic":
+        def camera_renderer():
+            from motionvl.ros.camera_renderer_node import CameraRendererNode
+
+            return CameraRendererNode(parameter_overrides=_parameters(values("camera_renderer")))
+        factories.append(camera_renderer)
+    return factories
 
 
 def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trainers: int = 1,
@@ -87,6 +127,8 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
 
             return RewardSynthesizerNode(parameter_overrides=_parameters(synthesizer))
         factories.append(synthesizer_node)
+    if orchestrator.get("playback") == "ros":
+        factories += _playback_graph(params_file, orchestrator)
     if record:
         def recorder():
             from motionvl.ros.recorder_node import RecorderNode

@@ -30,6 +30,8 @@ from motionvl.search.config import MODES  # noqa: E402
 SYNTHESIZERS = ("rules", "openai", "transformers", "replay")
 CRITICS = ("kinematic", "transformers", "openai")
 DEFAULT_OUT = Path("runs/search")
+PLAYBACKS = ("ros", "in_process")
+DEFAULT_PLAYBACK = "in_process"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trainers", type=int, default=1, help="trainers run side by side (default 1)")
     parser.add_argument("--no-ros", action="store_true",
                         help="run the search without ROS: trainer processes of its own, no nodes, no graph")
+    parser.add_argument("--playback", choices=PLAYBACKS, default=None,
+                        help="ROS route: where candidates are played back and critiqued: ros (the deployment node on "
+                             "the simulator node, judged by the vlm_critic node: the path a robot uses) or in_process "
+                             f"(the deployment controller and the critic in the orchestrator; --no-ros always). "
+                             f"Default on the ROS route: {DEFAULT_PLAYBACK}")
     parser.add_argument("--trainers-in-process", action="store_true",
                         help="ROS route: the policy_trainer nodes in this process instead of child processes")
     parser.add_argument("--train-config", default=None, help="training YAML (default: the package's config/training.yaml)")
@@ -117,7 +124,10 @@ def _run(args: argparse.Namespace) -> int:
     if settings.mode != "reference":
         synthesizer_options(settings, _options(args))
     make_critic(settings, _options(args))
+    playback = args.playback or ("in_process" if args.no_ros else DEFAULT_PLAYBACK)
     if args.no_ros:
+        if playback == "ros":
+            raise ConfigError("--playback ros needs the ROS graph; --no-ros plays back in process")
         return _run_without_ros(args, settings)
     try:
         import importlib
@@ -136,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
                     "synth_model": args.synth_model or "", "synth_base_url": args.synth_base_url or "",
                     "critic_model": args.critic_model or "", "critic_base_url": args.critic_base_url or "",
                     "device": args.device, "train_config": settings.train_config or "",
-                    "start_run": settings.start_run or "", "render": not args.no_render}
+                    "start_run": settings.start_run or "", "render": not args.no_render, "playback": playback}
     synthesizer = None
     if synth_node:
         from motionvl.search.config import SearchConfig
