@@ -167,6 +167,34 @@ def test_resuming_a_finished_run_trains_nothing_more(finished_run):
     assert again == summary and len(Ledger(run_dir).records) == before
 
 
+def test_an_exported_policy_played_without_rendering_is_filmed_for_the_report(finished_run, tmp_path):
+    """A candidate exported as r* (the final training failed the gates) was played without rendering: the report
+    gets its playback filmed once, from a copy of the finished run."""
+    import shutil
+
+    from motionvl.search.report import RunView
+
+    run_dir, _, render = finished_run
+    if not render:
+        pytest.skip("EGL rendering is not available on this machine")
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns(".lock", "bags"))
+    ledger = Ledger(copy)
+    settings = SearchSettings(**{k: v for k, v in ledger.get("run", "settings").items()
+                                 if k in SearchSettings.__dataclass_fields__})
+    record = {"id": "i1k1", "outcome": ledger.get("trained", "i1k1")["outcome"], "playback": ledger.get("played", "i1k1")}
+    assert not record["playback"].get("video"), "candidates are played without rendering"
+    search = _search(copy, settings, resume=True, render=True)
+    try:
+        search._film(record)
+        search._film({**record, "playback": Ledger(copy).get("filmed", "i1k1")})  # filmed already: nothing more
+    finally:
+        search.close()
+    filmed = [data for key, data in Ledger(copy).items("filmed") if key == "i1k1"]
+    assert len(filmed) == 1 and Path(filmed[0]["video"]).stat().st_size > 0
+    assert RunView(copy).candidates["i1k1"]["playback"]["video"] == filmed[0]["video"], "the report shows the film"
+
+
 # ----------------------------------------------------------------------------- two trainer processes
 def _my_child(argument: str) -> int | None:
     """The pid of this process's descendant whose command line holds `argument` (a process this test started)."""
