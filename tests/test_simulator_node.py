@@ -271,3 +271,21 @@ def test_as_fast_as_possible_with_clock(ros_graph):
     c = probe.last(probe.clock).clock
     assert c.sec + c.nanosec * 1e-9 >= stamps[0]
     assert probe.last(probe.odom).pose.pose.position.z > 0.75
+
+def test_lockstep_publishes_one_state_per_command(ros_graph):
+    """Lockstep: after each state physics waits for a command, so (as fast as possible, a state per
+    1 ms tick otherwise) each command brings exactly one state, one publish period later in
+    simulated time. lockstep_wait_s covers the start, before the probe hears the first state."""
+    sim, probe = ros_graph(mode="effort", realtime=False, publish_rate_hz=50.0, lockstep=True, lockstep_wait_s=5.0)
+    with probe.lock:
+        start = len(probe.joint_states)
+    for _ in range(5):
+        with probe.lock:
+            before = len(probe.joint_states)
+        probe.send(probe.effort_pub, np.zeros(12))
+        assert wait_for(lambda: len(probe.joint_states) > before), "no state answered the command"
+    with probe.lock:
+        states = [m for _, m in probe.joint_states[start - 1:]]
+    assert len(states) == 1 + 5, "one state per command"
+    stamps = np.array([m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in states])
+    np.testing.assert_allclose(np.diff(stamps), 0.02, atol=1e-6)

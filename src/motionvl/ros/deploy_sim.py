@@ -40,6 +40,8 @@ def add_arguments(parser) -> None:
                              "longer than a robot's drives may: 0.1 s on hardware)")
     parser.add_argument("--overrun-periods", type=int, default=3,
                         help="the deployment node's overrun fault: policy periods late (see its parameter)")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="the simulator waits for each command (the host loop's delay is no part of the physics)")
     parser.add_argument("--realtime-priority", type=int, default=0,
                         help="SCHED_FIFO priority for the process's threads (0: none)")
     parser.add_argument("--timeout", type=float, default=120.0, help="give up after this many wall seconds")
@@ -107,7 +109,7 @@ def build_nodes(args, robot, context) -> list:
     simulator = SimulatorNode(context=context, parameter_overrides=params(
         robot_config=config, mode="effort", publish_rate_hz=1.0 / period, gantry=True,
         emulate_hardware=not robot.hardware.identity, realtime=True, randomize=bool(args.randomize),
-        randomization_seed=int(args.seed)))
+        randomization_seed=int(args.seed), lockstep=bool(args.lockstep)))
     deployment = DeploymentNode(context=context, parameter_overrides=params(
         robot_config=config, policy=str(Path(args.policy).resolve()), path=args.path, autostart="run",
         stand_seconds=float(args.stand_seconds), realtime_priority=int(args.realtime_priority),

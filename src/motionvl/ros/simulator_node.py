@@ -98,6 +98,11 @@ PARAMETERS = {
     "randomize": (False, "Domain randomisation as in training (RandomizationConfig's ranges): ground friction, joint "
                          "friction, drive strength drawn at start and each reset, and a push every push interval."),
     "randomization_seed": (0, "Seed of the randomisation draws and pushes."),
+    "lockstep": (False, "After each published state physics waits until a command answers it (at most lockstep_wait_s "
+                        "wall seconds), never running faster than realtime allows: the controller's delay is no part "
+                        "of the physics (sim-to-sim tests of a host torque loop on a loaded machine)."),
+    "lockstep_wait_s": (1.0, "Wall seconds lockstep waits for a command before stepping anyway (start-up, a silent "
+                             "controller)."),
     "gantry": (False, "Hold the pelvis on a virtual gantry until the deployment node reports its STAND ramp complete "
                       "(and again after ~/reset)."),
     "gantry_release_topic": ("deployment/status", "std_msgs/String JSON status whose stand_complete (or mode RUN) "
@@ -139,6 +144,8 @@ class SimulatorNode(Node):
         self.realtime = bool(p["realtime"])
         self.realtime_factor = float(p["realtime_factor"])
         self.period = 1.0 / float(p["publish_rate_hz"])
+        self.lockstep, self.lockstep_wait = bool(p["lockstep"]), float(p["lockstep_wait_s"])
+        self._unanswered_since: float | None = None  # lockstep: wall time of a state no command answered yet
         self.odom_frame = p["odom_frame"]
 
         self.joint_state_pub = self.create_publisher(JointState, "joint_states", STATE_QOS)
@@ -175,6 +182,8 @@ class SimulatorNode(Node):
 
     # ------------------------------------------------------------------ stepping
     def _tick(self) -> None:
+        if self._awaiting_command():
+            return
         if self.realtime:
             now = time.monotonic()
             elapsed = self.period if self._wall is None else now - self._wall  # first tick: one period
@@ -198,6 +207,21 @@ class SimulatorNode(Node):
             self.sim.advance(self.period)
         self._maybe_push()
         self.publish_state()
+        if self.lockstep:
+            self._unanswered_since = time.monotonic()
+
+    def _awaiting_command(self) -> bool:
+        """Lockstep: the last state has no answer yet and the wait has not run out. No simulated time
+        is owed to the wall clock meanwhile."""
+        if self._unanswered_since is None:
+            return False
+        now = time.monotonic()
+        if now - self._unanswered_since < self.lockstep_wait:
+            if self._wall is not None:
+                self._wall = now
+            return True
+        self._unanswered_since = None
+        return False
 
     def _randomize(self) -> None:
         r = self.randomization
@@ -273,6 +297,7 @@ class SimulatorNode(Node):
 
     # ------------------------------------------------------------------ inputs
     def _apply(self, what: str, fn, *args) -> None:
+        self._unanswered_since = None  # lockstep: answered, even by a command refused below
         try:
             fn(*args)
         except CommandError as exc:
