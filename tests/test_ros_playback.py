@@ -79,8 +79,10 @@ def test_candidates_are_played_by_the_deployment_node_and_judged_by_vlm_critic(g
     results = []
     render = egl_works()
     for cid in ("c1", "c2"):  # the second one starts from a reset simulator and a re-armed deployment node
+        latched_before = set((playback._status or {}).get("faults") or [])  # e.g. the last candidate's fall
         result = playback.play(cid, policy, folder / cid, render=render and cid == "c1", critique=CritiqueRequest(TASK))
         meta = result.meta
+        assert not latched_before & set(meta["faults"]), "a fault of the candidate before is not this one's"
         assert meta["reached_run"], meta
         assert {"DAMP->PASSIVE", "PASSIVE->STAND", "STAND->RUN"} <= set(meta["transitions"]), meta["transitions"]
         assert meta["policy_steps"] > 0 and 0.0 <= result.clipped_share <= 1.0

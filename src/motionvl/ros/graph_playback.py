@@ -219,6 +219,13 @@ class GraphPlayback:
             again = time.monotonic() + RETRY_PERIOD_S
             self._wait(lambda: time.monotonic() >= again, 1.0 + RETRY_PERIOD_S, what)
 
+    def _statuses_from_clean(self) -> bool:
+        """(Under self._changed) True once the newest status has no latched fault, keeping only it."""
+        if self._status is None or _faults(self._status):
+            return False
+        self._statuses = [self._status]
+        return True
+
     def _set_policy(self, path: str) -> None:
         value = ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=path)
         request = SetParameters.Request(parameters=[ParameterMsg(name="policy", value=value)])
@@ -256,10 +263,10 @@ class GraphPlayback:
             self._wait(lambda: self._sim_time is not None, step, "no odom from the simulator")
             self._set_policy(policy_path)
             self._trigger(self.reset_client, "simulator ~/reset")
-            with self._changed:
-                self._statuses = []
             self._trigger(self.load_client, "deployment ~/load_policy")
             self._trigger(self.rearm_client, "deployment ~/rearm", retry_until_s=step)
+            # this candidate's faults and transitions: from the first status without the last one's latched faults
+            self._wait(self._statuses_from_clean, step, "the deployment node's status still shows latched faults")
             self._trigger(self.mode_clients["passive"], "deployment ~/set_mode/passive")
             self._commanding = True
             self._trigger(self.mode_clients["stand"], "deployment ~/set_mode/stand", retry_until_s=step)
