@@ -27,6 +27,9 @@ class TrainPolicyArgs:
     """Training YAML (default: config/training.yaml; with --resume: the run's config.yaml)."""
     resume: bool = False
     """Continue the run in --out from its latest checkpoint."""
+    warm_start: str | None = dataclasses.field(default=None, metadata={"metavar": "RUN_DIR_OR_CHECKPOINT"})
+    """Start a new run from another run's networks (its latest checkpoint, or the checkpoint file given),
+    typically with another --reward; its schedules continue from the parent's iteration."""
     num_envs: int | None = dataclasses.field(default=None, metadata={"type": int})
     """Override env.num_envs of the training config."""
     seed: int | None = dataclasses.field(default=None, metadata={"type": int})
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         shorthands = [f"env.num_envs={a.num_envs}"] * (a.num_envs is not None) + [f"seed={a.seed}"] * (a.seed is not None)
         cfg = TrainConfig.from_yaml(config_path, overrides=[*(a.set or ()), *shorthands])
         result = train_policy(out, reward_spec=a.reward, train_cfg=cfg, minutes=a.minutes, resume=a.resume,
-                              progress=a.progress, max_iterations=a.max_iterations)
+                              progress=a.progress, max_iterations=a.max_iterations, warm_start=a.warm_start)
     except (ConfigError, FileNotFoundError, FileExistsError) as exc:
         print(f"motionvl train-policy: {exc}", file=sys.stderr)
         return 2

@@ -187,6 +187,10 @@ class TrainConfig:
     "Iteration" counts the average's updates: the same as the run's iteration unless averaging
     was switched on when resuming a run that had none.
     On one 60-minute run 0.01-0.04 were within noise of the fixed 10 (bench/RESULTS.md, fifth run)."""
+    warm_start: str | None = None
+    """Start the networks from another run: its run directory (the checkpoint it stopped at) or one
+    checkpoint file of it; the reward spec may differ (motionvl.rl.warm_start says what carries over).
+    None: from scratch. Only a new run uses it; a resumed one continues from its own checkpoints."""
     selection: SelectionConfig = dataclasses.field(default_factory=SelectionConfig)
     """Validation of the last iterates on held-out episodes (selection section of the YAML)."""
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
@@ -272,6 +276,8 @@ class TrainConfig:
              "policy_average_iterations must be 0 (off) or >= 1"),
             (self.policy_average_growth >= 0, "policy_average_growth must be >= 0"),
             (self.minutes > 0, "minutes must be > 0"),
+            (self.warm_start is None or (isinstance(self.warm_start, str) and self.warm_start.strip()),
+             f"warm_start must be null or the path of a run directory or checkpoint, got {self.warm_start!r}"),
             (self.max_iterations is None or (_is_count(self.max_iterations) and self.max_iterations >= 1),
              f"max_iterations must be null or an integer >= 1, got {self.max_iterations!r}"),
             (self.selection.minutes >= 0, "selection.minutes must be >= 0"),

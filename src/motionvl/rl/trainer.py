@@ -26,7 +26,8 @@ limit is reached, the `on_iteration` callback returns False or SIGINT arrives; i
 exports and returns a `TrainResult`. A killed run resumes from checkpoints/latest.pt
 (`resume=True`) and loses at most `save_interval` iterations; with latest_episodes.pt it continues the
 environments' episodes and random streams, so a run stopped and resumed at a checkpoint trains as the
-same run trained in one go would (the same history, on the same thread count).
+same run trained in one go would (the same history, on the same thread count). A new run may instead
+start from another run's checkpoint with another reward spec (`warm_start`, motionvl.rl.warm_start).
 
 A history record (one line of history.jsonl, and the argument of `on_iteration`) holds:
 iteration, total_steps, elapsed_s, steps_per_s, collect_s, learn_s, episodes (finished in the
@@ -69,6 +70,7 @@ from motionvl.rl.export import export_policy
 from motionvl.rl.mirror_loss import LeanMirrorLoss
 from motionvl.rl.selection import PolicySelection
 from motionvl.rl.vecenv import LocomotionVecEnv
+from motionvl.rl.warm_start import WarmStart
 from motionvl.robot import ConfigError, RobotConfig, load_robot_config
 
 if TYPE_CHECKING:  # rsl_rl is imported where a runner is built
@@ -261,7 +263,7 @@ def term_stats(records: list[dict], series_points: int = 10) -> dict:
 def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig | str | Path | None = None,
                  minutes: float | None = None, resume: bool = False, progress: bool = True,
                  on_iteration: IterationCallback | None = None, robot: RobotConfig | None = None,
-                 max_iterations: int | None = None) -> TrainResult:
+                 max_iterations: int | None = None, warm_start: str | Path | None = None) -> TrainResult:
     """Train (or resume) a policy in `run_dir` and export it to run_dir/policy.onnx.
 
     reward_spec: a RewardSpec (callable state -> (total, terms), with to_dict()), a path to a spec
@@ -271,6 +273,8 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     minutes: overrides train_cfg.minutes, the budget of the whole run over all sessions.
     on_iteration: called with each iteration's history record; returning False stops training.
     max_iterations: overrides train_cfg.max_iterations (total iterations of the run).
+    warm_start: overrides train_cfg.warm_start: start a new run from another run's checkpoint
+        (a run directory or a checkpoint file; motionvl.rl.warm_start says what carries over).
     """
     run_dir = Path(run_dir)
     ckpt_dir = run_dir / "checkpoints"
@@ -284,7 +288,16 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         cfg.minutes = float(minutes)
     if max_iterations is not None:
         cfg.max_iterations = int(max_iterations) if isinstance(max_iterations, np.integer) else max_iterations
+    if warm_start is not None:
+        if resume:
+            raise ConfigError(f"cannot warm-start {run_dir} while resuming it: a resumed run continues from its own "
+                              f"checkpoint. Warm-start a new run directory")
+        cfg.warm_start = str(warm_start)
     cfg.validate("train_policy budget")  # the arguments are checked like the config's own keys
+    # a resumed run began from its parent already: config.yaml keeps the path as the run's record
+    parent = None if resume or cfg.warm_start is None else WarmStart.load(cfg.warm_start, cfg.to_dict(), run_dir)
+    if parent is not None:  # config.yaml names the very file the run started from
+        cfg.warm_start = str(parent.checkpoint.resolve())
     resolved = _resolve_reward(reward_spec, run_dir, resume)
     robot = robot or load_robot_config()
     _validate_reward(resolved, robot, cfg.env)  # before the run directory is written
@@ -307,10 +320,14 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     if resume:
         infos = torch.load(latest, weights_only=False, map_location="cpu").get("infos") or {}
         start_it = int(infos.get("iteration", 0))
-    vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it, iteration=start_it)
+    # the schedules run on the parent's iterations plus this run's
+    schedule_offset = parent.iteration if parent is not None else int(infos.get("schedule_offset", 0))
+    vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it, iteration=schedule_offset + start_it)
     from motionvl.rl.estimator import estimator_training
 
     estimator = estimator_training(runner, vec, cfg.ppo)
+    if parent is not None:
+        parent.apply(runner, estimator, vec.env)
     average = (PolicyAverage(runner.alg.get_policy(), cfg.policy_average_iterations, cfg.policy_average_growth)
                if cfg.policy_average_iterations else None)
     if resume:
@@ -350,7 +367,7 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
     def save() -> None:
         state = {"iteration": it, "total_steps": total_steps, "elapsed_s": elapsed0 + time.perf_counter() - session_t0,
                  "command_level": vec.env.command_level, "command_cell_error": vec.env.command_cell_error.tolist(),
-                 "train_config": cfg.to_dict(),
+                 "train_config": cfg.to_dict(), "schedule_offset": schedule_offset,
                  **({"policy_average": average.state_dict()} if average is not None else {}),
                  **({"estimator_training": estimator.state_dict()} if estimator is not None else {})}
         # the episodes first: a crash between the two files leaves episodes newer than latest.pt, which a resume
@@ -386,11 +403,12 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
                 cfg.max_iterations)
             if elapsed + last_iter_s + reserve_s > budget_s:
                 break
-            vec.env.push_velocity = cfg.env.randomization.push_velocity_at(it)
-            vec.env.latency_max = cfg.env.randomization.latency_max_at(it)
-            runner.alg.desired_kl = cfg.ppo.desired_kl_at(it)
-            vec.env.rough_fraction = cfg.env.rough_fraction_at(it)
-            vec.env.gait_period = cfg.env.gait_period_at(it)
+            schedule_it = schedule_offset + it
+            vec.env.push_velocity = cfg.env.randomization.push_velocity_at(schedule_it)
+            vec.env.latency_max = cfg.env.randomization.latency_max_at(schedule_it)
+            runner.alg.desired_kl = cfg.ppo.desired_kl_at(schedule_it)
+            vec.env.rough_fraction = cfg.env.rough_fraction_at(schedule_it)
+            vec.env.gait_period = cfg.env.gait_period_at(schedule_it)
             try:
                 info = run_iteration(runner, vec, update_threads, estimator)
             except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
