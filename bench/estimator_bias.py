@@ -48,7 +48,7 @@ def measure(onnx_path: Path, wrapper: PolicyExportWrapper, terrain: str, command
     policy = load_policy(onnx_path)
     scale = policy.velocity_estimator["scale"]  # the estimate's units, as the export recorded them
     env = batch_evaluation_env(policy, seconds=seconds, terrain=terrain, episodes=episodes, command=command,
-                               seed=seed, randomization=RandomizationConfig(push=pushes))
+                               seed=seed, randomization=RandomizationConfig.for_evaluation(pushes))
     obs = env.observations()
     truth, estimate = [], []
     settle = int(round(SETTLE_S / env.dt))
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         actor = kept
     wrapper = PolicyExportWrapper(actor).eval()
-    meta = PolicyContract.for_training(robot, cfg.env, gait_period=cfg.env.gait_period_at(max(iteration - 1, 0)))
+    meta = PolicyContract.for_training(robot, cfg.env, gait_period=cfg.env.scheduled("gait_period_s", max(iteration - 1, 0)))
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = export_policy(actor, Path(tmp) / "policy.onnx", meta)
         for terrain in args.terrain:

@@ -3,13 +3,12 @@
 Builds the trainer's runner from the training config with `ppo.mirror_loss_coeff` set, runs one
 training iteration (its rollout stays in the storage), then times `alg.update()` on that same rollout (the storage is rewound before each call)
 with the symmetry extension removed, with rsl_rl's `Symmetry` and with `LeanMirrorLoss`, in
-interleaved rounds so that a machine's drift reaches all of them alike; with `--fraction F` < 1 also
-the lean one on that share of each mini-batch (`ppo.mirror_loss_fraction`). Each update changes the
+interleaved rounds so that a machine's drift reaches all of them alike. Each update changes the
 actor, so the variants see slightly different weights; the work per update does not depend on them.
 Before timing, it checks on one mini-batch that both mirror losses give the same value and the
 same actor gradient. The JSON last line holds the median seconds per update and the ratios.
 
-    .venv/bin/python bench/mirror_loss_cost.py --rounds 5 [--fraction 0.25]
+    .venv/bin/python bench/mirror_loss_cost.py --rounds 5
 """
 
 from __future__ import annotations
@@ -32,8 +31,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="timed updates per variant (interleaved)")
     parser.add_argument("--coeff", type=float, default=1.0, help="ppo.mirror_loss_coeff")
-    parser.add_argument("--fraction", type=float, default=1.0,
-                        help="also time the lean loss on this share of each mini-batch (ppo.mirror_loss_fraction)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="training-config override")
     args = parser.parse_args(argv)
 
@@ -53,8 +50,6 @@ def main(argv=None) -> int:
           f"largest actor-gradient difference {agreement['max_abs_gradient_difference']:.2e}", file=sys.stderr)
 
     variants = {"no_mirror_loss": None, "rsl_rl_mirror_loss": reference, "lean_mirror_loss": lean}
-    if args.fraction < 1:
-        variants[f"lean_mirror_loss_fraction_{args.fraction:g}"] = LeanMirrorLoss.replacing(lean, fraction=args.fraction)
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.rounds + 1):  # the first round warms up and is dropped
         for name, symmetry in variants.items():

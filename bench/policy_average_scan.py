@@ -6,8 +6,7 @@ averaged in two ways, exported to ONNX and evaluated like time_to_walk's confirm
 
 - `--horizons H,...`: the exponential moving average with time constant H iterations, exactly as
   training with `policy_average_iterations: H` exports it (motionvl.rl.averaging). It needs every
-  iterate 1..IT on disk: train with `--set save_interval=1` (~0.5 MB kept per iteration). `H:G` is the
-  growing time constant max(H, G x iteration) (`policy_average_growth: G`).
+  iterate 1..IT on disk: train with `--set save_interval=1` (~0.5 MB kept per iteration).
 - `--window K`: the plain mean of the last K saved checkpoints up to IT, for runs saved every 25
   iterations (the default save_interval).
 - `--run-average`: the moving average the run itself kept, as saved in checkpoint IT: the policy.onnx
@@ -18,7 +17,7 @@ The observation normaliser is the iterate IT's in every variant. Every variant i
 the same episodes, so the comparison is paired.
 
     .venv/bin/python bench/time_to_walk.py --minutes 10 --eval-every 10 --no-final --set save_interval=1 --out /tmp/r
-    .venv/bin/python bench/policy_average_scan.py /tmp/r --horizons 5,10,30,10:0.02 --episodes 512
+    .venv/bin/python bench/policy_average_scan.py /tmp/r --horizons 5,10,30 --episodes 512
     .venv/bin/python bench/policy_average_scan.py runs/time_to_walk --iterations 768,1957 --window 4
 """
 
@@ -62,9 +61,9 @@ class MovingAverages:
     """The EMAs of a run's iterates for several horizons, folded forward one saved iterate at a time,
     so that several target iterations (ascending) read each checkpoint once."""
 
-    def __init__(self, run: Path, actor, horizons: list[tuple[float, float]], saved: list[int]):
+    def __init__(self, run: Path, actor, horizons: list[float], saved: list[int]):
         self.run, self.actor, self.saved = run, actor, set(saved)
-        self.averages = {horizon_name(h, g): PolicyAverage(actor, h, g) for h, g in horizons}
+        self.averages = {f"{h:g}": PolicyAverage(actor, h) for h in horizons}
         self.done = 0
 
     def advance_to(self, target: int) -> None:
@@ -80,19 +79,14 @@ class MovingAverages:
         self.done = max(self.done, target)
 
 
-def horizon_name(iterations: float, growth: float) -> str:
-    return f"max({iterations:g}, {growth:g} x it)" if growth else f"{iterations:g}"
-
-
-def parse_horizons(text: str) -> list[tuple[float, float]]:
-    """"5,10,10:0.02" -> [(5, 0), (10, 0), (10, 0.02)]: fixed time constants, or minimum:growth."""
+def parse_horizons(text: str) -> list[float]:
+    """"5,10,30" -> [5.0, 10.0, 30.0]: EMA time constants in iterations."""
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
-        iterations, _, growth = item.partition(":")
         try:
-            out.append((float(iterations), float(growth or 0)))
+            out.append(float(item))
         except ValueError:
-            raise SystemExit(f"policy_average_scan: --horizons item {item!r}: expected H or H:G (numbers)") from None
+            raise SystemExit(f"policy_average_scan: --horizons item {item!r}: expected a number") from None
     return out
 
 
@@ -126,7 +120,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a training run directory (checkpoints/model_<it>.pt)")
     parser.add_argument("--iterations", default=None, help="comma-separated target iterations, evaluated in ascending order (default: the last saved)")
-    parser.add_argument("--horizons", default="", help="EMA time constants in iterations, comma-separated; H:G grows as max(H, G x iteration)")
+    parser.add_argument("--horizons", default="", help="EMA time constants in iterations, comma-separated")
     parser.add_argument("--window", type=int, default=0, help="also the plain mean of the last K saved checkpoints")
     parser.add_argument("--run-average", action="store_true", help="also the moving average the run kept in checkpoint IT (its policy.onnx had it stopped there)")
     parser.add_argument("--episodes", type=int, default=512, help="randomised 10 s episodes per variant")
@@ -154,7 +148,7 @@ def main(argv=None) -> int:
             print(f"policy_average_scan: no checkpoint model_{target}.pt in {args.run}", file=sys.stderr)
             return 2
         # the period the checkpoint's last iteration trained at, as the trainer's own export writes it
-        meta = PolicyContract.for_training(robot, cfg.env, gait_period=cfg.env.gait_period_at(max(target - 1, 0)))
+        meta = PolicyContract.for_training(robot, cfg.env, gait_period=cfg.env.scheduled("gait_period_s", max(target - 1, 0)))
         for k, (name, module) in enumerate(variants(args.run, actor, target, moving, args.window, saved, args.run_average)):
             path = export_policy(module, out / f"it{target}_{k}.onnx", meta)
             row = {"iteration": target, "policy": name, "onnx": str(path),

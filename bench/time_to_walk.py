@@ -64,9 +64,11 @@ import numpy as np
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.evaluate import evaluate
 from motionvl.rl.export import OnnxPolicy, load_policy
-from motionvl.rl.goal_plots import command_sweep_figure, save_figure, time_to_walk_figure
 from motionvl.rl.trainer import train_policy
 from motionvl.robot import ConfigError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from goal_plots import command_sweep_figure, save_figure, time_to_walk_figure  # noqa: E402 - bench/ is this script's directory
 
 # heading hold as an operator would steer (motionvl eval --heading-gain): the gain legged_gym's
 # heading command uses

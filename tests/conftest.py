@@ -33,3 +33,25 @@ def ros_context():
         yield context
     finally:
         rclpy.try_shutdown(context=context)
+
+
+@pytest.fixture(scope="session")
+def robot():
+    """The shipped robot config (config/robot.yaml)."""
+    from motionvl.robot import load_robot_config
+
+    return load_robot_config()
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, robot):
+    """(run_dir, TrainResult, history records) of a tiny two-iteration training run, shared by the tests that
+    only read it (copy it before changing it)."""
+    from motionvl.rl.trainer import train_policy
+    from rl_fixtures import PlaceholderReward, tiny_config
+
+    run_dir = tmp_path_factory.mktemp("run")
+    seen = []
+    result = train_policy(run_dir, PlaceholderReward(), tiny_config(), max_iterations=2, progress=False,
+                          on_iteration=seen.append, robot=robot)
+    return run_dir, result, seen

@@ -1,6 +1,9 @@
-"""Test helpers for the PPO trainer tests: a placeholder reward and a tiny training configuration."""
+"""Test helpers for the PPO trainer tests: a placeholder reward, a tiny training configuration, histories."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 
@@ -25,3 +28,13 @@ def tiny_config(**env) -> TrainConfig:
     ppo = PPOConfig(num_steps_per_env=8, num_learning_epochs=1, num_mini_batches=2, actor_hidden_dims=(32, 32),
                     critic_hidden_dims=(32, 32))
     return TrainConfig(env=env_cfg, ppo=ppo, save_interval=1, minutes=5.0)
+
+
+TIMING_FIELDS = ("elapsed_s", "steps_per_s", "collect_s", "learn_s")
+"""History record fields that depend on the machine's speed, not on what was trained."""
+
+
+def history_without_timings(run_dir: Path) -> list[dict]:
+    """A run's history.jsonl records without TIMING_FIELDS: equal for two runs that trained the same."""
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING_FIELDS}
+            for line in (Path(run_dir) / "history.jsonl").read_text().splitlines()]

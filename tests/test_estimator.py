@@ -12,11 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from tensordict import TensorDict
 
 from motionvl.policy_io import PolicyContract
-from motionvl.rl.config import TrainConfig
 from motionvl.rl.estimator import EstimatorTraining, VelocityEstimatorModel, estimator_training
 from motionvl.rl.export import export_policy, load_policy
 from motionvl.rl.trainer import build_runner, run_iteration, train_policy
@@ -60,8 +58,10 @@ def test_config_builds_the_estimator_actor_and_its_target_is_the_critics_base_ve
     scale = dict((n, s) for n, _, s in vec.env.privileged_layout)["base_lin_vel"]
     critic = vec.get_observations()["critic"][:, estimator.target_slice].numpy()
     assert np.allclose(critic, vec.env.state.base_lin_vel * scale, atol=1e-5)
-    assert estimator_training(runner, vec, tiny_config().ppo) is None, "off: no estimator training"
-    assert tiny_config().to_rsl_rl()["actor"]["class_name"] == "rsl_rl.models.MLPModel"
+    plain = tiny_config()
+    plain.ppo.velocity_estimator = False
+    assert estimator_training(runner, vec, plain.ppo) is None, "off: no estimator training"
+    assert plain.to_rsl_rl()["actor"]["class_name"] == "rsl_rl.models.MLPModel"
 
 
 def test_ppo_never_moves_the_estimator_and_the_regression_moves_only_the_estimator(built):
@@ -147,27 +147,6 @@ def test_training_logs_the_loss_and_resume_keeps_the_regression_state(robot, tmp
     assert steps(resumed) > steps({"optimizer": saved}), "the resumed run continued the saved optimiser"
 
 
-def test_a_run_written_before_the_estimator_existed_resumes_without_one(robot, tmp_path):
-    """training.yaml turns the estimator on; a run whose config copy predates the key was trained
-    without it, so its checkpoints only load into the plain actor."""
-    run_dir = tmp_path / "older_run"
-    cfg = tiny_config()
-    cfg.ppo.velocity_estimator = False
-    train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=1, progress=False, robot=robot)
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    for key in ("velocity_estimator", "estimator_hidden_dims", "estimator_learning_rate"):
-        del config["ppo"][key]  # the config copy of a version without the estimator
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
-    seen = []
-    result = train_policy(run_dir, PlaceholderReward(), None, resume=True, max_iterations=2, progress=False,
-                          robot=robot, on_iteration=seen.append)
-    assert result.iterations == 2
-    assert "estimator" not in seen[-1]["losses"]
-    assert not any(k.startswith("estimator.") for k in
-                   torch.load(run_dir / "checkpoints/latest.pt", weights_only=False)["actor_state_dict"])
-    assert TrainConfig.from_yaml().ppo.velocity_estimator, "the shipped training.yaml trains with the estimator"
-
-
 def test_bad_estimator_settings_are_refused(built):
     cfg = estimator_config()
     cfg.ppo.estimator_hidden_dims = ()
@@ -220,7 +199,9 @@ def test_estimator_bias_reports_the_estimate_against_the_true_velocity(robot, tm
     assert not np.allclose(np.array(averaged[0]["bias_mps"]) - np.array(rows[0]["bias_mps"]), 0.2, atol=0.1), averaged
 
     plain = tmp_path / "plain"
-    train_policy(plain, PlaceholderReward(), tiny_config(), max_iterations=1, progress=False, robot=robot)
+    without = tiny_config()
+    without.ppo.velocity_estimator = False
+    train_policy(plain, PlaceholderReward(), without, max_iterations=1, progress=False, robot=robot)
     proc = subprocess.run([sys.executable, "bench/estimator_bias.py", str(plain)], capture_output=True, text=True,
                           env=env, timeout=120, cwd=root)
     assert proc.returncode == 2 and "without ppo.velocity_estimator" in proc.stderr

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import matplotlib.image
 import numpy as np
 import pytest
 
-from motionvl.rl.goal_plots import (CLEARANCE_GOAL_M, TRACKING_GOAL_MPS, WALK_FRACTION_GOAL, command_label,
-                                    command_sweep_figure, save_figure, time_to_walk_figure)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # bench/ scripts are not installed
+from goal_plots import (CLEARANCE_GOAL_M, TRACKING_GOAL_MPS, WALK_FRACTION_GOAL, command_label,  # noqa: E402
+                        command_sweep_figure, save_figure, time_to_walk_figure)
 
 
 def curve_row(minutes, iterations, walk, clearance, period=0.7, confirm=None):

@@ -18,12 +18,13 @@ from motionvl.policy_io import PolicyContract
 from motionvl.rl.config import PPOConfig, TrainConfig
 from motionvl.rl.evaluate import batch_evaluation_env, evaluate
 from motionvl.rl.export import export_policy, load_policy
-from motionvl.rl.push_recovery import SECTORS, plot_push_recovery, push_recovery_map, push_sector
 from motionvl.rl.trainer import build_runner
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.sim.math import to_heading_frame
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))  # bench/ scripts are not installed
+from push_recovery import SECTORS, plot_push_recovery, push_recovery_map, push_sector  # noqa: E402
 
 
 def test_heading_frame_and_push_sectors():
@@ -42,7 +43,8 @@ def test_heading_frame_and_push_sectors():
 def standing_policy(tmp_path_factory):
     """An exported policy whose every weight is zero: action 0, the default pose held by PD."""
     robot = load_robot_config()
-    cfg = TrainConfig(env=EnvConfig(num_envs=4, num_threads=1),
+    cfg = TrainConfig(env=EnvConfig(num_envs=4, num_threads=1, gait_period_s=0.7, gait_period_schedule=None,
+                                    gait_feedforward=0.0, gait_stride_feedforward=0.0),
                       ppo=PPOConfig(actor_hidden_dims=(16,), critic_hidden_dims=(16,)))
 
     def reward(s):

@@ -9,10 +9,11 @@ import pytest
 import torch
 import yaml
 
+from motionvl.envs.config import Schedule
 from motionvl.rewards.spec import RewardSpec
 from motionvl.rl.trainer import build_runner, train_policy
 from motionvl.rl.warm_start import WarmStart
-from motionvl.robot import ConfigError, load_robot_config
+from motionvl.robot import ConfigError
 from rl_fixtures import tiny_config
 
 WALK = RewardSpec.from_dict({"name": "walk", "terms": {"tracking_lin_vel": 1.0, "orientation": 0.3}})
@@ -22,15 +23,10 @@ STRAIGHT_KNEES = WALK.with_weights({"orientation": 0.6})
 def schedule_config():
     """Tiny runs whose gait period falls 0.7 -> 0.5 s over iterations 2-6 and whose command curriculum
     cannot move (so the level carried over is the one saved)."""
-    cfg = tiny_config(gait_period_s=0.7, gait_period_final_s=0.5, gait_period_change_iterations=(2, 6))
+    cfg = tiny_config(gait_period_s=0.5, gait_period_schedule=Schedule(start=0.7, iterations=(2, 6)))
     cfg.env.commands = dataclasses.replace(cfg.env.commands, curriculum=True, curriculum_error=0.0)
     cfg.ppo.init_std = 0.5
     return cfg
-
-
-@pytest.fixture(scope="module")
-def robot():
-    return load_robot_config()
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +107,7 @@ def test_warm_start_from_a_bad_path_or_another_policy_interface_says_why_and_wri
     other_interface = schedule_config()
     other_interface.env.obs_history = 2
     other_interface.ppo.actor_hidden_dims = (16,)
-    with pytest.raises(ConfigError, match=r"env.obs_history: 0 -> 2; ppo.actor_hidden_dims: \[32, 32\] -> \[16\]"):
+    with pytest.raises(ConfigError, match=r"env.obs_history: 5 -> 2; ppo.actor_hidden_dims: \[32, 32\] -> \[16\]"):
         start(parent, other_interface)
     assert not run.exists(), "a refused warm start leaves no run directory behind"
     with pytest.raises(ConfigError, match="from its own checkpoint"):

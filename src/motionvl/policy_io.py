@@ -187,7 +187,7 @@ class PolicyContract:
                      feedforward_joints: tuple | None = None) -> "PolicyContract":
         """The contract of a policy trained on `robot` (RobotConfig) with `env_cfg` (EnvConfig);
         `gait_period`: the clock period (s) the policy was last trained with, where env_cfg schedules it
-        (EnvConfig.gait_period_at); None: env_cfg.gait_period_s. `feedforward_joints`: the joints the
+        (EnvConfig.SCHEDULES); None: env_cfg.gait_period_s. `feedforward_joints`: the joints the
         gait feed-forward moves, (left, right) x FEEDFORWARD_KINDS names; None: from the robot's roles."""
         J = robot.num_joints
         feedforward = bool(env_cfg.gait_feedforward or env_cfg.gait_stride_feedforward)

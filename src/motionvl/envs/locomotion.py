@@ -55,9 +55,10 @@ def randomization_layout(num_joints: int) -> list:
 
 class LocomotionEnv:
     def __init__(self, robot: RobotConfig, cfg: EnvConfig | None = None, reward_fn: RewardFn | None = None,
-                 iteration: int = 0, contract: PolicyContract | None = None):
-        """iteration: the training run's PPO iteration the env starts at (the rough-ground,
-        gait-period and latency schedules). contract: the policy contract whose observation and action
+                 iteration: int | None = None, contract: PolicyContract | None = None):
+        """iteration: the training run's PPO iteration the env starts at (EnvConfig.SCHEDULES follow it;
+        trainers move it on with `follow_schedules`); None for an env that does not train (evaluation,
+        rendering): the settings' own values. contract: the policy contract whose observation and action
         law the env applies (an exported policy's, for evaluation: its gait clock period too); None: the
         one training with `cfg` writes (PolicyContract.for_training), cfg's observation and feed-forward
         settings then apply."""
@@ -98,12 +99,12 @@ class LocomotionEnv:
         self._hfield = _HeightField(m) if cfg.terrain in ("rough", "mixed") else None
         if not 0.0 <= cfg.rough_fraction <= 1.0:
             raise ConfigError(f"env.rough_fraction must be in [0, 1], got {cfg.rough_fraction}")
-        cfg.commands.validate()
         self.on_rough = np.full(N, cfg.terrain == "rough")
-        # share of the resets on rough ground ('mixed'); trainers follow EnvConfig.rough_fraction_at
-        self.rough_fraction = cfg.rough_fraction_at(iteration)
-        # period (s) of the phase clock and the gait terms; trainers follow EnvConfig.gait_period_at
-        self.gait_period = cfg.gait_period_at(iteration) if contract is None else contract.gait_period
+        # the share of the resets on rough ground ('mixed') and the period (s) of the phase clock and gait terms;
+        # an exported policy's clock runs at the period it trained at
+        self.rough_fraction = self.gait_period = 0.0
+        self._policy_period = None if contract is None else contract.gait_period
+        self.follow_schedules(iteration)
         if cfg.terrain == "mixed":
             # one model holds the plane and the height field; each env's geom_pos buries the one it does not walk on
             self._geom_pos = self.sim.per_env_model_field("geom_pos")
@@ -151,36 +152,24 @@ class LocomotionEnv:
         self._push_steps = max(1, int(round(cfg.randomization.push_interval_s / self.dt)))
         self.push_offset = np.zeros(N, dtype=np.int64)  # policy steps: the first push comes _push_steps - offset after reset
         self.last_push = np.zeros((N, 2))  # world-frame velocity change (m/s) of the episode's latest push
-        # max velocity change of a push (m/s); trainers lower it with RandomizationConfig.push_velocity_at
-        self.push_velocity = float(cfg.randomization.push_velocity)
-        # top of the latency draw (robot PD steps); trainers move it with RandomizationConfig.latency_max_at
-        self.latency_max = cfg.randomization.latency_max_at(iteration)
         self._resample_steps = max(1, int(round(cfg.commands.resample_s / self.dt)))
         # command curriculum level in [0, 1] (CommandConfig.curriculum); trainers checkpoint it
         self.command_level = 0.0 if cfg.commands.curriculum else 1.0
         self._curriculum_steps = max(1, int(round(cfg.commands.curriculum_window_s / self.dt)))
         self._tracking = [0.0, 0]  # summed |command_xy - v_xy| and samples in the current window
-        self._settle_steps = int(round(cfg.commands.curriculum_push_settle_s / self.dt)) if cfg.randomization.push else 0
-        if (cfg.commands.curriculum or cfg.commands.adaptive_fraction > 0) and self._settle_steps >= self._push_steps:
-            # every env would stay out of the window after its first push: the level could never rise
-            # and no command cell would get an error
-            raise ConfigError(f"env.commands.curriculum_push_settle_s ({cfg.commands.curriculum_push_settle_s} s) must be "
-                              f"shorter than env.randomization.push_interval_s ({cfg.randomization.push_interval_s} s)")
         # mean |command_xy - v_xy| of the last complete window (m/s, body frame, every env and step,
-        # falls included, pushes unless curriculum_push_settle_s): what the curriculum compares with curriculum_error
+        # falls and pushes included): what the curriculum compares with curriculum_error
         self.window_tracking_error: float | None = None
-        # adaptive command sampling (CommandConfig.adaptive_fraction): each env's command cell (-1: standing,
-        # fixed or not tracked), the current window's summed error and samples per cell, and per cell the
-        # moving average of its windows' mean |command_xy - v_xy| (NaN until visited); trainers checkpoint it
-        self._cell_shape = tuple(int(b) for b in cfg.commands.adaptive_bins)
-        num_cells = int(np.prod(self._cell_shape))
-        self._command_cell = np.full(N, -1, dtype=np.int64)
-        self._cell_window = np.zeros((2, num_cells))
-        self.command_cell_error = np.full(num_cells, np.nan)
         self._recorders: list["TrajectoryRecorder"] = []
         self._setup_randomization()
         self.state: RewardState | None = None
         self.reset()
+
+    def follow_schedules(self, iteration: int | None) -> None:
+        """The settings training moves by PPO iteration (EnvConfig.SCHEDULES) at `iteration`; None: their own values."""
+        self.rough_fraction = self.cfg.scheduled("rough_fraction", iteration)
+        self.gait_period = (self.cfg.scheduled("gait_period_s", iteration) if self._policy_period is None
+                            else self._policy_period)
 
     # ------------------------------------------------------------------ randomisation
     def _setup_randomization(self) -> None:
@@ -214,11 +203,9 @@ class LocomotionEnv:
             self._mass[ids, self._base_body] = self.model.body_mass[self._base_body] + self.added_mass[ids]
             self.sim.set_const()
         if r.latency:
-            robot_steps = rng.integers(r.latency_range[0], self.latency_max + 1, size=n)
+            robot_steps = rng.integers(r.latency_range[0], r.latency_range[1] + 1, size=n)
             self.latency[ids] = np.minimum(np.rint(robot_steps * self.robot.sim_dt / self.sim_dt), self.decimation)
             self.sim.set_ctrl_delay(ids, self.latency[ids])
-        if r.push and r.push_first_random:
-            self.push_offset[ids] = rng.integers(0, self._push_steps, size=n)
 
     # ------------------------------------------------------------------ commands
     def _resample_commands(self, ids: np.ndarray) -> None:
@@ -228,38 +215,10 @@ class LocomotionEnv:
         else:
             lo, hi = np.array(c.ranges(self.command_level), dtype=float).T
             cmd = np.stack([self.rng.uniform(lo[k], hi[k], n) for k in range(3)], 1)
-            if c.adaptive_fraction > 0:
-                cmd, cells = self._adaptive_commands(cmd, lo, hi)
-            standing = self.rng.random(n) < c.standing_fraction
-            cmd[standing] = 0.0
+            cmd[self.rng.random(n) < c.standing_fraction] = 0.0
             self.command[ids] = cmd
-            if c.adaptive_fraction > 0:
-                self._command_cell[ids] = np.where(standing, -1, cells)
         self._yaw_rate_input[ids] = self.command[ids, 2]
         self._heading_target[ids] = yaw_of(self.sim.qpos[ids, 3:7])
-
-    def _adaptive_commands(self, cmd: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Redraw an adaptive_fraction share of the uniform commands `cmd` inside cells picked in proportion
-        to their tracking error; return the commands and every command's cell index."""
-        shape = np.array(self._cell_shape)
-        redraw = np.flatnonzero(self.rng.random(len(cmd)) < self.cfg.commands.adaptive_fraction)
-        if redraw.size:
-            picked = np.stack(np.unravel_index(self.rng.choice(shape.prod(), size=redraw.size, p=self.cell_weights()),
-                                               self._cell_shape), 1)
-            cmd[redraw] = lo + (picked + self.rng.random((redraw.size, 3))) / shape * (hi - lo)
-        unit = (cmd - lo) / np.where(hi > lo, hi - lo, 1.0)
-        cell = np.clip((unit * shape).astype(np.int64), 0, shape - 1)
-        return cmd, np.ravel_multi_index(tuple(cell.T), self._cell_shape)
-
-    def cell_weights(self) -> np.ndarray:
-        """Probability of each command cell in the adaptive draw: its tracking error over the sum; cells
-        never tracked count as the worst tracked one, so every cell gets visited; uniform before any data."""
-        err = self.command_cell_error
-        if not np.isfinite(err).any():
-            return np.full(err.size, 1.0 / err.size)
-        w = np.where(np.isfinite(err), err, np.nanmax(err))
-        w = np.maximum(w, 1e-6)
-        return w / w.sum()
 
     def _hold_heading(self) -> None:
         """Yaw-rate command = the sampled rate + heading_gain x heading error (CommandConfig.heading_gain)."""
@@ -270,30 +229,14 @@ class LocomotionEnv:
     def _track_commands(self) -> None:
         """Windowed tracking error (window_tracking_error); the curriculum level rises after a window under curriculum_error."""
         err = np.linalg.norm(self.command[:, :2] - self.state.base_lin_vel[:, :2], axis=1)
-        settled = ~self.settling_after_push() if self._settle_steps else np.ones(self.num_envs, dtype=bool)
-        self._tracking[0] += float(err[settled].sum())
-        self._tracking[1] += int(settled.sum())
+        self._tracking[0] += float(err.sum())
+        self._tracking[1] += self.num_envs
         c = self.cfg.commands
-        if c.adaptive_fraction > 0:
-            tracked = (self._command_cell >= 0) & settled
-            np.add.at(self._cell_window[0], self._command_cell[tracked], err[tracked])
-            np.add.at(self._cell_window[1], self._command_cell[tracked], 1.0)
         if self._tracking[1] >= self._curriculum_steps * self.num_envs:
             self.window_tracking_error = self._tracking[0] / self._tracking[1]
             if c.curriculum and self.window_tracking_error < c.curriculum_error:
                 self.command_level = min(1.0, self.command_level + c.curriculum_step)
             self._tracking = [0.0, 0]
-            if c.adaptive_fraction > 0:
-                seen = self._cell_window[1] > 0
-                mean = self._cell_window[0, seen] / self._cell_window[1, seen]
-                old = self.command_cell_error[seen]
-                self.command_cell_error[seen] = np.where(np.isfinite(old), old + c.adaptive_smoothing * (mean - old), mean)
-                self._cell_window[:] = 0.0
-
-    def settling_after_push(self) -> np.ndarray:
-        """Envs pushed within the last curriculum_push_settle_s (the push step included)."""
-        clock = self._push_clock()
-        return (clock >= self._push_steps) & (clock % self._push_steps < self._settle_steps)
 
     def _push_clock(self) -> np.ndarray:
         """Each env's push clock in policy steps: a push comes whenever it reaches a multiple of _push_steps."""
@@ -367,7 +310,7 @@ class LocomotionEnv:
         if self.cfg.randomization.push:
             push = (self._push_clock() % self._push_steps) == 0
             if push.any():
-                self.last_push[push] = self.rng.uniform(-1, 1, (int(push.sum()), 2)) * self.push_velocity
+                self.last_push[push] = self.rng.uniform(-1, 1, (int(push.sum()), 2)) * self.cfg.randomization.push_velocity
                 self.sim.qvel[push, 0:2] += self.last_push[push]
 
         contact = self.sim.sensordata[:, self._touch_idx] > self.cfg.contact_force_threshold
@@ -512,14 +455,13 @@ class LocomotionEnv:
     EPISODE_BUFFERS = ("episode_length", "action", "last_action", "command", "_yaw_rate_input", "_heading_target",
                        "feet_air_time", "last_contact", "last_joint_vel", "vel_avg", "latency", "ground_friction",
                        "gain_scale", "joint_friction_scale", "added_mass", "history", "push_offset", "last_push",
-                       "on_rough", "_command_cell", "_cell_window", "_obs")
+                       "on_rough", "_obs")
     """Per-env arrays of the episodes in flight, restored in place (the reward terms' sums go separately)."""
 
     def episode_state(self) -> dict:
         """The episodes in flight: physics, per-env buffers, reward sums, the tracking window and the random
         generator, so that `load_episode_state` continues them where they stood. Not in it: what trainers
-        set every iteration (push_velocity, latency_max, rough_fraction, gait_period) or checkpoint
-        themselves (command_level, command_cell_error)."""
+        set every iteration (follow_schedules) or checkpoint themselves (command_level)."""
         return {"sim": self.sim.state_dict(), "buffers": {k: getattr(self, k).copy() for k in self.EPISODE_BUFFERS},
                 "term_names": list(self.episode_sums), "term_sums": self._term_sums.copy(), "state": self.state,
                 "tracking": list(self._tracking), "window_tracking_error": self.window_tracking_error,

@@ -31,9 +31,12 @@ Policy = Callable[[np.ndarray], np.ndarray]
 
 def evaluation_env_config(seconds: float, command=(0.0, 0.0, 0.0), terrain: str = "flat", seed: int = 0,
                           **overrides) -> EnvConfig:
-    """EnvConfig for one deterministic evaluation rollout at the robot config's own dt."""
+    """EnvConfig for one deterministic evaluation rollout at the robot config's own dt. A policy without a
+    contract gets the plain policy interface unless `overrides` say otherwise: no observation history, no
+    stepping feedforward (a PD stand stands still)."""
     cfg = EnvConfig(num_envs=1, num_threads=1, episode_length_s=float(seconds) + 10.0, sim_dt=None,
                     decimation=None, terrain=terrain, random_heading=False, reset_joint_noise=0.0, reset_base_velocity_noise=0.0,
+                    obs_history=0, gait_feedforward=0.0, gait_stride_feedforward=0.0,
                     seed=int(seed), commands=CommandConfig(fixed=tuple(float(c) for c in command),
                                                            resample_s=float(seconds) + 10.0, standing_fraction=0.0),
                     randomization=RandomizationConfig.disabled())
@@ -60,7 +63,8 @@ def rollout_policy(policy: Policy | None, robot: RobotConfig, seconds: float = 1
 
     A policy with a `contract` (an OnnxPolicy) gets its observations and joint targets from
     motionvl.policy_io driven by that contract (its history, heading input, gait clock and feed-forward);
-    another callable gets those of a policy trained with `env_overrides` on the defaults. Returns the rollout sampled every policy step, including the initial state (so
+    another callable gets the plain interface of `evaluation_env_config` with `env_overrides`. Returns the
+    rollout sampled every policy step, including the initial state (so
     round(seconds / dt) + 1 samples). With `stop_on_fall` the rollout ends at the first sample
     where the fall condition holds (that sample has `fell` True) instead of being reset.
     """

@@ -8,10 +8,6 @@ the last iterate; only the exported and evaluated policy is the average.
 
 torch's own `AveragedModel` keeps the average. Only parameters are averaged: the observation
 normaliser's statistics are buffers and are taken from the current actor, the latest estimate.
-
-The time constant may grow with training (`growth`): early on the policy improves fast and a long
-average lags behind it (at 10 minutes 60 iterations hurt), later the iterates mostly scatter
-around a plateau and a long average helps (at 60 minutes a ~70-iteration mean helped most).
 """
 
 from __future__ import annotations
@@ -23,25 +19,19 @@ from torch.optim.swa_utils import AveragedModel
 
 
 class PolicyAverage:
-    """EMA of an actor's parameters. The k-th update folds the actor in with weight 1 / H_k, the
-    time constant H_k = max(iterations, growth x k) in updates (growth 0: a fixed decay 1 - 1/iterations)."""
+    """EMA of an actor's parameters with a time constant of `iterations` updates: each update after the
+    first (a copy) folds the actor in with weight 1 / iterations."""
 
-    def __init__(self, actor: torch.nn.Module, iterations: float, growth: float = 0.0):
+    def __init__(self, actor: torch.nn.Module, iterations: float):
         if iterations < 1:
             raise ValueError(f"policy average over {iterations} iterations: expected >= 1")
-        if growth < 0:
-            raise ValueError(f"policy average growth {growth}: expected >= 0")
-        self.iterations, self.growth = float(iterations), float(growth)
+        self.iterations = float(iterations)
         self._average = AveragedModel(actor, multi_avg_fn=self._fold, use_buffers=False)
-
-    def horizon(self, update: int) -> float:
-        """Time constant, in updates, of the `update`-th update (1-based)."""
-        return max(self.iterations, self.growth * update)
 
     @torch.no_grad()
     def _fold(self, averaged: list, current: list, n_averaged: torch.Tensor) -> None:
         # AveragedModel calls this with the count before the update; the first update only copies
-        weight = 1.0 / self.horizon(int(n_averaged) + 1)
+        weight = 1.0 / self.iterations
         for mine, source in zip(averaged, current, strict=True):
             mine.lerp_(source, weight)
 
@@ -69,7 +59,7 @@ class PolicyAverage:
         return out
 
     def state_dict(self) -> dict:
-        return {"iterations": self.iterations, "growth": self.growth, "average": self._average.state_dict()}
+        return {"iterations": self.iterations, "average": self._average.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self._average.load_state_dict(state["average"])
@@ -82,6 +72,6 @@ def checkpoint_average(checkpoint_infos: dict, actor: torch.nn.Module) -> torch.
     state = checkpoint_infos.get("policy_average")
     if state is None:
         return None
-    kept = PolicyAverage(actor, state["iterations"], state["growth"])
+    kept = PolicyAverage(actor, state["iterations"])
     kept.load_state_dict(state)
     return kept.averaged_actor(actor)

@@ -96,7 +96,8 @@ def batch_evaluation_env(policy: OnnxPolicy, seconds: float = 10.0, terrain: str
     cfg = EnvConfig(num_envs=int(episodes), episode_length_s=float(seconds) + 1.0, terrain=terrain, seed=seed,
                     commands=CommandConfig(fixed=tuple(float(c) for c in command), resample_s=1e9,
                                            heading_gain=float(heading_gain)),
-                    randomization=randomization or (RandomizationConfig() if randomize else RandomizationConfig.disabled()),
+                    randomization=randomization or (RandomizationConfig.for_evaluation() if randomize
+                                                    else RandomizationConfig.disabled()),
                     **dt_kw)
     return LocomotionEnv(robot, cfg, contract=contract)
 
@@ -124,7 +125,7 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     if not (np.isfinite(seconds) and seconds > 0):
         raise ConfigError(f"seconds must be a positive number, got {seconds!r}")
     policy = policy if isinstance(policy, OnnxPolicy) else load_policy(policy)
-    randomization = RandomizationConfig(push=bool(pushes)) if randomize else None
+    randomization = RandomizationConfig.for_evaluation(pushes) if randomize else None
     env = batch_evaluation_env(policy, seconds=seconds, terrain=terrain, episodes=episodes, randomize=randomize,
                                command=command, robot_dt=robot_dt, seed=seed, robot=robot, heading_gain=heading_gain,
                                randomization=randomization)

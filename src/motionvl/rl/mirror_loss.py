@@ -9,16 +9,10 @@ forward pass without autograd, and the differentiated forward pass over the B mi
 actor's own observation groups only. `compare_with_rsl_rl` checks that on a mini-batch (the test and
 bench/mirror_loss_cost.py, which also measures the difference in time).
 
-`fraction` < 1 computes the loss on the first rows of each mini-batch only (rsl_rl draws the rows of a
-mini-batch at random, so they are a random subset and the loss an unbiased estimate of the whole
-mini-batch's), for a share of the cost.
-
 With data augmentation on, the batch already holds both halves and the parent's computation is used.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from rsl_rl.extensions import Symmetry
@@ -30,27 +24,17 @@ from motionvl.rl.vecenv import mirror_rows
 class LeanMirrorLoss(Symmetry):
     """`Symmetry` whose `compute_loss` differentiates only the mirrored rows (see the module docstring)."""
 
-    def __init__(self, *args, fraction: float = 1.0, **kwargs):
-        super().__init__(*args, **kwargs)
-        if not 0 < fraction <= 1:
-            raise ValueError(f"mirror loss fraction must be in (0, 1], got {fraction}")
-        self.fraction = float(fraction)
-
     @classmethod
-    def replacing(cls, symmetry: Symmetry, fraction: float = 1.0) -> "LeanMirrorLoss":
+    def replacing(cls, symmetry: Symmetry) -> "LeanMirrorLoss":
         """The lean counterpart of a `Symmetry` rsl_rl's PPO built from its `symmetry_cfg`."""
         return cls(env=symmetry.env, data_augmentation_func=symmetry.data_augmentation_func,
                    use_data_augmentation=symmetry.use_data_augmentation, use_mirror_loss=symmetry.use_mirror_loss,
-                   mirror_loss_coeff=symmetry.mirror_loss_coeff, fraction=fraction)
-
-    def rows(self, batch_size: int) -> int:
-        """How many leading rows of a mini-batch of `batch_size` the loss is computed on."""
-        return max(1, min(batch_size, math.ceil(self.fraction * batch_size)))
+                   mirror_loss_coeff=symmetry.mirror_loss_coeff)
 
     def compute_loss(self, actor, batch, original_batch_size: int) -> torch.Tensor:
         if self.use_data_augmentation:
             return super().compute_loss(actor, batch, original_batch_size)
-        rows = self.rows(original_batch_size)
+        rows = original_batch_size
         obs = batch.observations[:rows]
         groups = list(actor.obs_groups)
         with torch.no_grad():

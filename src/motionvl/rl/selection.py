@@ -54,9 +54,7 @@ class PolicySelection:
         if self.record_path.exists():
             record = json.loads(self.record_path.read_text())
             written = record.get("config", {})
-            # a record written before training_physics existed was validated at the robot's rate: False
-            if {k: written.get(k, False if k == "training_physics" else None)
-                    for k in self._episodes_config()} == self._episodes_config():
+            if {k: written.get(k) for k in self._episodes_config()} == self._episodes_config():
                 self.candidates = record.get("candidates", [])
             else:  # scores on other episodes are not comparable with the ones to come
                 warnings.warn(f"{self.record_path}: the earlier candidates were validated on other episodes "

@@ -1,32 +1,13 @@
 """PPO training of a locomotion policy on a reward spec, with rsl_rl's runner and PPO.
 
-Run directory layout (everything a later step needs, nothing else):
-
-    RUN_DIR/config.yaml            the TrainConfig used (env + ppo + run settings)
-    RUN_DIR/reward_spec.yaml       the reward spec trained on (its to_dict())
-    RUN_DIR/tb/                    TensorBoard event files
-    RUN_DIR/checkpoints/model_<it>.pt, latest.pt   rsl_rl checkpoints (+ our counters and the policy average in "infos")
-    RUN_DIR/checkpoints/latest_episodes.pt   the episodes in flight at latest.pt (resumed runs continue them)
-    RUN_DIR/history.jsonl          one JSON record per PPO iteration
-    RUN_DIR/term_stats.json        per-term episode reward mean/min/max/last over training
-                                   (the "reward reflection" fed back to the LLM)
-    RUN_DIR/reward_failure.json    only when a generated reward term failed in training (deadline, crash,
-                                   non-finite or out-of-range value): why; train_policy then raises
-                                   RewardValidationError with the same bounded message
-    RUN_DIR/policy.onnx            the exported actor with the deployment contract (with
-                                   policy_average_iterations: the average of the recent iterates)
-    RUN_DIR/policy_last_iterate.onnx   only with averaging on: the last iterate, for comparison
-    RUN_DIR/selection/, selection.json  with held-out selection (selection.minutes > 0, or an
-                                   iteration budget and selection.iterations > 0): the candidates
-                                   validated on held-out episodes and their scores; policy.onnx is
-                                   then the best of them and policy_final.onnx the policy the run ended on
+The run directory's files are motionvl.rl.run_dir's.
 
 `train_policy(...)` runs until the time budget (summed over resumed sessions) or the iteration
 limit is reached, the `on_iteration` callback returns False or SIGINT arrives; it then saves,
 exports and returns a `TrainResult`. A killed run resumes from checkpoints/latest.pt
-(`resume=True`) and loses at most `save_interval` iterations; with latest_episodes.pt it continues the
-environments' episodes and random streams, so a run stopped and resumed at a checkpoint trains as the
-same run trained in one go would (the same history, on the same thread count). A new run may instead
+(`resume=True`) and loses at most `save_interval` iterations; it continues the environments' episodes and
+random streams saved with that checkpoint, so a run killed at any moment and resumed trains as the same
+run trained in one go would (the same history, on the same thread count). A new run may instead
 start from another run's checkpoint with another reward spec (`warm_start`, motionvl.rl.warm_start).
 
 A history record (one line of history.jsonl, and the argument of `on_iteration`) holds:
@@ -34,15 +15,10 @@ iteration, total_steps, elapsed_s, steps_per_s, collect_s, learn_s, episodes (fi
 iteration), mean_step_reward, mean_return, mean_episode_length (steps), mean_episode_length_s,
 fall_fraction, terms {term: mean episode reward per episode second}, losses {value, surrogate,
 entropy, symmetry with the mirror options, estimator with the velocity estimator}, learning_rate,
-action_std, command_level (curriculum)
-command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first
-window; without the steps just after a push with EnvConfig.commands.curriculum_push_settle_s),
-push_velocity (the iteration's push strength, RandomizationConfig.push_velocity_at), with latency
-randomisation latency_max (the top of the iteration's latency draw in robot PD steps,
-RandomizationConfig.latency_max_at),
-desired_kl (the adaptive schedule's target of the iteration, PPOConfig.desired_kl_at), gait_period_s
-(the phase clock's period, EnvConfig.gait_period_at) and, with terrain 'mixed', rough_fraction (the
-share of resets on rough ground, EnvConfig.rough_fraction_at).
+action_std, command_level (curriculum),
+command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first window),
+gait_period_s (the phase clock's period) and, with terrain 'mixed', rough_fraction (the share of resets
+on rough ground): the settings EnvConfig.SCHEDULES move by iteration.
 Values are None when no episode finished.
 """
 
@@ -51,14 +27,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
-import yaml
 
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.policy_io import PolicyContract
@@ -68,6 +42,8 @@ from motionvl.rl.averaging import PolicyAverage
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.export import export_policy
 from motionvl.rl.mirror_loss import LeanMirrorLoss
+from motionvl.rl.run_dir import (CHECKPOINTS, LATEST, checkpoint_infos, load_history, resume_episodes, save_checkpoint,
+                                 write_atomic, write_json, write_yaml)
 from motionvl.rl.selection import PolicySelection
 from motionvl.rl.vecenv import LocomotionVecEnv
 from motionvl.rl.warm_start import WarmStart
@@ -139,8 +115,7 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
     with _quiet():
         runner = OnPolicyRunner(vec, train_cfg.to_rsl_rl(), log_dir=None, device=device)
     if runner.alg.symmetry is not None and runner.alg.symmetry.use_mirror_loss:
-        # same loss and gradient, less work (on a share of each mini-batch with ppo.mirror_loss_fraction < 1)
-        runner.alg.symmetry = LeanMirrorLoss.replacing(runner.alg.symmetry, fraction=train_cfg.ppo.mirror_loss_fraction)
+        runner.alg.symmetry = LeanMirrorLoss.replacing(runner.alg.symmetry)  # same loss and gradient, less work
     return vec, runner
 
 
@@ -277,12 +252,34 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
         (a run directory or a checkpoint file; motionvl.rl.warm_start says what carries over).
     """
     run_dir = Path(run_dir)
-    ckpt_dir = run_dir / "checkpoints"
-    latest = ckpt_dir / "latest.pt"
+    _check_run_dir(run_dir, resume)
+    cfg = _run_config(train_cfg, run_dir, resume, minutes, max_iterations, warm_start)
+    # a resumed run began from its parent already: config.yaml keeps the path as the run's record
+    parent = None if resume or cfg.warm_start is None else WarmStart.load(cfg.warm_start, cfg.to_dict(), run_dir)
+    if parent is not None:  # config.yaml names the very file the run started from
+        cfg.warm_start = str(parent.checkpoint.resolve())
+    robot = robot or load_robot_config()
+    spec = _run_reward(reward_spec, run_dir, resume, cfg, robot)
+    _write_run_files(run_dir, cfg, spec, with_spec=not resume or reward_spec is not None)
+    session = _Session.start(run_dir, cfg, spec, robot, resume=resume, parent=parent, progress=progress)
+    return session.finish(session.train(on_iteration))
+
+
+FAILURE_FILE = "reward_failure.json"
+"""In the run directory when a generated reward term failed during training: the iteration, the bounded message
+and its problems (what the policy_trainer node reports as `failed`)."""
+
+
+def _check_run_dir(run_dir: Path, resume: bool) -> None:
+    latest = run_dir / CHECKPOINTS / LATEST
     if resume and not latest.exists():
         raise FileNotFoundError(f"cannot resume: no checkpoint at {latest}")
     if not resume and latest.exists():
         raise FileExistsError(f"{run_dir} already holds a run; pass resume=True (--resume) or use a new directory")
+
+
+def _run_config(train_cfg, run_dir: Path, resume: bool, minutes, max_iterations, warm_start) -> TrainConfig:
+    """The run's TrainConfig with train_policy's arguments applied, checked like the config's own keys."""
     cfg = _resolve_config(train_cfg, run_dir, resume)
     if minutes is not None:
         cfg.minutes = float(minutes)
@@ -293,276 +290,261 @@ def train_policy(run_dir: str | Path, reward_spec=None, train_cfg: TrainConfig |
             raise ConfigError(f"cannot warm-start {run_dir} while resuming it: a resumed run continues from its own "
                               f"checkpoint. Warm-start a new run directory")
         cfg.warm_start = str(warm_start)
-    cfg.validate("train_policy budget")  # the arguments are checked like the config's own keys
-    # a resumed run began from its parent already: config.yaml keeps the path as the run's record
-    parent = None if resume or cfg.warm_start is None else WarmStart.load(cfg.warm_start, cfg.to_dict(), run_dir)
-    if parent is not None:  # config.yaml names the very file the run started from
-        cfg.warm_start = str(parent.checkpoint.resolve())
+    cfg.validate("train_policy budget")
+    return cfg
+
+
+def _run_reward(reward_spec, run_dir: Path, resume: bool, cfg: TrainConfig, robot: RobotConfig):
+    """The reward the run trains on, validated before the run directory is written; a resumed run refuses
+    another spec than its own."""
     resolved = _resolve_reward(reward_spec, run_dir, resume)
-    robot = robot or load_robot_config()
-    _validate_reward(resolved, robot, cfg.env)  # before the run directory is written
+    _validate_reward(resolved, robot, cfg.env)
     # the run's reward_spec.yaml records the thresholds the gait terms train with
     spec = agree_on_standing(resolved, cfg.env)
     if resume and reward_spec is not None:
         _refuse_another_reward(spec, run_dir)
+    return spec
 
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    if not resume or reward_spec is not None:
-        if hasattr(spec, "save"):
-            spec.save(run_dir / "reward_spec.yaml")
-        else:
-            spec_dict = spec.to_dict() if hasattr(spec, "to_dict") else {"reward": repr(spec)}
-            (run_dir / "reward_spec.yaml").write_text(yaml.safe_dump(spec_dict, sort_keys=False))
 
-    infos: dict = {}
-    start_it = 0
-    if resume:
-        infos = torch.load(latest, weights_only=False, map_location="cpu").get("infos") or {}
+def _write_run_files(run_dir: Path, cfg: TrainConfig, spec, with_spec: bool) -> None:
+    (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
+    write_yaml(run_dir / "config.yaml", cfg.to_dict())
+    if not with_spec:
+        return
+    if hasattr(spec, "to_yaml"):  # a RewardSpec, in its own layout (code blocks kept readable)
+        write_atomic(run_dir / "reward_spec.yaml", spec.to_yaml())
+    else:
+        write_yaml(run_dir / "reward_spec.yaml", spec.to_dict() if hasattr(spec, "to_dict") else {"reward": repr(spec)})
+
+
+class _Session:
+    """One session of a training run (a new run, or a resumed one's next): the runner with its companions
+    (estimator training, policy average, held-out selection), the run's counters and its logs."""
+
+    def __init__(self, run_dir: Path, cfg: TrainConfig, spec, robot: RobotConfig, vec: LocomotionVecEnv, runner,
+                 estimator: EstimatorTraining | None, average: PolicyAverage | None, infos: dict, resume: bool,
+                 schedule_offset: int, progress: bool):
+        self.run_dir, self.cfg, self.spec, self.robot, self.vec, self.runner = run_dir, cfg, spec, robot, vec, runner
+        self.estimator, self.average = estimator, average
+        self.schedule_offset = schedule_offset
+        """The parent's iterations of a warm-started run: its schedules continue from there."""
+        self.start_it = self.it = int(infos.get("iteration", 0))
+        self.total_steps = int(infos.get("total_steps", 0))
+        self.elapsed0 = float(infos.get("elapsed_s", 0.0))
+        self.history = load_history(run_dir / "history.jsonl", self.start_it)
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=self.start_it + 1 if resume else None,
+                                    flush_secs=10)
+        self.budget_s = cfg.minutes * 60.0
+        self.selection = (PolicySelection(cfg.selection, run_dir, robot, averaging=average is not None)
+                          if cfg.selection.enabled_for(cfg.max_iterations) else None)
+        self.bar = _progress_bar(progress, cfg, self.elapsed0, self.start_it)
+        self.session_t0 = time.perf_counter()
+        self.session_steps, self.last_iter_s = 0, 0.0
+        self.validation_s = self.last_validation_s = self.validation_guess_s = 0.0
+        self.failure: RewardValidationError | None = None
+        """Set when a generated reward term failed in training: the run ends without an export."""
+
+    @classmethod
+    def start(cls, run_dir: Path, cfg: TrainConfig, spec, robot: RobotConfig, resume: bool,
+              parent: WarmStart | None, progress: bool) -> "_Session":
+        """Build the runner for a new run (from scratch or from `parent`) or restore a resumed one's."""
+        from motionvl.rl.estimator import estimator_training
+
+        infos = checkpoint_infos(run_dir) if resume else {}
         start_it = int(infos.get("iteration", 0))
-    # the schedules run on the parent's iterations plus this run's
-    schedule_offset = parent.iteration if parent is not None else int(infos.get("schedule_offset", 0))
-    vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it, iteration=schedule_offset + start_it)
-    from motionvl.rl.estimator import estimator_training
+        schedule_offset = parent.iteration if parent is not None else int(infos.get("schedule_offset", 0))
+        vec, runner = build_runner(cfg, spec, robot, seed_offset=start_it, iteration=schedule_offset + start_it)
+        estimator = estimator_training(runner, vec, cfg.ppo)
+        if parent is not None:
+            parent.apply(runner, estimator, vec.env)
+        average = (PolicyAverage(runner.alg.get_policy(), cfg.policy_average_iterations)
+                   if cfg.policy_average_iterations else None)
+        if resume:
+            _restore(run_dir, infos, cfg, vec, runner, estimator, average)
+        return cls(run_dir, cfg, spec, robot, vec, runner, estimator, average, infos, resume, schedule_offset, progress)
 
-    estimator = estimator_training(runner, vec, cfg.ppo)
-    if parent is not None:
-        parent.apply(runner, estimator, vec.env)
-    average = (PolicyAverage(runner.alg.get_policy(), cfg.policy_average_iterations, cfg.policy_average_growth)
-               if cfg.policy_average_iterations else None)
-    if resume:
-        try:
-            runner.load(str(latest), map_location=runner.device)
-        except RuntimeError as exc:
-            if "state_dict" not in str(exc):  # not a shape/key mismatch (e.g. a damaged file): torch's own words
-                raise
-            raise RuntimeError(f"cannot resume {run_dir}: its checkpoint does not fit the networks this version builds "
-                               f"({vec.num_obs} actor / {vec.num_obs + vec.num_privileged_obs} critic inputs, "
-                               f"config {run_dir / 'config.yaml'}); it was written by another MotionVL version or "
-                               f"config. Start a new run directory. Torch said: {str(exc).splitlines()[0]}") from exc
-        runner.current_learning_iteration = start_it
-        if estimator is not None and "estimator_training" in infos:
-            estimator.load_state_dict(infos["estimator_training"])
-        if average is not None and "policy_average" in infos:
-            average.load_state_dict(infos["policy_average"])
-        if cfg.env.commands.curriculum:
-            vec.env.command_level = float(infos.get("command_level", 0.0))
-        cell_error = np.asarray(infos.get("command_cell_error", []), dtype=float)
-        if cell_error.shape == vec.env.command_cell_error.shape:  # another grid starts over
-            vec.env.command_cell_error[:] = cell_error
-        _resume_episodes(ckpt_dir / EPISODES_FILE, start_it, vec)
-    history = _load_history(run_dir / "history.jsonl", start_it)
-    total_steps = int(infos.get("total_steps", 0))
-    elapsed0 = float(infos.get("elapsed_s", 0.0))
+    # ------------------------------------------------------------------ state
+    def elapsed(self) -> float:
+        """Training wall time of the whole run so far (all sessions)."""
+        return self.elapsed0 + time.perf_counter() - self.session_t0
 
-    from torch.utils.tensorboard import SummaryWriter
+    def exported_actor(self):
+        """What policy.onnx would hold now: the moving average with averaging on, else the last iterate."""
+        actor = self.runner.alg.get_policy()
+        return self.average.averaged_actor(actor) if self.average is not None else actor
 
-    writer = SummaryWriter(str(run_dir / "tb"), purge_step=start_it + 1 if resume else None, flush_secs=10)
-    budget_s = cfg.minutes * 60.0
-    bar = _progress_bar(progress, cfg, elapsed0, start_it)
-    session_t0 = time.perf_counter()
-    session_steps, it, last_iter_s, stop_reason = 0, start_it, 0.0, "time budget"
-    failure = None  # a RewardValidationError when a generated term fails during training
+    def metadata(self) -> PolicyContract:
+        """The contract of the iterate just trained, with the gait period it trained at."""
+        return PolicyContract.for_training(self.robot, self.cfg.env, gait_period=self.vec.env.gait_period)
 
-    def save() -> None:
-        state = {"iteration": it, "total_steps": total_steps, "elapsed_s": elapsed0 + time.perf_counter() - session_t0,
-                 "command_level": vec.env.command_level, "command_cell_error": vec.env.command_cell_error.tolist(),
-                 "train_config": cfg.to_dict(), "schedule_offset": schedule_offset,
-                 **({"policy_average": average.state_dict()} if average is not None else {}),
-                 **({"estimator_training": estimator.state_dict()} if estimator is not None else {})}
-        # the episodes first: a crash between the two files leaves episodes newer than latest.pt, which a resume
-        # recognises by their iteration and does not use
-        _save_episodes(ckpt_dir / EPISODES_FILE, it, vec)
-        tmp = ckpt_dir / "latest.pt.tmp"
-        runner.save(str(tmp), infos=state)
-        os.replace(tmp, latest)
-        _copy(latest, ckpt_dir / f"model_{it}.pt")
-        _write_json(run_dir / "term_stats.json", term_stats(history))
+    def save(self) -> None:
+        infos = {"iteration": self.it, "total_steps": self.total_steps, "elapsed_s": self.elapsed(),
+                 "command_level": self.vec.env.command_level, "train_config": self.cfg.to_dict(),
+                 "schedule_offset": self.schedule_offset,
+                 **({"policy_average": self.average.state_dict()} if self.average is not None else {}),
+                 **({"estimator_training": self.estimator.state_dict()} if self.estimator is not None else {})}
+        save_checkpoint(self.run_dir, self.it, self.runner, infos, self.vec)
+        write_json(self.run_dir / "term_stats.json", term_stats(self.history))
 
-    def metadata() -> PolicyContract:  # the contract of the iterate just trained, with the gait period it was trained at
-        return PolicyContract.for_training(robot, cfg.env, gait_period=vec.env.gait_period)
+    # ------------------------------------------------------------------ the loop
+    def train(self, on_iteration: IterationCallback | None) -> str:
+        """Iterate until the budget, the callback or SIGINT stops the run; returns the stop reason."""
+        cfg, update_threads = self.cfg, update_thread_count(self.cfg)
+        with (self.run_dir / "history.jsonl").open("a") as hist_file:
+            while True:
+                if cfg.max_iterations is not None and self.it >= cfg.max_iterations:
+                    return "max iterations"
+                if self.elapsed() + self.last_iter_s + self._final_reserve_s() > self.budget_s:
+                    return "time budget"
+                try:
+                    record = self._iterate(update_threads)
+                except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
+                    return "interrupted"
+                except RewardCodeError as exc:  # a generated term failed in its worker: the candidate fails, the
+                    self.failure = RewardValidationError(  # run directory keeps its last checkpoint (resumable)
+                        exc.problems, f"reward spec '{getattr(self.spec, 'name', '')}'",
+                        f"failed in training at iteration {self.it + 1}")
+                    return "reward failure"
+                self.history.append(record)
+                hist_file.write(json.dumps(record) + "\n")
+                hist_file.flush()
+                _update_bar(self.bar, record, cfg, self.last_iter_s)
+                if self.it % cfg.save_interval == 0:
+                    self.save()
+                self._validate_if_due()
+                if on_iteration is not None and on_iteration(record) is False:
+                    return "callback"
 
-    selection = (PolicySelection(cfg.selection, run_dir, robot, averaging=average is not None)
-                 if cfg.selection.enabled_for(cfg.max_iterations) else None)
-    last_validation_s = validation_s = validation_guess_s = 0.0
+    def _iterate(self, update_threads: int | None) -> dict:
+        """One PPO iteration at the schedules' settings of this iteration; returns its history record."""
+        env = self.vec.env
+        env.follow_schedules(self.schedule_offset + self.it)
+        info = run_iteration(self.runner, self.vec, update_threads, self.estimator)
+        self.it += 1
+        if self.average is not None:
+            self.average.update(self.runner.alg.get_policy())
+        self.total_steps += info["steps"]
+        self.session_steps += info["steps"]
+        self.last_iter_s = info["collect_s"] + info["learn_s"]
+        if self.selection is not None:  # timed once validated; until then, from this rollout's cost per physics step
+            self.validation_guess_s = self.last_validation_s or self.selection.expected_validation_s(
+                info["collect_s"] / (info["steps"] * env.decimation),
+                env.sim_dt if self.cfg.selection.training_physics else self.robot.sim_dt)
+        record = _record(self.it, self.total_steps, self.elapsed(), info, env.dt)
+        record["command_level"] = env.command_level
+        record["command_tracking_error"] = env.window_tracking_error
+        if self.cfg.env.terrain == "mixed":
+            record["rough_fraction"] = env.rough_fraction
+        record["gait_period_s"] = env.gait_period
+        _log_tensorboard(self.writer, record)
+        return record
 
-    def exported_actor():
-        actor = runner.alg.get_policy()
-        return average.averaged_actor(actor) if average is not None else actor
+    # ------------------------------------------------------------------ held-out selection
+    def _final_reserve_s(self) -> float:
+        """Seconds kept free at the end of a time budget for the final candidates' validation: only once the
+        stretch holds a candidate (maybe from before a resume), as without one there are no final ones."""
+        if self.selection is None:
+            return 0.0
+        guess = self.validation_guess_s if self.selection.best(self.budget_s) is not None else 0.0
+        return self.selection.reserve_s(self.last_validation_s or guess, self.cfg.max_iterations)
 
-    update_threads = update_thread_count(cfg)
-    with (run_dir / "history.jsonl").open("a") as hist_file:
-        while True:
-            elapsed = elapsed0 + time.perf_counter() - session_t0
-            if cfg.max_iterations is not None and it >= cfg.max_iterations:
-                stop_reason = "max iterations"
-                break
-            # only once the stretch holds a candidate (maybe from before a resume): without one there are no final ones
-            reserve_s = 0.0 if selection is None else selection.reserve_s(
-                last_validation_s or (validation_guess_s if selection.best(budget_s) is not None else 0.0),
-                cfg.max_iterations)
-            if elapsed + last_iter_s + reserve_s > budget_s:
-                break
-            schedule_it = schedule_offset + it
-            vec.env.push_velocity = cfg.env.randomization.push_velocity_at(schedule_it)
-            vec.env.latency_max = cfg.env.randomization.latency_max_at(schedule_it)
-            runner.alg.desired_kl = cfg.ppo.desired_kl_at(schedule_it)
-            vec.env.rough_fraction = cfg.env.rough_fraction_at(schedule_it)
-            vec.env.gait_period = cfg.env.gait_period_at(schedule_it)
-            try:
-                info = run_iteration(runner, vec, update_threads, estimator)
-            except KeyboardInterrupt:  # Ctrl-C / SIGINT: keep what was learnt, save and export
-                stop_reason = "interrupted"
-                break
-            except RewardCodeError as exc:  # a generated term failed in its worker: the candidate fails, the run
-                failure = RewardValidationError(  # directory keeps its last checkpoint (resumable)
-                    exc.problems, f"reward spec '{getattr(spec, 'name', '')}'", f"failed in training at iteration {it + 1}")
-                break
-            it += 1
-            if average is not None:
-                average.update(runner.alg.get_policy())
-            total_steps += info["steps"]
-            session_steps += info["steps"]
-            last_iter_s = info["collect_s"] + info["learn_s"]
-            if selection is not None:  # timed once validated; until then, from this rollout's cost per physics step
-                validation_guess_s = last_validation_s or selection.expected_validation_s(
-                    info["collect_s"] / (info["steps"] * vec.env.decimation),
-                    vec.env.sim_dt if cfg.selection.training_physics else robot.sim_dt)
-            record = _record(it, total_steps, elapsed0 + time.perf_counter() - session_t0, info, vec.env.dt)
-            record["command_level"] = vec.env.command_level
-            record["command_tracking_error"] = vec.env.window_tracking_error
-            if cfg.env.commands.adaptive_fraction > 0:  # per cell of the adaptive grid, C order (vx, vy, yaw_rate)
-                record["command_cell_error"] = [None if not np.isfinite(e) else round(float(e), 4)
-                                                for e in vec.env.command_cell_error]
-            record["push_velocity"] = vec.env.push_velocity
-            if cfg.env.randomization.latency:
-                record["latency_max"] = vec.env.latency_max
-            record["desired_kl"] = runner.alg.desired_kl
-            if cfg.env.terrain == "mixed":
-                record["rough_fraction"] = vec.env.rough_fraction
-            record["gait_period_s"] = vec.env.gait_period
-            history.append(record)
-            hist_file.write(json.dumps(record) + "\n")
-            hist_file.flush()
-            _log_tensorboard(writer, record, info)
-            _update_bar(bar, record, cfg, last_iter_s)
-            if it % cfg.save_interval == 0:
-                save()
-            now = elapsed0 + time.perf_counter() - session_t0
-            if selection is not None and selection.due(it, now, budget_s, validation_guess_s, cfg.max_iterations):
-                if bar is not None:  # the bar stands still for the validation's seconds: say why
-                    bar.set_postfix_str(f"it={it} validating the policy on {cfg.selection.episodes} held-out episodes")
-                t0 = time.perf_counter()
-                selection.validate(exported_actor(), metadata(), it, now)
-                last_validation_s = time.perf_counter() - t0
-                validation_s += last_validation_s
-            if on_iteration is not None and on_iteration(record) is False:
-                stop_reason = "callback"
-                break
-    if failure is not None:
-        if bar is not None:
-            bar.close()
-        writer.close()
-        _close_reward(spec)
-        _write_json(run_dir / FAILURE_FILE, {"iteration": it + 1, "message": str(failure), "problems": failure.problems})
-        raise failure
-    ended_on_iterations = cfg.max_iterations if stop_reason == "max iterations" else None
-    # the final candidates join the stretch's pool, never start one: a budget too short for the grid stays as it was
-    if (selection is not None and selection.final_count() and it > start_it
-            and stop_reason in ("time budget", "max iterations")
-            and selection.best(budget_s, ended_on_iterations) is not None):
-        if bar is not None:
-            bar.set_postfix_str(f"it={it} validating the final policy on {cfg.selection.episodes} held-out episodes")
+    def _validate_if_due(self) -> None:
+        now = self.elapsed()
+        if self.selection is None or not self.selection.due(self.it, now, self.budget_s, self.validation_guess_s,
+                                                            self.cfg.max_iterations):
+            return
+        self._say(f"validating the policy on {self.cfg.selection.episodes} held-out episodes")
         t0 = time.perf_counter()
-        selection.validate_final(exported_actor(), runner.alg.get_policy(), metadata(), it,
-                                 elapsed0 + time.perf_counter() - session_t0, budget_s)
-        validation_s += time.perf_counter() - t0
-    session_s = time.perf_counter() - session_t0
-    if bar is not None:
-        bar.close()
-    writer.close()
-    _close_reward(spec)
-    save()
-    last_iterate_path = None
-    if average is not None:
-        last_iterate_path = export_policy(runner.alg.get_policy(), run_dir / "policy_last_iterate.onnx", metadata())
-    policy_path = export_policy(exported_actor(), run_dir / "policy.onnx", metadata())
-    selected = selection.install(policy_path, budget_s, ended_on_iterations) if selection is not None else None
-    return TrainResult(run_dir=run_dir, policy_path=policy_path, iterations=it, total_steps=total_steps,
-                       elapsed_s=elapsed0 + session_s, steps_per_s=session_steps / max(session_s - validation_s, 1e-9),
-                       stop_reason=stop_reason, term_stats=term_stats(history), last_iterate_path=last_iterate_path,
-                       selected=selected)
+        self.selection.validate(self.exported_actor(), self.metadata(), self.it, now)
+        self.last_validation_s = time.perf_counter() - t0
+        self.validation_s += self.last_validation_s
+
+    def _validate_final(self, stop_reason: str) -> None:
+        """The final candidates join the stretch's pool, never start one: a budget too short for the grid
+        exports what it ends on."""
+        selection, ended_on = self.selection, self._ended_on_iterations(stop_reason)
+        if (selection is None or not selection.final_count() or self.it <= self.start_it
+                or stop_reason not in ("time budget", "max iterations")
+                or selection.best(self.budget_s, ended_on) is None):
+            return
+        self._say(f"validating the final policy on {self.cfg.selection.episodes} held-out episodes")
+        t0 = time.perf_counter()
+        selection.validate_final(self.exported_actor(), self.runner.alg.get_policy(), self.metadata(), self.it,
+                                 self.elapsed(), self.budget_s)
+        self.validation_s += time.perf_counter() - t0
+
+    def _close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.writer.close()
+        _close_reward(self.spec)
+
+    def _ended_on_iterations(self, stop_reason: str) -> int | None:
+        return self.cfg.max_iterations if stop_reason == "max iterations" else None
+
+    def _say(self, what: str) -> None:
+        if self.bar is not None:  # the bar stands still for the validation's seconds: say why
+            self.bar.set_postfix_str(f"it={self.it} {what}")
+
+    # ------------------------------------------------------------------ the end
+    def finish(self, stop_reason: str) -> TrainResult:
+        """Validate the final candidates, save, export policy.onnx (the selection's choice) and report; after a
+        reward failure, record it (FAILURE_FILE) and raise it instead."""
+        if self.failure is not None:
+            self._close()
+            write_json(self.run_dir / FAILURE_FILE, {"iteration": self.it + 1, "message": str(self.failure),
+                                                     "problems": self.failure.problems})
+            raise self.failure
+        self._validate_final(stop_reason)
+        session_s = time.perf_counter() - self.session_t0
+        self._close()
+        self.save()
+        last_iterate_path = None
+        if self.average is not None:
+            last_iterate_path = export_policy(self.runner.alg.get_policy(), self.run_dir / "policy_last_iterate.onnx",
+                                              self.metadata())
+        policy_path = export_policy(self.exported_actor(), self.run_dir / "policy.onnx", self.metadata())
+        selected = (self.selection.install(policy_path, self.budget_s, self._ended_on_iterations(stop_reason))
+                    if self.selection is not None else None)
+        return TrainResult(run_dir=self.run_dir, policy_path=policy_path, iterations=self.it,
+                           total_steps=self.total_steps, elapsed_s=self.elapsed0 + session_s,
+                           steps_per_s=self.session_steps / max(session_s - self.validation_s, 1e-9),
+                           stop_reason=stop_reason, term_stats=term_stats(self.history),
+                           last_iterate_path=last_iterate_path, selected=selected)
+
+
+def _restore(run_dir: Path, infos: dict, cfg: TrainConfig, vec: LocomotionVecEnv, runner,
+             estimator: EstimatorTraining | None, average: PolicyAverage | None) -> None:
+    """A resumed run's networks, optimisers, policy average, curriculum level and episodes in flight."""
+    try:
+        runner.load(str(run_dir / CHECKPOINTS / LATEST), map_location=runner.device)
+    except RuntimeError as exc:
+        if "state_dict" not in str(exc):  # not a shape/key mismatch (e.g. a damaged file): torch's own words
+            raise
+        raise RuntimeError(f"cannot resume {run_dir}: its checkpoint does not fit the networks this version builds "
+                           f"({vec.num_obs} actor / {vec.num_obs + vec.num_privileged_obs} critic inputs, "
+                           f"config {run_dir / 'config.yaml'}); it was written by another MotionVL version or "
+                           f"config. Start a new run directory. Torch said: {str(exc).splitlines()[0]}") from exc
+    runner.current_learning_iteration = int(infos.get("iteration", 0))
+    if estimator is not None and "estimator_training" in infos:
+        estimator.load_state_dict(infos["estimator_training"])
+    if average is not None and "policy_average" in infos:
+        average.load_state_dict(infos["policy_average"])
+    if cfg.env.commands.curriculum:
+        vec.env.command_level = float(infos.get("command_level", 0.0))
+    resume_episodes(run_dir, infos, vec)
 
 
 # ---------------------------------------------------------------------- helpers
-FAILURE_FILE = "reward_failure.json"
-"""In the run directory when a generated reward term failed during training: the iteration, the bounded message
-and its problems (what the policy_trainer node reports as `failed`)."""
-EPISODES_FILE = "latest_episodes.pt"
-"""In checkpoints/: the episodes in flight at latest.pt (physics, per-env buffers, random generators),
-so that a resumed run continues them rather than restarting every environment at once."""
-
-
-def _save_episodes(path: Path, iteration: int, vec: LocomotionVecEnv) -> None:
-    saved = {"iteration": iteration, "episodes": vec.episode_state(), "torch_rng": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        saved["cuda_rng"] = torch.cuda.get_rng_state_all()
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(saved, tmp)
-    os.replace(tmp, path)
-
-
-def _resume_episodes(path: Path, iteration: int, vec: LocomotionVecEnv) -> bool:
-    """Continue the episodes saved with latest.pt (and the random streams): the resumed run then repeats the
-    one it resumes, iteration for iteration. Without a usable file (a run written before they were saved, one
-    resumed with another env size, a damaged file) every environment starts a new episode, with a warning."""
-    reason = _load_episodes(path, iteration, vec)
-    if reason is None:
-        return True
-    import warnings
-
-    warnings.warn(f"resuming at iteration {iteration} with every environment in a new episode: {reason}", stacklevel=3)
-    return False
-
-
-def _load_episodes(path: Path, iteration: int, vec: LocomotionVecEnv) -> str | None:
-    """None once the saved episodes and random streams are back in place; else why they are not used."""
-    if not path.exists():
-        return f"{path.name} is missing (a run written by an earlier MotionVL version)"
-    try:
-        saved = torch.load(path, weights_only=False, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - a damaged file must not block resuming the model itself
-        return f"{path.name} cannot be read ({type(exc).__name__}: {exc})"
-    if saved.get("iteration") != iteration:
-        return f"{path.name} is from iteration {saved.get('iteration')}, the checkpoint from {iteration}"
-    try:
-        vec.load_episode_state(saved["episodes"])
-    except ValueError as exc:
-        return f"its episodes do not fit this env ({exc})"
-    torch.set_rng_state(saved["torch_rng"])
-    if "cuda_rng" in saved and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(saved["cuda_rng"])
-    return None
-
-
-ENV_KEYS_ADDED_LATER = {"critic_sees_randomization": False, "heading_observation": False}
-"""EnvConfig keys whose default changed after runs were written: a resumed run whose config copy
-lacks one gets the value it was trained with (its checkpoints have those network shapes)."""
-
-
 def _resolve_config(train_cfg, run_dir: Path, resume: bool) -> TrainConfig:
     if isinstance(train_cfg, TrainConfig):
         return dataclasses.replace(train_cfg)
     if train_cfg is not None:
         return TrainConfig.from_yaml(train_cfg)
     if resume and (run_dir / "config.yaml").exists():
-        cfg = TrainConfig.from_yaml(run_dir / "config.yaml")
-        # keys a run's config copy predates keep the behaviour the run was trained with, not today's default
-        written = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("env") or {}
-        for key, before in ENV_KEYS_ADDED_LATER.items():
-            if key not in written:
-                setattr(cfg.env, key, before)
-        return cfg
+        return TrainConfig.from_yaml(run_dir / "config.yaml")
     return TrainConfig.from_yaml()
 
 
@@ -594,16 +576,6 @@ def _refuse_another_reward(spec, run_dir: Path) -> None:
                           f"or train the new spec in a new run directory")
 
 
-def _load_history(path: Path, upto: int) -> list[dict]:
-    """History records of iterations <= upto; the file is rewritten without later (lost) iterations."""
-    if not path.exists():
-        return []
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    records = [r for r in records if r["iteration"] <= upto]
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return records
-
-
 def _record(it: int, total_steps: int, elapsed: float, info: dict, dt: float) -> dict:
     length = info["mean_episode_length"]
     return {
@@ -617,16 +589,14 @@ def _record(it: int, total_steps: int, elapsed: float, info: dict, dt: float) ->
     }
 
 
-def _log_tensorboard(writer, r: dict, info: dict) -> None:
+def _log_tensorboard(writer, r: dict) -> None:
     it = r["iteration"]
     scalars = {"Train/mean_reward": r["mean_return"], "Train/mean_episode_length": r["mean_episode_length"],
                "Train/mean_step_reward": r["mean_step_reward"], "Train/fall_fraction": r["fall_fraction"],
                "Perf/steps_per_s": r["steps_per_s"], "Perf/collection_time": r["collect_s"],
                "Perf/learning_time": r["learn_s"], "Loss/learning_rate": r["learning_rate"],
                "Policy/mean_std": r["action_std"], "Train/command_level": r.get("command_level"),
-               "Train/command_tracking_error": r.get("command_tracking_error"), "Train/push_velocity": r.get("push_velocity"),
-               "Train/latency_max": r.get("latency_max"),
-               "Train/desired_kl": r.get("desired_kl"),
+               "Train/command_tracking_error": r.get("command_tracking_error"),
                "Train/rough_fraction": r.get("rough_fraction"), "Train/gait_period_s": r.get("gait_period_s")}
     scalars.update({f"Loss/{k}": v for k, v in r["losses"].items()})
     scalars.update({f"Episode_Reward/{k}": v for k, v in r["terms"].items()})
@@ -654,18 +624,6 @@ def _update_bar(bar, r: dict, cfg: TrainConfig, last_iter_s: float) -> None:
     bar.set_postfix_str(f"it={r['iteration']} steps/s={r['steps_per_s']:.0f} rew={fmt(r['mean_return'], '.2f')} "
                         f"len={fmt(r['mean_episode_length'], '.0f')} cmd_level={r.get('command_level', 1.0):.1f}",
                         refresh=False)
-
-
-def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
-
-def _copy(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(dst.name + ".tmp")
-    tmp.write_bytes(src.read_bytes())
-    os.replace(tmp, dst)
 
 
 class _quiet:

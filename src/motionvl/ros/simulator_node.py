@@ -134,7 +134,7 @@ class SimulatorNode(Node):
         self.robot = load_robot_config(p["robot_config"] or None)
         self.sim = SingleSim(self.robot, TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]), mode=p["mode"],
                              command_timeout=p["command_timeout"], gantry=p["gantry"])
-        self.randomization = RandomizationConfig() if p["randomize"] else None
+        self.randomization = RandomizationConfig.for_evaluation() if p["randomize"] else None
         self._rng = np.random.default_rng(p["randomization_seed"])
         self._next_push = None
         self._randomize()

@@ -68,7 +68,7 @@ def run_sim_benchmark(args: argparse.Namespace) -> dict:
     cfg = EnvConfig(num_envs=args.envs, num_threads=args.threads, seed=args.seed)
     if args.randomization == "off":
         cfg.randomization = RandomizationConfig.disabled()
-    env = LocomotionEnv(robot, cfg, reward_fn=reward_fn)
+    env = LocomotionEnv(robot, cfg, reward_fn=reward_fn, iteration=0)  # the training env as a run starts it
     n, dec, threads = env.num_envs, env.decimation, env.sim.num_threads
     # the env's model without its ctrl history (latency emulation is the env's cost, not raw's)
     raw = MujocoBatchBackend(build_model(env.train_robot, env.terrain), n, threads)

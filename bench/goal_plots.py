@@ -1,6 +1,6 @@
 """Pictures of the walking goals of issue #3: the time-to-walk curve and the 60-minute command sweep.
 
-`bench/time_to_walk.py` draws both beside its JSON (curve.png, final_eval.png): one look tells which
+bench/time_to_walk.py draws both beside its JSON (curve.png, final_eval.png): one look tells which
 goal a run met and when, where a table of fourteen columns does not. The figures take the rows that
 script writes (curve.json rows; the final_eval dict) and draw each goal's bar as a dashed line.
 """

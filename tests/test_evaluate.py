@@ -1,0 +1,92 @@
+"""Reward-free evaluation of an exported policy (motionvl.rl.evaluate, motionvl eval)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from motionvl.rl.evaluate import episode_metrics, evaluate
+from motionvl.rl.export import OnnxPolicy
+from motionvl.robot import ConfigError
+from gait_fixtures import synthetic_gait
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_eval_cli_prints_json_last_line(trained_run):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-m", "motionvl.cli", "eval", "--policy", str(trained_run[0] / "policy.onnx"),
+                           "--seconds", "0.4", "--episodes", "2", "--command", "0.4", "0", "0"],
+                          capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("forward_distance_m", "mean_speed_mps", "tracking_error_mps", "tracking_error_steady_mps", "fell_fraction", "time_upright_s",
+                "success_rate", "knee_angle_stance_deg", "torso_pitch_deg", "step_frequency_hz", "swing_clearance_m",
+                "stance_slip_mps", "touchdown_speed_mps", "double_support_fraction"):
+        assert key in result, key
+    assert result["sim_dt"] == pytest.approx(0.002) and result["decimation"] == 10  # the robot's own dt
+
+
+def test_eval_cli_refuses_a_file_that_is_no_onnx_model_and_empty_budgets(trained_run, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    broken = tmp_path / "policy.onnx"
+    broken.write_bytes(b"not a protobuf at all")
+    policy = str(trained_run[0] / "policy.onnx")
+    for args, message in ((["--policy", str(broken)], "not a loadable ONNX model"),
+                          (["--policy", policy, "--episodes", "0"], "episodes must be a positive integer"),
+                          (["--policy", policy, "--seconds", "-1"], "seconds must be a positive number"),
+                          (["--policy", policy, "--seconds", "0.001"], "shorter than one policy period")):
+        proc = subprocess.run([sys.executable, "-m", "motionvl.cli", "eval", *args], capture_output=True, text=True,
+                              env=env, timeout=60, cwd=ROOT)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
+def test_eval_reports_the_share_of_steps_each_joint_sits_at_the_clip(trained_run, robot):
+    class Pinned(OnnxPolicy):
+        """Left hip yaw always at +clip, left hip roll at -clip in the first episode only."""
+
+        def __call__(self, obs):
+            a = np.zeros((len(obs), self.num_actions), dtype=np.float32)
+            a[:, 0], a[0, 1], a[:, 2] = 1.0, -1.0, 0.99
+            return a
+
+    result = evaluate(Pinned(trained_run[0] / "policy.onnx"), seconds=0.2, episodes=2, command=(0.4, 0.0, 0.0))
+    shares = result["action_at_clip"]
+    assert list(shares) == list(robot.joint_names)
+    assert [shares[n] for n in robot.joint_names[:4]] == [1.0, 0.5, 0.0, 0.0]
+
+
+def test_steady_tracking_error_leaves_out_start_and_push_recovery():
+    traj = synthetic_gait(T=500)  # 10 s at 0.02 s
+    t = traj.time
+    vx = np.full(len(t), 0.6)
+    vx[t < 0.5] = 0.0                       # starting from standstill
+    vx[(t >= 8.0) & (t < 9.0)] = 0.1        # knocked back by a push at 8 s
+    vx[(t >= 3.0) & (t < 3.5)] = 0.5        # a steady-state error the metric must keep
+    traj.qpos[:, 3:7] = [1.0, 0.0, 0.0, 0.0]
+    traj.qvel[:, 0] = vx
+    m = episode_metrics(traj, (0.6, 0.0, 0.0), 10.0, push_times=[8.0])
+    assert m["tracking_error_mps"] == pytest.approx(np.mean(np.abs(vx - 0.6)))
+    steady = (t >= 1.0) & ~((t >= 8.0) & (t < 9.5))
+    assert m["tracking_error_steady_mps"] == pytest.approx(0.1 * 25 / steady.sum())
+    no_push = episode_metrics(traj, (0.6, 0.0, 0.0), 10.0)  # without pushes the knock-back counts
+    assert no_push["tracking_error_steady_mps"] > m["tracking_error_steady_mps"] + 0.05
+
+
+def test_heading_error_is_the_turn_the_command_did_not_ask_for():
+    traj = synthetic_gait(T=501)  # 10 s at 0.02 s
+    turned = np.linspace(0.0, 4.0, len(traj.time))  # 4 rad: past pi, so the yaw wraps on the way
+    traj.qpos[:, 3:7] = 0.0
+    traj.qpos[:, 3], traj.qpos[:, 6] = np.cos(turned / 2), np.sin(turned / 2)
+    assert episode_metrics(traj, (0.5, 0.0, 0.0), 10.0)["heading_error_deg"] == pytest.approx(np.degrees(4.0))
+    assert episode_metrics(traj, (0.5, 0.0, 0.4), 10.0)["heading_error_deg"] == pytest.approx(0.0, abs=1e-9)
+    assert episode_metrics(traj, (0.5, 0.0, 0.3), 10.0)["heading_error_deg"] == pytest.approx(np.degrees(1.0))
+    with pytest.raises(ConfigError, match="heading_gain"):
+        evaluate("never_loaded.onnx", heading_gain=-0.5)
