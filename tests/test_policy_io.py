@@ -95,7 +95,8 @@ def test_contract_round_trip(contract, robot):
     assert meta["velocity_limit"] == robot.velocity_limit.tolist()
     assert meta["joint_pos_lower"] == robot.lower.tolist() and meta["joint_pos_upper"] == robot.upper.tolist()
     assert meta["command_ranges"] == {"vx": [-0.5, 1.0], "vy": [-0.3, 0.3], "yaw_rate": [-1.0, 1.0]}
-    plain = PolicyContract.for_training(robot, EnvConfig(obs_history=0, heading_observation=False))
+    plain = PolicyContract.for_training(robot, EnvConfig(obs_history=0, heading_observation=False, gait_feedforward=0.0,
+                                                         gait_stride_feedforward=0.0))
     assert PolicyContract.from_metadata(json.loads(json.dumps(plain.to_metadata()))) == plain
     assert plain.num_obs == 3 + 3 + 3 + 3 * robot.num_joints + 2 and plain.feedforward_joints == ()
 
