@@ -350,7 +350,7 @@ def test_gait_period_schedule_drives_the_phase_clock_and_the_contract_and_contin
     for _ in range(3):
         obs = env.step(np.zeros((env.num_envs, env.num_joints)))[0]
     phase = 2 * np.pi * env.episode_length * env.dt / 0.4
-    clock = sum(n for _, n, _ in env.layout)  # the clock closes the current frame (history frames follow)
+    clock = sum(b.size for b in env.contract.obs_layout)  # the clock closes the current frame (history follows)
     np.testing.assert_allclose(obs[:, clock - 2:clock], np.stack([np.sin(phase), np.cos(phase)], axis=1), atol=1e-9)
     run_dir = tmp_path / "run"
     train_policy(run_dir, PlaceholderReward(), cfg, max_iterations=2, progress=False, robot=robot)

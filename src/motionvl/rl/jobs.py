@@ -11,10 +11,10 @@ Request payload (JSON object):
      "minutes": 2.0,                      # optional training budget (default: the queue's)
      "max_iterations": 50,                # optional iteration cap (held-out selection then runs over
                                           # its last quarter, at most selection.iterations)
-     "iterations": 60,                    # optional: PPO iterations to train in this job, counted from
-                                          # the warm start (or 0); replaces max_iterations
-     "warm_start": "runs/parent",         # optional: start from another run's latest checkpoint (its
-                                          # weights, normaliser, schedules' iteration) with this spec
+     "iterations": 60,                    # optional: PPO iterations to train in this job (a warm-started
+                                          # run counts its own); replaces max_iterations and minutes
+     "warm_start": "runs/parent",         # optional: a new run from another run's checkpoint with this
+                                          # spec (motionvl.rl.warm_start says what carries over)
      "overrides": ["env.num_envs=512"],   # optional training config overrides (dotted KEY=VALUE)
      "run_dir": "/abs/path",              # optional: train here instead of <runs_dir>/<candidate_id>
      "evaluate": true,                    # optional: run the reward-free task evaluation after
@@ -31,7 +31,6 @@ import dataclasses
 import json
 import queue
 import re
-import shutil
 import threading
 import time
 import traceback
@@ -52,8 +51,6 @@ EVALUATION_KEYS = ("episodes", "seconds", "command", "randomize", "seed", "robot
 """What a request's "evaluation" may set of motionvl.rl.evaluate.evaluate's arguments."""
 OUTCOME_FILE = "outcome.json"
 """In a job's run directory once it finished: run_job's outcome (JSON)."""
-WARM_START_FILE = "warm_start.json"
-"""In a warm-started run directory: the checkpoint it started from and that checkpoint's iteration."""
 
 
 class JobError(ValueError):
@@ -68,9 +65,10 @@ class TrainingJob:
     max_iterations: int | None = None
     evaluate: bool = True
     iterations: int | None = None
-    """PPO iterations to train, counted from the warm start's iteration (or 0); overrides max_iterations."""
+    """PPO iterations to train (a warm-started run counts its own); overrides max_iterations, and without
+    minutes the iterations alone are the budget."""
     warm_start: str | None = None
-    """A run directory (or checkpoint file) to start from: weights, normaliser and schedules' iteration."""
+    """A run directory (or checkpoint file) to start from (train_policy's warm_start; motionvl.rl.warm_start)."""
     overrides: tuple = ()
     """Training config overrides, "dotted.key=value"."""
     run_dir: str | None = None
@@ -140,8 +138,9 @@ def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, defaul
             on_iteration: Callable[[dict], "bool | None"] | None = None,
             on_phase: Callable[[str], None] | None = None, robot=None) -> dict:
     """Train one job (resuming its run directory if it holds a checkpoint), evaluate it, return the outcome:
-    candidate_id, policy_path, run_dir, iterations, start_iteration, total_steps, steps_per_s, elapsed_s (the
-    run's training time over its sessions, a warm start's included), stop_reason, selected_iteration, selected_actor,
+    candidate_id, policy_path, run_dir, iterations (this run's own), start_iteration (the parent's iterations a
+    warm-started run continued the schedules from, else 0), total_steps, steps_per_s, elapsed_s (the run's
+    training time over its sessions), stop_reason, selected_iteration, selected_actor,
     term_stats, evaluation (None without one), train_wall_s and eval_wall_s (this call's seconds in each), complete.
     A job is complete when its budget ran out; one stopped early (on_iteration returned False, SIGINT) is neither
     evaluated nor written to outcome.json: its run resumes from its checkpoint when the job is sent again.
@@ -152,19 +151,18 @@ def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, defaul
 
     run_dir = Path(job.run_dir) if job.run_dir else Path(runs_dir) / job.candidate_id
     resume = (run_dir / "checkpoints" / "latest.pt").exists()
-    start_iteration = _warm_start_iteration(run_dir, job.warm_start) if job.warm_start else 0
-    if job.warm_start and not resume:
-        resume = _seed_from_checkpoint(run_dir, job.warm_start)
     cfg = _training_config(train_config, job.overrides)
-    max_iterations = start_iteration + job.iterations if job.iterations else job.max_iterations
+    max_iterations = job.iterations or job.max_iterations
     minutes = job.minutes or (1e6 if job.iterations else default_minutes)  # an iteration budget alone
     if on_phase:
         on_phase("training")
     t0 = time.monotonic()
+    # a resumed warm-started run continues from its own checkpoint (which remembers where its parent stopped)
     result = train_policy(run_dir, job.spec, cfg, minutes=minutes, resume=resume, progress=progress_bar,
-                          on_iteration=on_iteration, max_iterations=max_iterations, robot=robot)
+                          on_iteration=on_iteration, max_iterations=max_iterations, robot=robot,
+                          warm_start=None if resume else job.warm_start)
     outcome = {"candidate_id": job.candidate_id, "policy_path": str(result.policy_path), "run_dir": str(run_dir),
-               "iterations": result.iterations, "start_iteration": start_iteration,
+               "iterations": result.iterations, "start_iteration": result.warm_start_iteration,
                "total_steps": result.total_steps, "steps_per_s": result.steps_per_s, "elapsed_s": result.elapsed_s,
                "stop_reason": result.stop_reason, "selected_iteration": result.selected_iteration,
                "selected_actor": result.selected_actor, "term_stats": result.term_stats, "evaluation": None,
@@ -199,40 +197,6 @@ def _training_config(train_config, overrides) -> "TrainConfig | str | Path | Non
 
         return TrainConfig.from_dict(apply_overrides(train_config.to_dict(), overrides), "training config with overrides")
     return TrainConfig.from_yaml(train_config or None, overrides=tuple(overrides))
-
-
-# Warm start until train_policy(warm_start=...) exists: the parent's latest checkpoint becomes the new run's
-# first checkpoint and the run resumes from it with its own reward spec. What carries over: the actor and
-# critic weights, the observation normaliser, the optimiser, the policy average and the run's counters
-# (iteration: the schedules continue; curriculum level); the episodes in flight do not (they restart).
-def _checkpoint_of(warm_start: str | Path) -> Path:
-    path = Path(warm_start)
-    path = path / "checkpoints" / "latest.pt" if path.is_dir() else path
-    if not path.exists():
-        raise FileNotFoundError(f"warm start: no checkpoint at {path}")
-    return path
-
-
-def _warm_start_iteration(run_dir: Path, warm_start: str) -> int:
-    record = run_dir / WARM_START_FILE
-    if record.exists():  # a resumed warm-started run counts from where it started, not from its own checkpoint
-        return int(json.loads(record.read_text())["iteration"])
-    import torch
-
-    infos = torch.load(_checkpoint_of(warm_start), weights_only=False, map_location="cpu").get("infos") or {}
-    return int(infos.get("iteration", 0))
-
-
-def _seed_from_checkpoint(run_dir: Path, warm_start: str) -> bool:
-    source = _checkpoint_of(warm_start)
-    iteration = _warm_start_iteration(run_dir, warm_start)
-    ckpt_dir = run_dir / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / WARM_START_FILE).write_text(json.dumps({"from": str(source), "iteration": iteration}))
-    tmp = ckpt_dir / "latest.pt.tmp"
-    shutil.copyfile(source, tmp)
-    tmp.replace(ckpt_dir / "latest.pt")
-    return True
 
 
 class TrainingQueue:

@@ -77,6 +77,8 @@ class TrainResult:
     """policy_last_iterate.onnx when the run exports an averaged policy (policy_average_iterations), else None."""
     selected: dict | None = None
     """With selection on: the validated candidate exported as policy.onnx (iteration, scores), else None."""
+    warm_start_iteration: int = 0
+    """The parent's iterations a warm-started run continued its schedules from; 0 for a run from scratch."""
 
     @property
     def selected_iteration(self) -> int | None:
@@ -512,7 +514,8 @@ class _Session:
                            total_steps=self.total_steps, elapsed_s=self.elapsed0 + session_s,
                            steps_per_s=self.session_steps / max(session_s - self.validation_s, 1e-9),
                            stop_reason=stop_reason, term_stats=term_stats(self.history),
-                           last_iterate_path=last_iterate_path, selected=selected)
+                           last_iterate_path=last_iterate_path, selected=selected,
+                           warm_start_iteration=self.schedule_offset)
 
 
 def _restore(run_dir: Path, infos: dict, cfg: TrainConfig, vec: LocomotionVecEnv, runner,
