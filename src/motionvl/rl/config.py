@@ -128,7 +128,7 @@ class SelectionConfig:
     robot config's (500 Hz, the rate `motionvl eval` and the goals' evaluations run at): ~0.6x the
     validation time (fewer physics steps; the policy and the bookkeeping cost the same), which a time
     budget spends on training instead. On eight 10-minute runs' candidates it chose as well as the
-    robot's rate did (bench/RESULTS.md, seventy-fourth run); false ranks them on the deployment's."""
+    robot's rate did; false ranks them on the deployment's."""
     final_candidates: bool = True
     """Also validate the policy the run ends on and, with policy averaging, the last iterate itself
     (its own candidate: selection/policy_<it>_iterate.onnx). With a time budget the run keeps the
