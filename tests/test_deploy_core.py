@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from deploy_fixtures import ROBOT, assert_within, expected_limits, mapped_robot
 from motionvl.deploy import PD_FIELDS, Controller, DeployConfig, JointMapping, Mode, StandRamp
 from motionvl.deploy.commands import CommandBuilder
-from motionvl.deploy.mapping import quat_from_rpy, quat_multiply
+from motionvl.sim.math import quat_from_euler, quat_multiply
 from motionvl.deploy.modes import ModeMachine
 from motionvl.robot import ConfigError
 
@@ -91,7 +91,7 @@ def test_mapping_round_trips_and_maps_by_name():
 
 def test_imu_mounting_round_trips():
     m = JointMapping(ROBOTS["mapped"])
-    base = quat_from_rpy(0.1, -0.2, 0.7)
+    base = quat_from_euler(0.1, -0.2, 0.7)
     gyro = np.array([0.3, -0.1, 0.5])
     imu_quat, imu_gyro = m.base_to_imu(base, gyro)
     assert not np.allclose(imu_gyro, gyro)
@@ -128,10 +128,10 @@ def test_mapping_matches_the_hardware_section_written_out_by_hand():
 def test_imu_mounting_agrees_with_physics():
     """Not only a round trip: what the mounted IMU reports must describe the same motion in the world
     (its gyro turned by its orientation equals the base's) and the same gravity direction."""
-    from motionvl.deploy.mapping import quat_to_matrix
+    from motionvl.sim.math import quat_to_matrix
 
     m = JointMapping(ROBOTS["mapped"])
-    base = quat_from_rpy(0.1, -0.2, 0.7)
+    base = quat_from_euler(0.1, -0.2, 0.7)
     gyro = np.array([0.3, -0.1, 0.5])
     imu_quat, imu_gyro = m.base_to_imu(base, gyro)
     np.testing.assert_allclose(quat_to_matrix(imu_quat) @ imu_gyro, quat_to_matrix(base) @ gyro, atol=1e-12)
@@ -338,7 +338,7 @@ BAD_STATES = {
     "joint_limit": dict(q=np.where(np.arange(J) == 2, ROBOT.upper[2] + 0.2, ROBOT.default_pose)),
     "joint_velocity": dict(dq=np.where(np.arange(J) == 5, 40.0, 0.0)),
     "gyro": dict(gyro=(0.0, 12.0, 0.0)),
-    "fall": dict(quat=tuple(quat_from_rpy(0.0, 1.0, 0.0))),
+    "fall": dict(quat=tuple(quat_from_euler(0.0, 1.0, 0.0))),
 }
 
 
@@ -442,12 +442,12 @@ def test_second_writer_estop_and_rearm():
 def test_fall_has_hysteresis():
     c = Controller(ROBOT, DeployConfig(fall_tilt=0.8, fall_clear_tilt=0.4, allow_rearm=True), clock=FakeClock())
     clock = c.clock
-    feed(c, ROBOT.default_pose, np.zeros(J), clock, quat=quat_from_rpy(0.9, 0, 0))
+    feed(c, ROBOT.default_pose, np.zeros(J), clock, quat=quat_from_euler(0.9, 0, 0))
     c.estop()
     assert "fall" in c.rearm()[1]
-    feed(c, ROBOT.default_pose, np.zeros(J), clock, quat=quat_from_rpy(0.6, 0, 0))  # below fall, above clear
+    feed(c, ROBOT.default_pose, np.zeros(J), clock, quat=quat_from_euler(0.6, 0, 0))  # below fall, above clear
     assert "fall" in c.rearm()[1]
-    feed(c, ROBOT.default_pose, np.zeros(J), clock, quat=quat_from_rpy(0.3, 0, 0))
+    feed(c, ROBOT.default_pose, np.zeros(J), clock, quat=quat_from_euler(0.3, 0, 0))
     assert c.rearm()[0]
 
 
@@ -521,7 +521,7 @@ class ControllerMachine(RuleBasedStateMachine):
     @rule(q=joint_arrays, dq=joint_arrays, gyro=st.lists(finite_or_not, min_size=3, max_size=3),
           tilt=st.floats(0, 3.2))
     def measure(self, q, dq, gyro, tilt):
-        feed(self.c, q, dq, self.clock, quat=quat_from_rpy(tilt, 0.0, 0.0), gyro=gyro)
+        feed(self.c, q, dq, self.clock, quat=quat_from_euler(tilt, 0.0, 0.0), gyro=gyro)
 
     @rule(q=st.lists(st.floats(-0.3, 0.3), min_size=J, max_size=J).map(np.array))
     def measure_sane(self, q):

@@ -27,7 +27,7 @@ from std_srvs.srv import Trigger  # noqa: E402
 
 from deploy_fixtures import ROBOT, assert_within, hardware_section, mapped_robot, write_robot_yaml  # noqa: E402
 from motionvl.deploy import PD_FIELDS, Command, DeployConfig, JointMapping, Mode  # noqa: E402
-from motionvl.deploy.mapping import quat_from_rpy  # noqa: E402
+from motionvl.sim.math import quat_from_euler  # noqa: E402
 from motionvl.robot import ConfigError  # noqa: E402
 from motionvl.ros.deployment_node import DeploymentNode  # noqa: E402
 from spinning import Spinners  # noqa: E402
@@ -289,7 +289,7 @@ def assert_damping(command, drives, node, dq=None):
         assert node.controller.mode == Mode.DAMP
 
 
-@pytest.mark.parametrize("kind,imu", [("fall", dict(quat=tuple(quat_from_rpy(0.0, 1.2, 0.0)))),
+@pytest.mark.parametrize("kind,imu", [("fall", dict(quat=tuple(quat_from_euler(0.0, 1.2, 0.0)))),
                                       ("gyro", dict(gyro=(0.0, 0.0, 15.0)))])
 def test_bad_imu_damps_within_cycles(deployment, kind, imu):
     """The IMU comes on its own topic (best effort): its fault reaches the command of the same or the

@@ -27,6 +27,7 @@ import numpy as np
 from motionvl.deploy.commands import PD_FIELDS
 from motionvl.deploy.mapping import JointMapping
 from motionvl.robot import RobotConfig, load_robot_config
+from motionvl.sim.math import tilt_of
 
 COMMAND_TOPICS = {"joint_drive_commands": "pd", "joint_effort_commands": "torque"}
 FALL_HEIGHT_M, FALL_TILT_RAD = 0.45, 1.0
@@ -138,7 +139,7 @@ def metrics(data: BagData) -> dict:
     odom = data.odom()
     falls, fell_at = 0, None
     if len(odom):
-        tilt = np.arccos(np.clip(1 - 2 * (odom[:, 5] ** 2 + odom[:, 6] ** 2), -1, 1))
+        tilt = tilt_of(odom[:, 4:8])
         down = (odom[:, 3] < FALL_HEIGHT_M) | (tilt > FALL_TILT_RAD)
         falls = int(np.sum(down[1:] & ~down[:-1]) + (1 if down[0] else 0))
         fell_at = float(odom[np.argmax(down), 0]) if down.any() else None

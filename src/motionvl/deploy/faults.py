@@ -25,6 +25,7 @@ import numpy as np
 from motionvl.deploy.config import DeployConfig
 from motionvl.deploy.modes import Fault
 from motionvl.robot import RobotConfig
+from motionvl.sim.math import tilt_of
 
 
 @dataclasses.dataclass
@@ -72,10 +73,7 @@ class SensorInputs:
 
     def tilt(self) -> float:
         """Angle (rad) between the base z axis and the world's up, from the base orientation."""
-        w, x, y, z = self.base_quat
-        norm = w * w + x * x + y * y + z * z
-        cos_tilt = 1.0 - 2.0 * (x * x + y * y) / norm if norm > 0 else -1.0
-        return float(np.arccos(np.clip(cos_tilt, -1.0, 1.0)))
+        return float(tilt_of(self.base_quat))
 
 
 def first_non_finite(names, values: dict) -> str | None:

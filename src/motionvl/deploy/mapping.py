@@ -14,36 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from motionvl.robot import MotorConfig, RobotConfig
-
-
-def quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton product of two wxyz quaternions (a then b: a frame rotated by a, then by b in it)."""
-    aw, ax, ay, az = a
-    bw, bx, by, bz = b
-    return np.array([aw * bw - ax * bx - ay * by - az * bz,
-                     aw * bx + ax * bw + ay * bz - az * by,
-                     aw * by - ax * bz + ay * bw + az * bx,
-                     aw * bz + ax * by - ay * bx + az * bw])
-
-
-def quat_conjugate(q: np.ndarray) -> np.ndarray:
-    return np.array([q[0], -q[1], -q[2], -q[3]])
-
-
-def quat_from_rpy(roll: float, pitch: float, yaw: float) -> np.ndarray:
-    """wxyz quaternion of the rotation Rz(yaw) Ry(pitch) Rx(roll) (roll, pitch, yaw about fixed x, y, z)."""
-    cr, sr = np.cos(roll / 2), np.sin(roll / 2)
-    cp, sp = np.cos(pitch / 2), np.sin(pitch / 2)
-    cy, sy = np.cos(yaw / 2), np.sin(yaw / 2)
-    return np.array([cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
-                     cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy])
-
-
-def quat_to_matrix(q: np.ndarray) -> np.ndarray:
-    w, x, y, z = q
-    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                     [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                     [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+from motionvl.sim.math import quat_conjugate, quat_from_euler, quat_multiply, quat_to_matrix
 
 
 class JointMapping:
@@ -60,7 +31,7 @@ class JointMapping:
         self.sign = np.array([m.sign for m in motors], dtype=np.float64)
         self.offset = np.array([m.offset for m in motors], dtype=np.float64)
         self._motor_index = {name: k for k, name in enumerate(self.motor_names)}
-        self.imu_quat = quat_from_rpy(*hw.imu_rpy)
+        self.imu_quat = quat_from_euler(*hw.imu_rpy)
         """wxyz: the IMU frame in the base frame."""
         self.imu_matrix = quat_to_matrix(self.imu_quat)
         """Rotates IMU-frame vectors into the base frame."""

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from rclpy.node import Node
 
+from motionvl.sim.math import tilt_of
+
 COMMAND_PUBLISH_HZ = 10.0
 
 
@@ -186,7 +188,7 @@ class Monitor(Node):
             if self.run_start is None:
                 self.run_start = t
             self.poses.append((t, p.x, p.y, p.z, o.w, o.x, o.y, o.z))
-            tilt = float(np.arccos(np.clip(1 - 2 * (o.x * o.x + o.y * o.y), -1, 1)))
+            tilt = float(tilt_of((o.w, o.x, o.y, o.z)))
             if self.fell_at is None and (p.z < 0.45 or tilt > 1.0):  # SingleSim.upright's thresholds
                 self.fell_at = t - self.run_start
             if t - self.run_start >= self.seconds:

@@ -1,4 +1,6 @@
-"""Batched quaternion helpers (w, x, y, z), numpy, shapes (N, 4) / (N, 3)."""
+"""Quaternion and angle helpers, numpy, quaternions (w, x, y, z): the one place MotionVL turns rotations
+into one another. Rotation helpers take (N, 4) / (N, 3) batches; the angle and product helpers any
+leading shape (..., 4), a single quaternion included."""
 
 from __future__ import annotations
 
@@ -66,11 +68,44 @@ def roll_pitch_of(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def quat_from_euler(roll: np.ndarray, pitch: np.ndarray, yaw: np.ndarray) -> np.ndarray:
-    """(N, 4) wxyz quaternions of intrinsic z-y-x (yaw, then pitch, then roll) angles, rad."""
+    """(..., 4) wxyz quaternions of intrinsic z-y-x angles, rad: yaw, then pitch, then roll (the same rotation
+    as roll, pitch, yaw about the fixed x, y, z axes: Rz(yaw) Ry(pitch) Rx(roll)); inverse of roll_pitch_of
+    and yaw_of."""
     cr, sr, cp, sp = np.cos(roll / 2), np.sin(roll / 2), np.cos(pitch / 2), np.sin(pitch / 2)
     cy, sy = np.cos(yaw / 2), np.sin(yaw / 2)
     return np.stack([cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
                      cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy], axis=-1)
+
+
+def quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamilton product a b of (..., 4) quaternions (the frame rotated by a, then by b within it)."""
+    aw, ax, ay, az = np.moveaxis(np.asarray(a, dtype=float), -1, 0)
+    bw, bx, by, bz = np.moveaxis(np.asarray(b, dtype=float), -1, 0)
+    return np.stack([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
+                     aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw], axis=-1)
+
+
+def quat_conjugate(q: np.ndarray) -> np.ndarray:
+    """The inverse rotation of (..., 4) unit quaternions."""
+    return np.asarray(q, dtype=float) * np.array([1.0, -1.0, -1.0, -1.0])
+
+
+def quat_to_matrix(q: np.ndarray) -> np.ndarray:
+    """(..., 3, 3) rotation matrices of (..., 4) unit quaternions (they turn body vectors into world ones)."""
+    w, x, y, z = np.moveaxis(np.asarray(q, dtype=float), -1, 0)
+    rows = [[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]]
+    return np.stack([np.stack(row, axis=-1) for row in rows], axis=-2)
+
+
+def tilt_of(q: np.ndarray) -> np.ndarray:
+    """Angle (rad) between the body z axis and the world's up of (..., 4) quaternions (normalised first;
+    a zero quaternion counts as upside down)."""
+    q = np.asarray(q, dtype=float)
+    norm = np.sum(q * q, axis=-1)
+    cos_tilt = np.where(norm > 0, 1.0 - 2.0 * (q[..., 1] ** 2 + q[..., 2] ** 2) / np.where(norm > 0, norm, 1.0), -1.0)
+    return np.arccos(np.clip(cos_tilt, -1.0, 1.0))
 
 
 def quat_from_yaw(yaw: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ import mujoco
 import numpy as np
 
 from motionvl.robot import RobotConfig
-from motionvl.sim.math import projected_gravity, quat_rotate_inverse
+from motionvl.sim.math import quat_rotate_inverse, tilt_of
 from motionvl.sim.model import SOLE_SITES, ModelIndex, TerrainConfig, build_model, build_spec, single_floor
 from motionvl.sim.trajectory import Trajectory
 
@@ -332,8 +332,7 @@ class SingleSim:
 
     def tilt(self) -> float:
         """Angle between the pelvis z axis and the world z axis, rad."""
-        cos_tilt = -projected_gravity(self.data.qpos[None, 3:7])[0, 2]
-        return float(np.arccos(np.clip(cos_tilt, -1.0, 1.0)))
+        return float(tilt_of(self.data.qpos[3:7]))
 
     def upright(self) -> bool:
         return bool(self.data.qpos[2] >= self.min_base_height and self.tilt() <= self.max_tilt_rad)

@@ -24,6 +24,7 @@ import numpy as np
 
 from motionvl.rewards.state import RewardState
 from motionvl.robot import load_robot_config
+from motionvl.sim.math import projected_gravity, quat_from_euler
 
 ROLLOUT_ENVS = 32
 """Environments of one recording rollout."""
@@ -48,12 +49,8 @@ def _policy_dt(robot) -> float:
 
 def _quaternions(roll, pitch, yaw) -> tuple[np.ndarray, np.ndarray]:
     """(N, 4) quaternions (w, x, y, z) and (N, 3) body-frame gravity of these Euler angles."""
-    cr, sr, cp, sp, cy, sy = (np.cos(roll / 2), np.sin(roll / 2), np.cos(pitch / 2), np.sin(pitch / 2),
-                              np.cos(yaw / 2), np.sin(yaw / 2))
-    quat = np.stack([cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
-                     cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy], axis=1)
-    gravity = np.stack([np.sin(pitch), -np.cos(pitch) * np.sin(roll), -np.cos(pitch) * np.cos(roll)], axis=1)
-    return quat, gravity
+    quat = quat_from_euler(roll, pitch, yaw)
+    return quat, projected_gravity(quat)
 
 
 def random_reward_state(num_envs: int, rng: np.random.Generator, robot=None) -> RewardState:
