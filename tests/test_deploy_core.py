@@ -358,6 +358,27 @@ def test_each_bad_state_damps_at_the_next_command(kind, path):
     assert not c.request_mode("STAND")[0]
 
 
+def test_joint_speed_is_bounded_by_the_robots_velocity_limits_which_the_policy_must_share(tmp_path):
+    """The velocity fault bound is robot.yaml's per-joint velocity limit x velocity_bound_scale, and a policy
+    exported for other velocity limits (its contract carries them) does not load, the difference named."""
+    from motionvl.deploy.random_policy import write_random_policy
+
+    slow_knee = dataclasses.replace(ROBOTS["mapped"], joints=tuple(
+        dataclasses.replace(j, velocity=4.0) if i == 3 else j for i, j in enumerate(ROBOTS["mapped"].joints)))
+    knee_speed = np.where(np.arange(J) == 3, 8.0, 0.0)  # above 1.5 x 4 rad/s, below 1.5 x the shipped 14 rad/s
+    for robot, faulted in ((ROBOTS["mapped"], False), (slow_knee, True)):
+        c, clock, _ = running("pd", robot=robot)
+        feed(c, robot.default_pose, knee_speed, clock)
+        assert (c.cycle().mode == Mode.DAMP) == faulted
+        if faulted:
+            fault = c.modes.faults[0]
+            assert fault.kind == "joint_velocity" and robot.joint_names[3] in fault.reason and "bound 6.00" in fault.reason
+    c = Controller(slow_knee, DeployConfig(path="pd"), clock=FakeClock())
+    ok, message = c.load_policy(str(write_random_policy(tmp_path / "rated_14.onnx", robot=ROBOTS["mapped"])))
+    assert not ok and "velocity_limit: policy" in message, message
+    assert c.load_policy(str(write_random_policy(tmp_path / "rated_4.onnx", robot=slow_knee)))[0]
+
+
 def test_non_finite_policy_output_damps_that_cycle():
     c, clock, policy = running("torque")
     policy.actions = np.where(np.arange(J) == 4, np.inf, 0.0)
