@@ -215,6 +215,7 @@ def test_spec_hash_and_diff_words():
     (["--task", "walk", "--preset", "huge"], "unknown preset"),
     (["--resume"], "holds no search"),
     (["--task", "walk", "--no-ros", "--playback", "ros"], "--playback ros needs the ROS graph"),
+    (["--task", "walk", "--robot-config", "/no/such/robot.yaml"], "robot config not found: /no/such/robot.yaml"),
 ])
 def test_train_cli_refuses_bad_input_with_a_clear_message(tmp_path, capsys, argv, message):
     from motionvl.cli import main

@@ -27,6 +27,7 @@ from render_fixtures import egl_works
 from waiting import wait_for
 
 TASK = "walk forward with straight knees"
+ROBOT_NAME = "search_test_biped"
 TINY = yaml.safe_load((Path(__file__).parent / "data" / "search_tiny.yaml").read_text())
 
 
@@ -44,7 +45,8 @@ def _search(run_dir, settings, *, synthesizer=None, slots=None, resume=False, re
 
     slots = slots or [LocalProcessSlot("trainer-0", runs_dir=Path(run_dir) / "candidates")]
     return Search(run_dir, settings, synthesizer=synthesizer or make_synthesizer("rules"),
-                  critic=create_critic("kinematic"), playback=InProcessPlayback(PlaybackConfig(seconds=1.0, render=render)),
+                  critic=create_critic("kinematic"),
+                  playback=InProcessPlayback(PlaybackConfig(seconds=1.0, render=render), robot=settings.robot()),
                   slots=lambda: slots, resume=resume, log=lambda m: None, progress=False)
 
 
@@ -57,15 +59,18 @@ def _settings_file(directory: Path, **config) -> Path:
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """One tiny search of one iteration through the real nodes over DDS in this process (orchestrator,
-    policy_trainer, recorder), played back with rendering where EGL works."""
+    policy_trainer, recorder), played back with rendering where EGL works, on a robot config of its own
+    (the package's robot renamed: ROBOT_NAME)."""
+    from deploy_fixtures import write_robot_yaml
     from motionvl.ros.train_graph import run_train_graph
 
     base = tmp_path_factory.mktemp("search")
     run_dir = base / "run"
     render = egl_works()
     settings = _settings_file(base, playback={"seconds": 1.0, "render": render})
-    code = run_train_graph({"run_dir": str(run_dir), "task": TASK, "settings_file": str(settings), "render": render},
-                           trainers=1, trainers_in_process=True, record=True)
+    robot = str(write_robot_yaml(base, name=ROBOT_NAME))
+    code = run_train_graph({"run_dir": str(run_dir), "task": TASK, "settings_file": str(settings), "render": render,
+                            "robot_config": robot}, trainers=1, trainers_in_process=True, record=True, robot_config=robot)
     assert code == 0
     summary = Ledger(run_dir).get("run", "finished")
     return run_dir, summary, render
@@ -82,6 +87,23 @@ def test_a_search_ends_with_an_exported_policy_naming_its_run_spec_and_code(fini
     assert props["code_version"].startswith(("git:", "motionvl"))
     assert props["search_label"] == "RL-Rules+Kinematic", "an offline run is not called LLM or VLM"
     assert "joint_names" in props, "the deployment contract is kept"
+
+
+def test_the_trainers_and_the_playback_use_the_runs_robot_config(finished_run):
+    """The run's robot YAML reaches the trainer (its policies' contracts name that robot) and the orchestrator's
+    playback (which refuses a policy of another robot): every played candidate ran, none failed to load."""
+    import onnx
+
+    run_dir, _, _ = finished_run
+    ledger = Ledger(run_dir)
+    assert ledger.get("run", "settings")["robot_config"].endswith("robot.yaml")
+    played = dict(ledger.items("played"))
+    assert played, "candidates were played back"
+    for cid, result in played.items():
+        policy = ledger.get("trained", cid)["outcome"]["policy_path"]
+        props = {p.key: json.loads(p.value) for p in onnx.load(policy).metadata_props}
+        assert props["robot_name"] == ROBOT_NAME, cid
+        assert not str(result.get("fault") or "").startswith("playback failed"), result["fault"]
 
 
 def test_the_ledger_holds_every_step_and_the_lineage(finished_run):

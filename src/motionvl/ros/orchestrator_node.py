@@ -74,6 +74,8 @@ PARAMETERS = {
     "critic_base_url": ("", "openai critic: the endpoint."),
     "device": ("auto", "transformers backends: auto, cpu, cuda:0, ..."),
     "train_config": ("", "Training YAML the trainers use (empty: the package's config/training.yaml)."),
+    "robot_config": ("", "Robot YAML of the run's playbacks and evaluations, the trainers' too (config/nodes.yaml gives "
+                         "every node the same; empty: the package's config/robot.yaml). A resumed run keeps its own."),
     "start_run": ("", "An existing training run of the reference reward to start from (empty: train one)."),
     "render": (True, "Render the playbacks (frames for a VLM, videos and contact sheets for the report)."),
     "playback": ("in_process", "Where candidates are played back and critiqued: 'ros' (the deployment node on the "
@@ -82,7 +84,6 @@ PARAMETERS = {
     "playback_step_timeout_s": (15.0, "ros playback: the longest one step may take (a service answer, the STAND "
                                       "ramp); a node missing fails that candidate's playback, not the search."),
     "critic_timeout_s": (600.0, "ros playback: seconds to wait for vlm_critic's feedback on a rollout or a comparison."),
-    "robot_config": ("", "ros playback: the graph's robot YAML (empty: the package's), its rollouts rebuilt with it."),
     "terrain": ("flat", "ros playback: the simulator's floor, 'flat' or 'rough' (feet contacts of its rollouts)."),
     "terrain_seed": (0, "ros playback: seed of the simulator's rough height field."),
     "shutdown_when_done": (True, "Shut this process's ROS context down when the search ends."),
@@ -194,7 +195,9 @@ class OrchestratorNode(Node):
                                       preset=p["preset"], synthesizer=p["synthesizer"], critic=p["critic"],
                                       settings_file=p["settings_file"] or None,
                                       overrides=[o for o in p["overrides"] if o], render=p["render"],
-                                      train_config=p["train_config"] or None, start_run=p["start_run"] or None)
+                                      train_config=p["train_config"] or None, start_run=p["start_run"] or None,
+                                      robot_config=p["robot_config"] or None)
+        self.robot = self.settings.robot()
         self.cfg = SearchConfig.from_dict(self.settings.config)
         self.lost_s = self.cfg.limits.trainer_lost_s
         options = BackendOptions(synth_model=p["synth_model"] or None, synth_base_url=p["synth_base_url"] or None,
@@ -216,11 +219,10 @@ class OrchestratorNode(Node):
             raise ConfigError(f"parameter playback must be one of {PLAYBACKS}, got {p['playback']!r}")
         self.graph_playback = None
         if p["playback"] == "ros":
-            from motionvl.robot import load_robot_config
             from motionvl.ros.graph_playback import GraphCritic, GraphPlayback
             from motionvl.sim.model import TerrainConfig
 
-            self.graph_playback = GraphPlayback(self, self.cfg.playback, load_robot_config(p["robot_config"] or None),
+            self.graph_playback = GraphPlayback(self, self.cfg.playback, self.robot,
                                                 terrain=TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]),
                                                 step_timeout_s=p["playback_step_timeout_s"],
                                                 critic_timeout_s=p["critic_timeout_s"])
@@ -315,7 +317,7 @@ class OrchestratorNode(Node):
 
         try:
             self.search = Search(self.p["run_dir"], self.settings, synthesizer=self.synthesizer, critic=self.critic,
-                                 playback=self.graph_playback or InProcessPlayback(self.cfg.playback),
+                                 playback=self.graph_playback or InProcessPlayback(self.cfg.playback, robot=self.robot),
                                  slots=self.alive_trainers,
                                  resume=self.p["resume"], log=self.get_logger().info, progress=False,
                                  on_record=self._publish_record, on_state=self._publish_state,

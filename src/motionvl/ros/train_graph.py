@@ -97,10 +97,11 @@ def _playback_graph(params_file: Path, orchestrator: dict) -> list:
 
 def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trainers: int = 1,
                     trainers_in_process: bool = False, record: bool = False, train_config: str | None = None,
-                    params_file: str | Path | None = None) -> int:
+                    params_file: str | Path | None = None, robot_config: str | None = None) -> int:
     """Run the graph until the search ends. orchestrator: its parameter values (task, mode, run_dir, ...);
-    synthesizer: the reward_synthesizer node's (None: the orchestrator synthesizes in process). Returns 0 when
-    the search finished, 1 when it failed or a node could not start."""
+    synthesizer: the reward_synthesizer node's (None: the orchestrator synthesizes in process); robot_config:
+    the trainers' robot YAML (None: the params file's, as the other nodes). Returns 0 when the search finished,
+    1 when it failed or a node could not start."""
     from motionvl.ros.orchestrator_node import OrchestratorNode
     from motionvl.ros.runtime import run_nodes
 
@@ -108,7 +109,7 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
     run_dir = Path(orchestrator["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer_values = {"runs_dir": str(run_dir / "candidates"), "training_config": train_config or "",
-                      "shared_channel": False}
+                      "shared_channel": False, **({"robot_config": robot_config} if robot_config else {})}
     factories, children = [], []
     for i in range(trainers):
         name = f"policy_trainer_{i}"

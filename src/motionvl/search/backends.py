@@ -29,7 +29,7 @@ class BackendOptions:
 def load_settings(run_dir: str | Path, *, resume: bool = False, task: str | None = None, mode: str = "synth+critic",
                   preset: str = "quick", synthesizer: str = "rules", critic: str = "kinematic",
                   settings_file: str | Path | None = None, overrides=(), render: bool = True,
-                  train_config: str | None = None, start_run: str | None = None):
+                  train_config: str | None = None, start_run: str | None = None, robot_config: str | None = None):
     """SearchSettings of a new run from the preset, a settings YAML and KEY=VALUE overrides, or of a resumed run:
     the recorded ones (a task given then must be the recorded one)."""
     from motionvl.rl.config import apply_overrides
@@ -61,7 +61,8 @@ def load_settings(run_dir: str | Path, *, resume: bool = False, task: str | None
         merged.setdefault("playback", {})["render"] = False
     cfg = load_search_config(preset, merged)
     return SearchSettings(task=task, mode=mode, synthesizer=synthesizer, critic=critic, preset=preset,
-                          config=cfg.to_dict(), train_config=train_config or None, start_run=start_run or None).validate()
+                          config=cfg.to_dict(), train_config=train_config or None, start_run=start_run or None,
+                          robot_config=robot_config or None).validate()
 
 
 def synthesizer_options(settings, options: BackendOptions) -> dict:
@@ -99,7 +100,8 @@ def make_synthesizer(settings, options: BackendOptions):
 
     limits = SearchConfig.from_dict(settings.config).limits
     try:
-        return make(name, max_calls=limits.max_synth_calls, max_tokens=limits.max_synth_tokens, **kwargs)
+        return make(name, max_calls=limits.max_synth_calls, max_tokens=limits.max_synth_tokens, robot=settings.robot(),
+                    **kwargs)
     except (ValueError, KeyError, ImportError) as exc:
         raise ConfigError(f"synthesizer {name!r}: {exc}") from exc
 

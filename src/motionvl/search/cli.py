@@ -62,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trainers-in-process", action="store_true",
                         help="ROS route: the policy_trainer nodes in this process instead of child processes")
     parser.add_argument("--train-config", default=None, help="training YAML (default: the package's config/training.yaml)")
+    parser.add_argument("--robot-config", default=None,
+                        help="robot YAML of every trainer, evaluation and playback (default: config/robot.yaml)")
     parser.add_argument("--start-run", default=None,
                         help="an existing training run of the reference reward to start from instead of training one")
     parser.add_argument("--settings", type=Path, default=None, metavar="YAML",
@@ -88,7 +90,7 @@ def settings_from_args(args: argparse.Namespace):
     return load_settings(args.out, resume=args.resume, task=args.task, mode=args.mode, preset=args.preset,
                          synthesizer=args.synthesizer, critic=args.critic, settings_file=args.settings,
                          overrides=args.overrides, render=not args.no_render, train_config=args.train_config,
-                         start_run=args.start_run)
+                         start_run=args.start_run, robot_config=args.robot_config)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,7 +148,8 @@ def _run(args: argparse.Namespace) -> int:
                     "synth_model": args.synth_model or "", "synth_base_url": args.synth_base_url or "",
                     "critic_model": args.critic_model or "", "critic_base_url": args.critic_base_url or "",
                     "device": args.device, "train_config": settings.train_config or "",
-                    "start_run": settings.start_run or "", "render": not args.no_render, "playback": playback}
+                    "start_run": settings.start_run or "", "render": not args.no_render, "playback": playback,
+                    "robot_config": settings.robot_config}  # None: the params file's (config/nodes.yaml /**)
     synthesizer = None
     if synth_node:
         from motionvl.search.config import SearchConfig
@@ -156,10 +159,11 @@ def _run(args: argparse.Namespace) -> int:
                        "model": args.synth_model or "" if settings.synthesizer == "openai" else "",
                        "model_dir": args.synth_model or "" if settings.synthesizer == "transformers" else "",
                        "device": args.device, "ledger": str(Path(args.replay) / "ledger.jsonl") if args.replay else "",
-                       "max_calls": limits.max_synth_calls, "max_tokens": limits.max_synth_tokens}
+                       "max_calls": limits.max_synth_calls, "max_tokens": limits.max_synth_tokens,
+                       "robot_config": settings.robot_config}
     code = run_train_graph(orchestrator, synthesizer=synthesizer, trainers=args.trainers,
                            trainers_in_process=args.trainers_in_process, record=args.record,
-                           train_config=settings.train_config)
+                           train_config=settings.train_config, robot_config=settings.robot_config)
     from motionvl.search.ledger import Ledger
 
     finished = Ledger(args.out).get("run", "finished") if (args.out / "ledger.jsonl").exists() else None
@@ -182,9 +186,10 @@ def _run_without_ros(args: argparse.Namespace, settings) -> int:
     synthesizer = make_synthesizer(settings, _options(args))
     critic = make_critic(settings, _options(args))
     cfg = SearchConfig.from_dict(settings.config)
-    slots = [LocalProcessSlot(f"trainer-{i}", runs_dir=args.out / "candidates", train_config=settings.train_config)
-             for i in range(args.trainers)]
-    search = Search(args.out, settings, synthesizer=synthesizer, critic=critic, playback=InProcessPlayback(cfg.playback),
+    slots = [LocalProcessSlot(f"trainer-{i}", runs_dir=args.out / "candidates", train_config=settings.train_config,
+                              robot_config=settings.robot_config) for i in range(args.trainers)]
+    search = Search(args.out, settings, synthesizer=synthesizer, critic=critic,
+                    playback=InProcessPlayback(cfg.playback, robot=settings.robot()),
                     slots=lambda: slots, resume=args.resume, progress=not args.no_progress,
                     log=lambda msg: print(msg, flush=True))
     try:

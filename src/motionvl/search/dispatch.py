@@ -175,9 +175,11 @@ class LocalProcessSlot:
     orphan training into its run directories); a child that died is replaced at the next job."""
 
     def __init__(self, name: str = "local-0", *, runs_dir: str | Path, train_config: str | Path | None = None,
-                 evaluation: dict | None = None):
+                 evaluation: dict | None = None, robot_config: str | Path | None = None):
+        """robot_config: the robot YAML the jobs train and evaluate on (None: the package's config/robot.yaml)."""
         self.name = name
         self.runs_dir, self.train_config, self.evaluation = Path(runs_dir), train_config, evaluation
+        self.robot_config = robot_config
         self._proc: subprocess.Popen | None = None
         self._dir: Path | None = None
         self._cid: str | None = None
@@ -190,6 +192,8 @@ class LocalProcessSlot:
                 args += ["--train-config", str(self.train_config)]
             if self.evaluation:
                 args += ["--evaluation", json.dumps(self.evaluation)]
+            if self.robot_config:
+                args += ["--robot-config", str(self.robot_config)]
             self.runs_dir.mkdir(parents=True, exist_ok=True)
             with (self.runs_dir / f"{self.name}.log").open("ab") as log:
                 self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,

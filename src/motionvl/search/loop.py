@@ -78,6 +78,8 @@ class SearchSettings:
     """SearchConfig.to_dict()."""
     train_config: str | None = None
     """Training YAML (None: the package's config/training.yaml)."""
+    robot_config: str | None = None
+    """Robot YAML the trainers, evaluations and playbacks of the run use (None: the package's config/robot.yaml)."""
     start_run: str | None = None
     """An existing training run of the reference reward to start from instead of training one."""
     reference_spec: str | None = None
@@ -94,7 +96,14 @@ class SearchSettings:
         if self.mode not in MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; modes: {list(MODES)}")
         SearchConfig.from_dict(self.config)
+        self.robot()
         return self
+
+    def robot(self):
+        """The run's RobotConfig (ConfigError naming what is wrong with its robot YAML)."""
+        from motionvl.robot import load_robot_config
+
+        return load_robot_config(self.robot_config)
 
 
 class Search:
@@ -112,6 +121,7 @@ class Search:
         no_trainer_s: how long training waits for a trainer to appear before its jobs fail."""
         self.run_dir = Path(run_dir)
         self.settings = settings.validate()
+        self.robot = settings.robot()
         self.cfg = SearchConfig.from_dict(settings.config)
         self.synthesizer, self.critic, self.playback, self.slots = synthesizer, critic, playback, slots
         self.log, self.progress = log, progress
@@ -233,7 +243,7 @@ class Search:
                 record["failed"] = f"the synthesizer's answer was rejected: {c.get('rejection') or 'no spec'}"
             else:
                 record["diff"] = deps.term_diff(best["spec"], c["spec"])
-                check = self.ledger.once("validated", cid, lambda c=c: _validate(c["spec"]))
+                check = self.ledger.once("validated", cid, lambda c=c: _validate(c["spec"], self.robot))
                 if not check["ok"]:
                     record["failed"] = f"the sandbox refused it: {check['error']}"
                 else:
@@ -453,7 +463,8 @@ class Search:
         ev = self.cfg.evaluation
         t0 = time.monotonic()
         evaluation = evaluate(policy, episodes=ev.episodes, seconds=ev.seconds, command=tuple(ev.command),
-                              randomize=True, seed=ev.seed, robot_dt=not ev.training_physics)
+                              randomize=True, seed=ev.seed, robot_dt=not ev.training_physics,
+                              robot=self.robot)
         stats = json.loads((run / "term_stats.json").read_text()) if (run / "term_stats.json").exists() else {}
         return {"ok": True, "trainer": "given", "reason": None, "wall_s": time.monotonic() - t0,
                 "outcome": {"candidate_id": START, "policy_path": str(policy), "run_dir": str(run),
@@ -503,7 +514,8 @@ class Search:
         for record, label in rows:
             def measure(record=record, label=label) -> dict:
                 t0 = time.monotonic()
-                terms = episode_term_rewards(record["outcome"]["policy_path"], spec, self.cfg.evaluation)
+                terms = episode_term_rewards(record["outcome"]["policy_path"], spec, self.cfg.evaluation,
+                                             robot=self.robot)
                 return {"label": label, "terms": terms, "wall_s": time.monotonic() - t0}
             self.ledger.once("table", record["id"], measure)
 
@@ -559,10 +571,10 @@ def write_policy(source: str | Path, target: Path, extra_metadata: dict) -> Path
     return target
 
 
-def _validate(spec: dict) -> dict:
+def _validate(spec: dict, robot) -> dict:
     t0 = time.monotonic()
     try:
-        validate_spec(spec)
+        validate_spec(spec, robot=robot)
     except ValueError as exc:
         return {"ok": False, "error": str(exc), "wall_s": time.monotonic() - t0}
     return {"ok": True, "error": None, "wall_s": time.monotonic() - t0}

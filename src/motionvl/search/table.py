@@ -29,8 +29,9 @@ def table_spec(specs: list[dict]) -> RewardSpec:
     return RewardSpec.from_dict(raw, where="Table I terms")
 
 
-def episode_term_rewards(policy_path, spec: RewardSpec, evaluation: EvaluationConfig) -> dict[str, float]:
-    """{term: mean per-second episode reward} of the policy on the held-out episodes (module docstring)."""
+def episode_term_rewards(policy_path, spec: RewardSpec, evaluation: EvaluationConfig, robot=None) -> dict[str, float]:
+    """{term: mean per-second episode reward} of the policy on the held-out episodes (module docstring), on `robot`
+    (RobotConfig; None: the package's)."""
     from motionvl.rl.evaluate import batch_evaluation_env
     from motionvl.rl.export import load_policy
     from motionvl.rl.trainer import agree_on_standing
@@ -38,7 +39,7 @@ def episode_term_rewards(policy_path, spec: RewardSpec, evaluation: EvaluationCo
     policy = load_policy(policy_path)
     env = batch_evaluation_env(policy, seconds=evaluation.seconds, episodes=evaluation.episodes, randomize=True,
                                command=tuple(evaluation.command), robot_dt=not evaluation.training_physics,
-                               seed=evaluation.seed)
+                               seed=evaluation.seed, robot=robot)
     reward = agree_on_standing(spec, env.cfg)
     step_terms: list = []
 

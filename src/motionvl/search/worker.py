@@ -1,4 +1,4 @@
-"""A search's trainer process: `python -m motionvl.search.worker [--runs-dir D] [--train-config Y]`.
+"""A search's trainer process: `python -m motionvl.search.worker [--runs-dir D] [--train-config Y] [--robot-config R]`.
 
 Reads the paths of job files (motionvl.rl.jobs requests) from stdin, one per line, and trains and
 evaluates each in turn (motionvl.rl.jobs.run_job) in the job's run directory, so the imports and the
@@ -41,7 +41,7 @@ def _log_to(path: Path) -> None:
     os.close(fd)
 
 
-def serve_one(job_path: Path, runs_dir: Path, train_config: str | None, evaluation: dict | None) -> None:
+def serve_one(job_path: Path, runs_dir: Path, train_config: str | None, evaluation: dict | None, robot=None) -> None:
     from motionvl.rl.jobs import TrainingJob, run_job
 
     job = TrainingJob.from_json(job_path.read_text())
@@ -55,7 +55,7 @@ def serve_one(job_path: Path, runs_dir: Path, train_config: str | None, evaluati
 
     beat("starting")
     try:
-        outcome = run_job(job, runs_dir, train_config=train_config, evaluation=evaluation,
+        outcome = run_job(job, runs_dir, train_config=train_config, evaluation=evaluation, robot=robot,
                           on_iteration=lambda record: beat("training", record["iteration"]), on_phase=beat)
     except Exception as exc:  # noqa: BLE001 - reported as the candidate's failure; the process takes the next job
         traceback.print_exc()
@@ -71,14 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="parent of run directories of jobs naming none")
     parser.add_argument("--train-config", default=None, help="training YAML (default: the package's)")
     parser.add_argument("--evaluation", default=None, help="JSON object: default evaluation arguments")
+    parser.add_argument("--robot-config", default=None, help="robot YAML (default: the package's config/robot.yaml)")
     args = parser.parse_args(argv)
     evaluation = json.loads(args.evaluation) if args.evaluation else None
     import motionvl.rl.evaluate  # noqa: F401 - the heavy imports (torch, MuJoCo) before the first job's clock starts
     import motionvl.rl.trainer  # noqa: F401
+    from motionvl.robot import load_robot_config
 
+    robot = load_robot_config(args.robot_config)
     for line in sys.stdin:
         if line.strip():
-            serve_one(Path(line.strip()), args.runs_dir, args.train_config, evaluation)
+            serve_one(Path(line.strip()), args.runs_dir, args.train_config, evaluation, robot=robot)
     return 0
 
 
