@@ -64,7 +64,9 @@ system-deps:
 		echo "warning: missing$$missing for headless rendering (MUJOCO_GL=egl); install: apt-get install $(APT_PACKAGES)"; \
 	fi
 
+# The linter first (ruff.toml: unused or undefined names, late-bound loop variables, ...), then pytest.
 test: setup
+	$(BIN)/ruff check --quiet .
 	@set +e; $(RUN_ENV) $(BIN)/python -m pytest tests -q --timeout=600 -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

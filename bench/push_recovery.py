@@ -87,7 +87,7 @@ def push_recovery_map(policy: OnnxPolicy | str | Path, *, phases: int = 8, episo
         sector = push_sector(push_body)
         speed = np.linalg.norm(push_body, axis=1)
 
-        def mean_speed(mask: np.ndarray) -> float | None:
+        def mean_speed(mask: np.ndarray, speed=speed) -> float | None:
             return round(float(speed[mask].mean()), 3) if mask.any() else None
 
         rows.append({

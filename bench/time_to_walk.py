@@ -267,7 +267,7 @@ def parse_seeds(text: str | None) -> list[int] | None:
     try:
         seeds = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise SystemExit(f"--train-seeds: expected comma-separated integers, got {text!r}")
+        raise SystemExit(f"--train-seeds: expected comma-separated integers, got {text!r}") from None
     if not seeds or len(set(seeds)) != len(seeds):
         raise SystemExit(f"--train-seeds: expected distinct integers, got {text!r}")
     return seeds

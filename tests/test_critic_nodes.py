@@ -182,7 +182,7 @@ def feed_rollout(probe: Probe, critic, seconds: float, speed: float = 0.0, knee:
     for i in range(n + 1):
         probe.publish_state(t0 + i * dt, x=speed * i * dt, knee=knee)
         if i % 20 == 19:
-            assert wait_for(lambda: min(critic.collected()["states"], critic.collected()["odom"]) >= i + 1,
+            assert wait_for(lambda i=i: min(critic.collected()["states"], critic.collected()["odom"]) >= i + 1,
                             timeout=10.0)
     return n + 1
 
@@ -269,9 +269,10 @@ def test_critic_node_compares_two_rollouts_named_in_each_request(graph, ros_cont
     for n, (rollout_id, speed) in enumerate((("stood", 0.0), ("moved", 0.5))):
         start_rollout(probe, critic, task=task, id=rollout_id)
         sent = feed_rollout(probe, critic, seconds=2.0, speed=speed, t0=10.0 + 10 * n)
-        assert wait_for(lambda: min(critic.collected()["states"], critic.collected()["odom"]) >= sent, timeout=10.0)
+        assert wait_for(lambda sent=sent: min(critic.collected()["states"], critic.collected()["odom"]) >= sent,
+                        timeout=10.0)
         probe.boundary(event="end")
-        assert wait_for(lambda: probe.count(probe.feedback) >= n + 1)
+        assert wait_for(lambda n=n: probe.count(probe.feedback) >= n + 1)
     stood = MotionFeedback.from_json(probe.feedback[0].data)
     moved = MotionFeedback.from_json(probe.feedback[1].data)
     # no best kept by the node: nothing to judge the second rollout against unless the boundary sends it

@@ -41,7 +41,7 @@ def test_schema_docstring_example_runs():
 
 
 def test_vocabulary_is_consistent():
-    for lab, (region, meaning) in FEATURE_LABELS.items():
+    for region, meaning in FEATURE_LABELS.values():
         assert region in schema.REGIONS and meaning
     for group in schema.EXCLUSIVE_GROUPS:
         assert all(g in FEATURE_LABELS for g in group)

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from deploy_fixtures import ROBOT, assert_within, expected_limits, mapped_robot
-from motionvl.deploy import PD_FIELDS, Controller, DeployConfig, JointMapping, Mode, StandRamp
+from deploy_fixtures import ROBOT, assert_within, mapped_robot
+from motionvl.deploy import Controller, DeployConfig, JointMapping, Mode, StandRamp
 from motionvl.deploy.commands import CommandBuilder
 from motionvl.sim.math import quat_from_euler, quat_multiply
 from motionvl.deploy.modes import ModeMachine

@@ -229,7 +229,8 @@ def test_states_faster_than_the_command_rate_do_not_speed_up_the_ramp(deployment
     while not node.controller.stand_complete and drives.stamp - start < 1.0:
         stamp = drives.stamp + ROBOT.control_dt / 10
         drives.publish(ROBOT.default_pose, stamp=stamp)
-        assert wait_for(lambda: abs(node.controller.inputs.joints.last_stamp - stamp) < 1e-6), "state not taken"
+        assert wait_for(lambda stamp=stamp: abs(node.controller.inputs.joints.last_stamp - stamp) < 1e-6), \
+            "state not taken"
     assert node.controller.stand_complete
     assert drives.stamp - start >= 0.2 - 2 * ROBOT.control_dt
 

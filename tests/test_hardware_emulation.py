@@ -113,7 +113,6 @@ def test_emulated_hardware_speaks_motor_space_and_maps_commands_back(emulated):
     with lock:
         js, imu = got["js"], got["imu"]
     assert list(js.name) == list(m.motor_names)
-    stamp = js.header.stamp.sec + js.header.stamp.nanosec * 1e-9
     # what it reports is the simulated joints in motor order, sign and offset (the robot is held still)
     np.testing.assert_allclose(m.from_motor_position(js.position), sim.sim.state().joint_pos, atol=2e-3)
     q_imu = np.array([imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z])

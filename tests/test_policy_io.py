@@ -214,7 +214,7 @@ def test_policy_io_from_sensors_is_what_evaluation_observes(robot):
         targets = io.targets(action)
         captured = []
         original = env.sim.step
-        env.sim.step = lambda n: (captured.append(env.sim.ctrl.copy()), original(n))
+        env.sim.step = lambda n, captured=captured, original=original: (captured.append(env.sim.ctrl.copy()), original(n))
         obs_env, _, terminated, truncated, _ = env.step(action)
         env.sim.step = original
         np.testing.assert_allclose(targets, captured[0], atol=1e-12)

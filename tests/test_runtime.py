@@ -3,7 +3,6 @@ test_node_shutdown.py). In-process where the process survives, in a child proces
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

@@ -283,7 +283,7 @@ def test_lockstep_publishes_one_state_per_command(ros_graph):
         with probe.lock:
             before = len(probe.joint_states)
         probe.send(probe.effort_pub, np.zeros(12))
-        assert wait_for(lambda: len(probe.joint_states) > before), "no state answered the command"
+        assert wait_for(lambda before=before: len(probe.joint_states) > before), "no state answered the command"
     with probe.lock:
         states = [m for _, m in probe.joint_states[start - 1:]]
     assert len(states) == 1 + 5, "one state per command"

@@ -50,7 +50,6 @@ class BagData:
         for topic, msgtype, stamp, msg in read_bag(self.path):
             t0 = stamp if t0 is None else t0
             t = (stamp - t0) * 1e-9
-            name = topic.rsplit("/", 1)[-1] if topic.count("/") <= 2 else topic
             if msgtype == "sensor_msgs/msg/JointState" and topic.endswith("joint_states"):
                 order = self._order(list(msg.name), mapping)
                 if order is None:

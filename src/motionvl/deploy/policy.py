@@ -78,7 +78,7 @@ class DeployedPolicy:
         except (ValueError, TypeError, KeyError, IndexError) as exc:  # metadata of the wrong types: a refusal
             raise ContractError(f"{self.path.name}: unreadable policy contract ({type(exc).__name__}: {exc})") from exc
         self.metadata = meta
-        inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
+        inputs = self.session.get_inputs()
         self.input_name = inputs[0].name
         width = inputs[0].shape[-1]
         if isinstance(width, int) and width != self.contract.num_obs:

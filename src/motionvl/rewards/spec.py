@@ -196,12 +196,10 @@ class RewardSpec:
         errors = []
         selected = [(t, evaluate) for t, (_, evaluate) in zip(self.terms, self._evaluators)
                     if only is None or t.name in only]
-        try:
-            generated = self._generated_values(state, [t.name for t, evaluate in selected
-                                                       if evaluate is None and t.weight != 0])
+        try:  # the generated terms' values are checked where they are made (the sandbox)
+            self._generated_values(state, [t.name for t, evaluate in selected if evaluate is None and t.weight != 0])
         except ValueError as exc:  # RewardCodeError: the sandbox's bounded problems
             errors.append(f"generated terms: {exc}")
-            generated = {}
         for t, evaluate in selected:
             if evaluate is None:
                 continue

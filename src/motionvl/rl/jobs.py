@@ -35,10 +35,13 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from motionvl.rewards import validate_spec
 from motionvl.rewards.spec import RewardSpec
+
+if TYPE_CHECKING:
+    from motionvl.rl.config import TrainConfig
 
 StatusFn = Callable[[dict], None]
 

@@ -217,7 +217,7 @@ class GraphPlayback:
             if time.monotonic() >= end:
                 raise PlaybackError(f"{what} refused: {answer.message}")
             again = time.monotonic() + RETRY_PERIOD_S
-            self._wait(lambda: time.monotonic() >= again, 1.0 + RETRY_PERIOD_S, what)
+            self._wait(lambda again=again: time.monotonic() >= again, 1.0 + RETRY_PERIOD_S, what)
 
     def _statuses_from_clean(self) -> bool:
         """(Under self._changed) True once the newest status has no latched fault, keeping only it."""

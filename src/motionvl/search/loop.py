@@ -256,7 +256,7 @@ class Search:
         for record in challengers:
             if not record.get("failed"):
                 self._complete(record, best)
-        decision = self.ledger.once("decided", key, lambda: decide(
+        self.ledger.once("decided", key, lambda: decide(
             best, challengers, gates=self.cfg.gates, ranking=self.cfg.ranking, use_critic=self.use_critic,
             judge=lambda c: self._judge(c, best)) | ({"note": proposal["error"]} if proposal.get("error") else {}))
         for record in challengers:
