@@ -166,7 +166,8 @@ def test_ctrl_c_stops_a_call_that_hangs_and_the_next_call_gets_a_fresh_worker(po
         expected = runner.evaluate(state)
         hung = runner._worker.proc.pid
         os.kill(hung, signal.SIGSTOP)  # a call that never returns, as far as this process can tell
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        # Ctrl-C as the kernel may hand it over: to another thread (here the timer's), not the waiting one
+        timer = threading.Timer(0.5, lambda: signal.pthread_kill(threading.get_ident(), signal.SIGINT))
         timer.start()
         with pytest.raises(KeyboardInterrupt):
             runner.evaluate(state)

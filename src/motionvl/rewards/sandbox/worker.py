@@ -57,14 +57,27 @@ def send(sock: socket.socket, message: dict, payload: bytes | memoryview = b"", 
         sock.sendall(payload)
 
 
+# With a deadline, a wait polls in slices this long: a Ctrl-C that the kernel hands to another thread
+# (DDS, torch) only sets Python's flag, which the main thread acts on when it next runs Python code.
+SIGNAL_CHECK_S = 0.1
+
+
 def recv_exact(sock: socket.socket, size: int, deadline: float | None = None) -> bytearray:
     """`size` bytes; with a deadline (time.monotonic()), socket.timeout once it passes."""
     buf = bytearray(size)
     view, got = memoryview(buf), 0
     while got < size:
         if deadline is not None:
-            sock.settimeout(max(deadline - time.monotonic(), 1e-4))
-        n = sock.recv_into(view[got:])
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout("timed out")
+            sock.settimeout(min(remaining, SIGNAL_CHECK_S))
+            try:
+                n = sock.recv_into(view[got:])
+            except socket.timeout:
+                continue
+        else:
+            n = sock.recv_into(view[got:])
         if n == 0:
             raise ChannelClosed()
         got += n
