@@ -21,7 +21,7 @@ DEFAULT_TASK = "walk forward at 0.6 m/s with an upright torso"
 DEFAULT_MINUTES = 10.0
 DEFAULT_OUT = Path("out/demo")
 # PPO iterations per training minute on a full-speed machine of the development kind with today's defaults
-# (531-562 in 10 minutes by the clock, the held-out selection included; bench/RESULTS.md, sixtieth run).
+# (531-562 in 10 minutes by the clock, the held-out selection included).
 # A machine far below it trains a weaker 10-minute policy.
 REFERENCE_ITERATIONS_PER_MINUTE = 55
 

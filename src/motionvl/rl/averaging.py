@@ -2,7 +2,7 @@
 
 Consecutive PPO iterates of one run walk very differently at test time: on the same 512
 randomised episodes, checkpoints 25 iterations apart walked 5 m in 79 % and 94 % of them
-(bench/RESULTS.md, policy averaging), mostly through how much the heading drifts. The average
+(experiment log, bench/RESULTS.md in git history: policy averaging), mostly through how much the heading drifts. The average
 of the recent iterates is a steadier policy than any one of them. Training itself continues on
 the last iterate; only the exported and evaluated policy is the average.
 

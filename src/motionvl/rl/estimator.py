@@ -3,7 +3,7 @@
 A robot has no sensor for its base's linear velocity; the actor only sees the IMU, the joints
 and their recent history, so it learns its pace through the tracking reward alone, and policies
 trained for ten minutes here walk with an offset of 0.1-0.2 m/s under every command
-(bench/RESULTS.md, seed 3 with the gait-period schedule). Ji et al. (2022, "Concurrent Training
+(experiment log, bench/RESULTS.md in git history: seed 3 with the gait-period schedule). Ji et al. (2022, "Concurrent Training
 of a Control Policy and a State Estimator for Dynamic and Robust Legged Locomotion") train a
 small estimator network beside the policy: it regresses the base velocity from the policy's own
 observations with a supervised loss, and the policy gets the estimate as an extra input.

@@ -1,7 +1,7 @@
 """Choose the exported policy on held-out episodes: validation over the last stretch of a run.
 
 The walking quality of consecutive PPO iterates swings by tens of points within a minute of
-training (bench/RESULTS.md, "Held-out selection"), so the policy a run happens to end on can
+training (experiment log, bench/RESULTS.md in git history: "Held-out selection"), so the policy a run happens to end on can
 be a poor one. The trainer exports the policy it would export at that point (the moving average,
 or the iterate) every `selection.every` iterations of the budget's final stretch, runs it through
 the ONNX evaluation users run (`motionvl eval`, randomised episodes at `selection.command`, at the
