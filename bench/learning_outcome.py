@@ -57,7 +57,9 @@ def run_loop(args, seed: int, run_dir: Path) -> None:
         if args.settings:
             cmd += ["--settings", str(args.settings)]
     print(f"[seed {seed}] loop: {' '.join(cmd)}", flush=True)
-    subprocess.run(cmd, check=True)
+    code = subprocess.run(cmd).returncode
+    if code != 0:  # 130: stopped by Ctrl-C, resumable; the loop printed its own reason either way
+        raise SystemExit(f"[seed {seed}] the loop ended with exit status {code}; run the same command to resume")
 
 
 def run_base(args, seed: int, run_dir: Path, iterations: int, loop_dir: Path) -> Path:
