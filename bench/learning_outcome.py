@@ -1,8 +1,9 @@
 """Learning outcome of the language loop: the search against the reference reward alone at equal PPO iterations.
 
 For each seed: the full loop (`motionvl train`, offline backends by default) on the task, then the
-reference reward (RL-Base) trained from scratch for as many PPO iterations as the loop trained,
-summed over every run it made (start, every candidate, the final training); both exported policies are
+reference reward (RL-Base) trained for as many PPO iterations as the loop trained, summed over every
+run it made (start, every candidate, the final training). The loop's start is the reference reward's
+first iterations, so the base resumes a copy of it rather than training them again. Both exported policies are
 evaluated on the same held-out randomised episodes (ONNX Runtime, the robot's 500 Hz PD rate, pushes)
 at 0.6 m/s for 10 s. Goals: mean stance knee flexion at least 30 % lower than the base's, forward speed
 within 10 % of the base's, success rate (walk >= 5 m in 10 s without a fall) at least 90 %.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +79,11 @@ def run_base(args, seed: int, run_dir: Path, iterations: int, loop_dir: Path) ->
                                 overrides=tuple(training_overrides(SearchConfig.from_dict(settings["config"]))))
     spec = load_reward_spec(settings["reference_spec"]) if settings.get("reference_spec") else None
     resume = (run_dir / "checkpoints" / "latest.pt").exists()
+    start = loop_dir / "candidates" / "start"
+    if not resume and (start / "checkpoints" / "latest.pt").exists():
+        # the loop's start is the reference reward's first base_iterations: the base goes on from there
+        shutil.copytree(start, run_dir, ignore=shutil.ignore_patterns("playback", "outcome.json"), dirs_exist_ok=True)
+        resume = True
     print(f"[seed {seed}] base: the reference reward for {iterations} iterations -> {run_dir}", flush=True)
     result = train_policy(run_dir, spec, cfg, minutes=1e6, max_iterations=iterations, resume=resume,
                           progress=not args.no_progress)

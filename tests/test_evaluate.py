@@ -90,3 +90,13 @@ def test_heading_error_is_the_turn_the_command_did_not_ask_for():
     assert episode_metrics(traj, (0.5, 0.0, 0.3), 10.0)["heading_error_deg"] == pytest.approx(np.degrees(1.0))
     with pytest.raises(ConfigError, match="heading_gain"):
         evaluate("never_loaded.onnx", heading_gain=-0.5)
+
+
+def test_success_asks_the_given_share_of_the_commanded_distance():
+    traj = synthetic_gait(T=501)  # 10 s at 0.02 s, straight ahead
+    traj.qpos[:, 3:7] = [1.0, 0.0, 0.0, 0.0]
+    traj.qpos[:, 0] = np.linspace(0.0, 5.2, len(traj.time))  # 5.2 m of the 6 m 0.6 m/s asks: 87 %
+    assert not episode_metrics(traj, (0.6, 0.0, 0.0), 10.0)["success"], "the default asks 90 %"
+    assert episode_metrics(traj, (0.6, 0.0, 0.0), 10.0, success_fraction=5 / 6)["success"]
+    with pytest.raises(ConfigError, match="success_fraction"):
+        evaluate("never_loaded.onnx", success_fraction=0.0)

@@ -119,6 +119,7 @@ def test_the_ledger_holds_every_step_and_the_lineage(finished_run):
     for cid in ("start", "i1k1", "i1k2", "final"):
         trained = ledger.get("trained", cid)
         assert trained["ok"] and trained["outcome"]["evaluation"]["episodes"] == 2
+        assert trained["outcome"]["evaluation"]["success_fraction"] == pytest.approx(5 / 6), "the walking criterion"
         assert trained["trainer"] == "/policy_trainer_0", "trained by the policy_trainer node"
     # warm start: candidates continue r*'s schedules from its last iteration
     assert ledger.get("trained", "i1k1")["outcome"]["start_iteration"] == 2
@@ -334,6 +335,9 @@ def test_refused_code_a_trainer_crash_and_the_call_cap_leave_r_star_and_the_run_
     assert "unparseable" in verdicts["i1k3"]["reason"]
     second = ledger.get("decided", "i2")
     assert second["winner"] is None and "cap reached" in second["note"]
+    tried = ledger.get("synthesis", "i2")["request"]["tried"]
+    assert [(t["id"], t["parent"], t["outcome"]) for t in tried] == [("i1k1", "start", "failed"), ("i1k2", "start", "failed")]
+    assert tried[0]["code"] == refused["code"], "iteration 2 was told what iteration 1 tried (an answer lacks a spec)"
     assert summary["best"] == "start" and (run_dir / "policy.onnx").exists(), "the run finished on r*"
     assert ledger.get("trained", "final")["outcome"]["start_iteration"] == 2, "the final run continues the start"
 

@@ -109,6 +109,17 @@ def test_an_answer_repeating_the_parent_or_a_sibling_is_sent_back():
     assert "identical to r*" in server.requests[3]["messages"][-1]["content"]
 
 
+def test_an_answer_repeating_a_candidate_tried_before_is_sent_back():
+    tried_spec = json.loads(spec_text())
+    tried = [{"id": "i1k2", "parent": "start", "edits": [], "terms": tried_spec["terms"], "outcome": "gated",
+              "reason": "success rate 78.1% < 85.0%"}]
+    with RecordedAnswerServer([answer(spec_text()), answer(spec_text(0.9))]) as server:
+        candidate = synth(server).propose(request(k=1, iteration=1, parent=load_reward_spec(), tried=tried))[0]
+    assert candidate.ok and candidate.attempts == 2 and candidate.spec.term("knee_extension").weight == 0.9
+    assert "i1k2 (parent start)" in server.requests[0]["messages"][1]["content"], "the prompt shows what was tried"
+    assert "repeats i1k2, tried before (gated)" in server.requests[1]["messages"][-1]["content"]
+
+
 def test_a_server_that_refuses_json_schema_is_asked_without_it():
     with RecordedAnswerServer([status(400, "unsupported parameter: response_format"), answer(spec_text(fence="json")),
                                answer(spec_text(0.9, fence="yaml"))]) as server:

@@ -25,6 +25,9 @@ from motionvl.sim.trajectory import Trajectory
 # and ~1.5 s after a 0.5 m/s push.
 START_SETTLE_S = 1.0
 PUSH_RECOVERY_S = 1.5
+SUCCESS_FRACTION = 0.9
+"""Share of the commanded distance a successful episode covers without a fall. The trainer's checkpoint
+selection scores with it; the reward search asks its own (EvaluationConfig.success_fraction)."""
 
 
 def steady_mask(time: np.ndarray, push_times=(), settle_s: float = START_SETTLE_S,
@@ -37,7 +40,8 @@ def steady_mask(time: np.ndarray, push_times=(), settle_s: float = START_SETTLE_
     return mask
 
 
-def episode_metrics(traj: Trajectory, command, seconds: float, push_times=()) -> dict:
+def episode_metrics(traj: Trajectory, command, seconds: float, push_times=(),
+                    success_fraction: float = SUCCESS_FRACTION) -> dict:
     """Task numbers of one recorded episode (cut at its fall) for a fixed (vx, vy, yaw_rate) command.
 
     forward_distance_m: progress along the commanded direction (for a zero yaw-rate command the
@@ -48,6 +52,7 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=()) ->
     first START_SETTLE_S seconds and PUSH_RECOVERY_S after each of `push_times` (episode seconds).
     heading_error_deg: |heading turned - commanded yaw rate x time| at the end (or the fall): how far
     the robot has turned off the course its command asked for.
+    success: no fall and at least `success_fraction` of the commanded distance.
     """
     cmd = np.asarray(command, dtype=float)
     traj = truncate_at_fall(traj)
@@ -74,7 +79,7 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=()) ->
         "heading_error_deg": float(np.degrees(abs(turned - cmd[2] * duration))),
         "fell": fell,
         "time_upright_s": duration if fell else seconds,
-        "success": (not fell) and distance >= 0.9 * target,
+        "success": (not fell) and distance >= success_fraction * target,
         "task_score": float(np.clip(distance / target, 0.0, 1.0) if target > 0 else 1.0) * (duration if fell else seconds) / seconds,
         **gait_metrics(traj),
     }
@@ -105,7 +110,7 @@ def batch_evaluation_env(policy: OnnxPolicy, seconds: float = 10.0, terrain: str
 def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: str = "flat", episodes: int = 16,
              randomize: bool = False, command=(0.5, 0.0, 0.0), robot_dt: bool = True, seed: int = 0,
              robot: RobotConfig | None = None, return_trajectories: bool = False, heading_gain: float = 0.0,
-             pushes: bool = True) -> dict:
+             pushes: bool = True, success_fraction: float = SUCCESS_FRACTION) -> dict:
     """Run `episodes` parallel episodes of `seconds` and return the summary dict (means over episodes).
 
     heading_gain: 0 gives the policy the command as is; > 0 holds the heading the command asks for
@@ -114,10 +119,12 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     the randomisation, so that the whole-episode tracking error holds no push recovery.
 
     task_score: mean over episodes of min(1, distance / commanded distance) x (time upright / seconds).
-    success_rate: share of episodes without a fall that covered >= 90 % of the commanded distance.
+    success_rate: share of episodes without a fall that covered >= `success_fraction` of the commanded distance.
     action_at_clip: per joint, the share of policy steps whose action sits at the policy's clip (the
     farthest PD target its action scale allows): a joint that lives there wants more range or torque.
     """
+    if not 0.0 < success_fraction <= 1.0:
+        raise ConfigError(f"success_fraction must be in (0, 1], got {success_fraction}")
     if not heading_gain >= 0:
         raise ConfigError(f"heading_gain must be >= 0, got {heading_gain}")
     if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
@@ -141,7 +148,7 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
         at_clip += np.mean(np.abs(actions) >= clip * (1.0 - 1e-6), axis=0)
         obs, *_ = env.step(actions)
     trajs = [env.stop_recording(r) for r in recorders]
-    per_episode = [episode_metrics(t, command, seconds, env.push_times(seconds)) for t in trajs]
+    per_episode = [episode_metrics(t, command, seconds, env.push_times(seconds), success_fraction) for t in trajs]
 
     def mean(key: str) -> float | None:
         values = np.array([float(e[key]) for e in per_episode])
@@ -152,6 +159,7 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
         "policy": str(policy.path), "terrain": terrain, "episodes": int(episodes), "seconds": float(seconds),
         "command": [float(c) for c in command], "sim_dt": env.sim_dt, "decimation": env.decimation,
         "randomize": bool(randomize), "pushes": bool(randomize and pushes), "heading_gain": float(heading_gain),
+        "success_fraction": float(success_fraction),
         "forward_distance_m": mean("forward_distance_m"),
         "forward_distance_min_m": round(min(e["forward_distance_m"] for e in per_episode), 4),
         "mean_speed_mps": mean("mean_speed_mps"), "tracking_error_mps": mean("tracking_error_mps"),

@@ -50,7 +50,7 @@ _ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 
 REQUEST_KEYS = ("candidate_id", "spec", "minutes", "max_iterations", "iterations", "warm_start", "overrides",
                 "run_dir", "evaluate", "evaluation", "request_id")
-EVALUATION_KEYS = ("episodes", "seconds", "command", "randomize", "seed", "robot_dt", "pushes")
+EVALUATION_KEYS = ("episodes", "seconds", "command", "randomize", "seed", "robot_dt", "pushes", "success_fraction")
 """What a request's "evaluation" may set of motionvl.rl.evaluate.evaluate's arguments."""
 OUTCOME_FILE = "outcome.json"
 """In a job's run directory once it finished: run_job's outcome (JSON)."""

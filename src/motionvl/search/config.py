@@ -44,7 +44,7 @@ class GateConfig:
     """Hard gates a candidate must pass before it is ranked. Set by the operator; no synthesizer edits them."""
 
     min_success_rate: float = 0.85
-    """Least share of held-out randomised episodes that walk >= 90 % of the commanded distance without a fall."""
+    """Least share of held-out randomised episodes that walk (EvaluationConfig.success_fraction) without a fall."""
     max_fall_fraction: float = 0.15
     """Largest share of held-out episodes that fall."""
     max_success_drop: float = 0.05
@@ -82,7 +82,12 @@ class EvaluationConfig:
     seconds: float = 10.0
     """Length of each episode."""
     command: tuple = (0.6, 0.0, 0.0)
-    """Velocity command (vx, vy, yaw rate): walk >= 90 % of seconds x vx to succeed."""
+    """Velocity command (vx, vy, yaw rate)."""
+    success_fraction: float = 5.0 / 6.0
+    """An episode succeeds when it covers this share of the commanded distance without a fall: 5 m of the 6 m
+    of 10 s at 0.6 m/s, the project's walking criterion. A policy that tracks the command exactly spreads
+    around 6 m over randomised episodes, so asking 90 % (the trainer's checkpoint selection) would gate out
+    candidates for tracking better than an overshooting r*."""
     seed: int = 9000
     """Episodes' seed, apart from the training seeds and the trainer's own selection (7000)."""
     training_physics: bool = True
@@ -196,6 +201,7 @@ class SearchConfig:
              and self.ranking.task_weight + self.ranking.alignment_weight > 0,
              "ranking weights must be >= 0 and not both 0"),
             (self.evaluation.episodes >= 1 and self.evaluation.seconds > 0, "evaluation needs episodes >= 1, seconds > 0"),
+            (0.0 < self.evaluation.success_fraction <= 1.0, "evaluation.success_fraction must be in (0, 1]"),
             (self.playback.seconds > 0 and self.playback.frame_interval_s > 0, "playback seconds and frame interval must be > 0"),
             (self.limits.heartbeat_s > 0 and self.limits.trainer_lost_s > 0, "limits must be > 0"),
         ]

@@ -304,7 +304,7 @@ class Search:
             task=self.settings.task, iteration=it - 1, num_candidates=self.cfg.candidates,
             parent=RewardSpec.from_dict(best["spec"]), parent_statistics=(best.get("outcome") or {}).get("term_stats"),
             parent_scores=_evaluation_summary(best), feedback=best.get("feedback") if self.use_critic else None,
-            seed=self.cfg.seed * 1000 + it, temperature=self.cfg.temperature)
+            tried=self._tried(it), seed=self.cfg.seed * 1000 + it, temperature=self.cfg.temperature)
         self._state("proposing", iteration=it, best=best["id"])
         t0 = time.monotonic()
         capped = self._cap_reached()
@@ -328,6 +328,26 @@ class Search:
         record.update(ids=[f"i{it}k{k}" for k in range(1, n + 1)], wall_s=time.monotonic() - t0)
         return self.ledger.append("synthesis", key, {k: v for k, v in record.items() if k != "kind"})
 
+    def _tried(self, it: int) -> list[dict]:
+        """The candidates of iterations before `it` that did not win, from the ledger (so a resumed run sees them):
+        the synthesizer proposes none of them again."""
+        out, parent = [], START
+        for key, proposal in self.ledger.items("synthesis"):
+            decision = self.ledger.get("decided", key)
+            if int(key[1:]) >= it or decision is None:
+                continue
+            for cid, c in zip(proposal.get("ids") or [], proposal.get("candidates") or []):
+                verdict = decision["verdicts"].get(cid) or {}
+                if c.get("spec") is None or verdict.get("outcome") == "won":
+                    continue
+                trained = self.ledger.get("trained", cid) or {}
+                out.append({"id": cid, "parent": parent, "edits": c.get("edits") or [],
+                            "terms": c["spec"].get("terms"), "code": c["spec"].get("code"),
+                            "outcome": verdict.get("outcome"), "reason": verdict.get("reason"),
+                            "scores": _evaluation_summary({"evaluation": (trained.get("outcome") or {}).get("evaluation")})})
+            parent = decision.get("winner") or parent
+        return out
+
     def _cap_reached(self) -> str | None:
         """The run's cap on synthesizer calls and tokens, counted over the ledger (so a resumed run keeps it)."""
         used = usage_totals([data for _, data in self.ledger.items("synthesis")])
@@ -347,7 +367,8 @@ class Search:
                            iterations=iterations, warm_start=warm_start, overrides=tuple(overrides),
                            run_dir=str(self.candidate_dir(cid)),
                            evaluation={"episodes": ev.episodes, "seconds": ev.seconds, "command": list(ev.command),
-                                       "randomize": True, "seed": ev.seed, "robot_dt": not ev.training_physics})
+                                       "randomize": True, "seed": ev.seed, "robot_dt": not ev.training_physics,
+                                       "success_fraction": ev.success_fraction})
 
     def candidate_dir(self, cid: str) -> Path:
         return self.run_dir / "candidates" / cid
@@ -464,7 +485,7 @@ class Search:
         t0 = time.monotonic()
         evaluation = evaluate(policy, episodes=ev.episodes, seconds=ev.seconds, command=tuple(ev.command),
                               randomize=True, seed=ev.seed, robot_dt=not ev.training_physics,
-                              robot=self.robot)
+                              success_fraction=ev.success_fraction, robot=self.robot)
         stats = json.loads((run / "term_stats.json").read_text()) if (run / "term_stats.json").exists() else {}
         return {"ok": True, "trainer": "given", "reason": None, "wall_s": time.monotonic() - t0,
                 "outcome": {"candidate_id": START, "policy_path": str(policy), "run_dir": str(run),

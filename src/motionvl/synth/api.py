@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 import re
 from typing import Any
 
 from motionvl.rewards.spec import RewardSpec
 
 MAX_TASK_CHARS = 1000
+MAX_TRIED = 32
+"""Earlier candidates a request carries: a run of the gpu preset (K=10, N=5) makes at most 40 before its last round."""
 MAX_REJECTION_CHARS = 2000
 """A rejection goes back to the model for repair and into the ledger: long enough for every problem of a
 spec, short enough not to swamp the prompt."""
@@ -91,6 +94,10 @@ class SynthesisRequest:
     feedback: dict | None = None
     """The critic's MotionFeedback (as a dict) on the parent's rollout: descriptors, measured values,
     contradictions, suggestions."""
+    tried: list = dataclasses.field(default_factory=list)
+    """Earlier candidates that did not become r* (newest last, at most MAX_TRIED): {id, parent, edits (term diff
+    against their parent), terms and code (their spec's), outcome, reason, scores}. A backend proposes none of
+    them again, and a model reads why they lost."""
     seed: int = 0
     """Makes the rules backend's choices and the model's sampling repeatable."""
     temperature: float = 0.3
@@ -119,17 +126,22 @@ class SynthesisRequest:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 2.0:
             raise SynthesisError(f"temperature must be a number within [0, 2], got {t!r}")
+        tried = self.tried or []
+        if not isinstance(tried, list) or not all(isinstance(x, dict) for x in tried):
+            raise SynthesisError("tried must be a list of candidate records (mappings)")
         for name in ("parent_statistics", "parent_scores"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, dict):
                 raise SynthesisError(f"{name} must be a mapping (the run's JSON file), got {type(value).__name__}")
         return dataclasses.replace(self, task=task, parent=_spec_from(self.parent, "request.parent"),
-                                   feedback=_feedback_dict(self.feedback), temperature=float(t))
+                                   feedback=_feedback_dict(self.feedback), temperature=float(t), tried=tried[-MAX_TRIED:])
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(dataclasses.replace(self, parent=None))
         out["parent"] = self.parent.to_dict() if isinstance(self.parent, RewardSpec) else self.parent
         out["feedback"] = _feedback_dict(self.feedback)
+        if not out["tried"]:
+            del out["tried"]  # a request without history keeps the key it had before `tried` existed (replay)
         return out
 
     @classmethod
@@ -190,6 +202,16 @@ def rejected(reason: str, *, prompt: str = "", response: str = "", attempts: int
              exchanges: list | None = None) -> Candidate:
     return Candidate(spec=None, ok=False, rejection=bounded(reason), prompt=prompt, response=response,
                      attempts=attempts, usage=usage or empty_usage(), exchanges=exchanges or [])
+
+
+def spec_fingerprint(spec: RewardSpec | dict) -> str:
+    """What makes two specs the same reward: their terms (weights, parameters, sources) and code."""
+    raw = spec.to_dict() if isinstance(spec, RewardSpec) else spec
+    terms = {}
+    for name, t in (raw.get("terms") or {}).items():
+        t = t if isinstance(t, dict) else {"weight": t}
+        terms[name] = [round(float(t.get("weight") or 0.0), 6), t.get("params") or {}, t.get("source") or "library"]
+    return json.dumps([terms, (raw.get("code") or "").strip()], sort_keys=True, default=str)
 
 
 def term_diff(parent: RewardSpec | None, spec: RewardSpec) -> list[dict]:

@@ -51,7 +51,7 @@ Answer with exactly one JSON object and nothing else:
 Give the complete spec (every term you keep, not only the changed ones)."""
 
 EVAL_KEYS = (
-    ("success_rate", "", "share of episodes walking >= 5 m without falling"),
+    ("success_rate", "", "share of episodes that walk (5 m of the 6 m commanded) without falling"),
     ("fell_fraction", "", "share of episodes that fell"),
     ("task_score", "", "reward-free task score"),
     ("forward_distance_m", "m", "forward distance per episode"),
@@ -215,6 +215,33 @@ def scores_section(scores: dict | None) -> str:
     return "\n".join(lines)
 
 
+_TRIED_SCORES = (("success_rate", "success", "pct"), ("fell_fraction", "falls", "pct"),
+                 ("mean_speed_mps", "speed", "m/s"), ("knee_angle_stance_deg", "stance knee", "deg"))
+
+
+def _edit_text(edit: dict) -> str:
+    change, new = edit.get("change"), edit.get("new")
+    if change == "removed":
+        return f"removed {edit.get('term')}"
+    if change == "added" and isinstance(new, dict):
+        return f"added {edit.get('term')} (weight {new.get('weight')}, params {new.get('params') or {}})"
+    return f"{edit.get('term')} {change} {edit.get('old')} -> {new}"
+
+
+def tried_section(tried: list[dict]) -> str:
+    """Earlier candidates that did not become r*: what they changed and why they lost."""
+    lines = []
+    for t in tried:
+        edits = "; ".join(_edit_text(e) for e in t.get("edits") or []) or "no term-level change"
+        scores = t.get("scores") or {}
+        measured = ", ".join(f"{label} {100 * v:.0f}%" if kind == "pct" else f"{label} {_fmt(v)} {kind}"
+                             for key, label, kind in _TRIED_SCORES
+                             if isinstance(v := scores.get(key), (int, float)) and not isinstance(v, bool))
+        lines.append(f"- {t.get('id', '?')} (parent {t.get('parent', '?')}): {edits}. {t.get('outcome', '?')}: "
+                     f"{bounded(t.get('reason') or '', 300)}" + (f" ({measured})" if measured else ""))
+    return "\n".join(lines)
+
+
 def feedback_section(feedback: dict | None, max_descriptors: int = 30) -> str:
     """The critic's description of the parent's motion, with measured values and contradictions."""
     if not feedback:
@@ -283,6 +310,8 @@ def build_prompt(request: SynthesisRequest, *, robot=None, max_prompt_chars: int
         "scores": "## Reward-free evaluation of r*\n" + scores_section(request.parent_scores)
         if request.parent_scores else "",
         "feedback": "## The critic on r*'s motion\n" + feedback_section(request.feedback) if request.feedback else "",
+        "tried": "## Tried before, did not become r* (do not propose these again)\n" + tried_section(request.tried)
+        if request.tried else "",
         "ask": "## Now\n" + ("Revise r* for the task with conservative, focused edits, using the statistics, scores and "
                              "critic above." if revision else
                              "Write a reward for the task, starting from the reference reward and changing what the "
@@ -298,6 +327,7 @@ def build_prompt(request: SynthesisRequest, *, robot=None, max_prompt_chars: int
         ("statistics", lambda: bounded(sections["statistics"], 3000)),
         ("feedback", lambda: bounded(sections["feedback"], 2000)),
         ("scores", lambda: bounded(sections["scores"], 1500)),
+        ("tried", lambda: bounded(sections["tried"], 2000)),
     ]
     for key, smaller in shrink:
         if total() <= max_prompt_chars:

@@ -19,7 +19,7 @@ import time
 
 from motionvl.rewards.spec import RewardSpec, load_reward_spec
 from motionvl.synth.api import (Candidate, RewardSynthesizer, SynthesisError, SynthesisRequest, add_usage, bounded,
-                                empty_usage, rejected, term_diff)
+                                empty_usage, rejected, spec_fingerprint, term_diff)
 from motionvl.synth.context import DEFAULT_MAX_PROMPT_CHARS, Prompt, answer_format, build_prompt
 from motionvl.synth.parsing import AnswerError, extract_spec
 from motionvl.synth.validation import check_spec
@@ -155,14 +155,16 @@ class ModelSynthesizer(RewardSynthesizer):
         spec, rejection = check_spec(raw, where=f"candidate {k}", robot=self.robot)
         if spec is None:
             return None, rationale, rejection
-        def same(a: RewardSpec, b: RewardSpec) -> bool:
-            return a.to_dict()["terms"] == b.to_dict()["terms"] and (a.code or None) == (b.code or None)
-
-        if same(spec, parent):
+        mine = spec_fingerprint(spec)
+        if mine == spec_fingerprint(parent):
             return None, rationale, "the spec is identical to r*'s terms: change at least one weight, parameter or term"
         for j, c in enumerate(earlier):
-            if c.ok and same(spec, c.spec):
+            if c.ok and mine == spec_fingerprint(c.spec):
                 return None, rationale, f"the spec repeats candidate #{j} of this round: propose a different edit"
+        for t in request.tried:
+            if mine == spec_fingerprint(t):
+                return None, rationale, (f"the spec repeats {t.get('id', 'an earlier candidate')}, tried before "
+                                         f"({t.get('outcome', '?')}): propose a different edit")
         return spec, rationale, None
 
 

@@ -31,7 +31,8 @@ import numpy as np
 
 from motionvl.rewards.spec import RewardSpec, TermSpec, load_reward_spec
 from motionvl.rewards.terms import ALIASES, REGISTRY
-from motionvl.synth.api import Candidate, RewardSynthesizer, SynthesisRequest, empty_usage, rejected, term_diff
+from motionvl.synth.api import (Candidate, RewardSynthesizer, SynthesisRequest, empty_usage, rejected, spec_fingerprint,
+                                term_diff)
 from motionvl.synth.context import term_levels
 from motionvl.synth.parsing import spec_answer
 from motionvl.synth.validation import check_spec
@@ -431,15 +432,15 @@ class RulesSynthesizer(RewardSynthesizer):
         rng = np.random.default_rng([request.seed, request.iteration])
         options = self._options(moves, rng)
         out: list[Candidate] = []
-        seen = [parent.to_dict()["terms"]]
+        seen = {spec_fingerprint(parent.to_dict())} | {spec_fingerprint(t) for t in request.tried}
         for label, chosen, edits in options:
             if len(out) == request.num_candidates:
                 break
             name = f"{parent.name or 'reward'}_i{request.iteration}_k{len(out)}"[:80]
             raw = apply_edits(parent, edits, name, f"{parent.description} (rules: {label})".strip())
-            if raw["terms"] in seen and raw.get("code") == (parent.code or None):
+            if spec_fingerprint(raw) in seen:  # r* itself, or a candidate an earlier iteration tried
                 continue
-            seen.append(raw["terms"])
+            seen.add(spec_fingerprint(raw))
             rationale = "rules (model-free): " + "; ".join(m.reason for m in chosen)
             spec, rejection = check_spec(raw, where=f"rules candidate {len(out)}", robot=self.robot)
             response = spec_answer(raw, rationale)
@@ -450,7 +451,8 @@ class RulesSynthesizer(RewardSynthesizer):
                                  usage=empty_usage(), edits=term_diff(parent, spec), rationale=rationale))
         found_count = len(out)
         while len(out) < request.num_candidates:
-            out.append(rejected(f"no further distinct edit: the rules found {found_count} for this input", prompt=summary))
+            out.append(rejected(f"no further distinct edit: the rules found {found_count} for this input that no "
+                                f"earlier candidate ({len(request.tried)} tried) made", prompt=summary))
         return out
 
     @staticmethod
