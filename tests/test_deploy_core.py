@@ -193,6 +193,9 @@ def test_config_is_validated():
         DeployConfig(command_rate_hz=75.0).validate(ROBOT)
     with pytest.raises(ConfigError, match="fall_clear_tilt"):
         DeployConfig(fall_tilt=0.3, fall_clear_tilt=0.5).validate(ROBOT)
+    with pytest.raises(ConfigError, match="out_of_order_limit must be >= 1.*out_of_order_window|out_of_order_window"
+                                          ".*out_of_order_limit must be >= 1"):
+        DeployConfig(out_of_order_limit=0, out_of_order_window=0.0).validate(ROBOT)
     assert DeployConfig(path="torque").command_period(ROBOT) == ROBOT.sim_dt
     assert DeployConfig(path="pd").decimation(ROBOT) == 1
     assert DeployConfig(path="pd", command_rate_hz=500).decimation(ROBOT) == ROBOT.decimation
@@ -460,6 +463,80 @@ def test_second_writer_estop_and_rearm():
     assert c.cycle().mode == Mode.DAMP
 
 
+def test_more_than_one_state_publisher_damps_and_blocks_arming():
+    """Two sources on a state topic (a stale bag playing, a simulator left running) interleave: the
+    controller would act on whichever came last. A fault in an armed mode, a refusal in PASSIVE, and
+    re-arming waits until one source is left."""
+    c, clock, _ = running("pd", allow_rearm=True)
+    c.state_writers = {"/joint_states": ["/robot/drives"], "/imu/data": ["/robot/drives"]}
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.RUN
+    c.state_writers["/joint_states"] = ["/robot/drives", "/bag_player"]
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.DAMP
+    fault = c.modes.faults[0]
+    assert fault.kind == "second_state_writer" and "2 publishers on /joint_states" in fault.reason
+    assert "/bag_player" in fault.reason
+    ok, message = c.rearm()
+    assert not ok and "/bag_player" in message
+    c.state_writers["/joint_states"] = ["/robot/drives"]
+    assert c.rearm()[0]
+
+    c = Controller(ROBOT, DeployConfig(), clock=FakeClock())
+    feed(c, ROBOT.default_pose, np.zeros(J), c.clock)
+    c.state_writers = {"/imu/data": ["/robot/drives", "/simulator"]}
+    assert c.cycle().mode == Mode.PASSIVE and not c.modes.faults  # nothing to protect in PASSIVE: a refusal
+    ok, message = c.request_mode("STAND")
+    assert not ok and "2 publishers on /imu/data" in message
+
+
+def test_a_state_stamped_older_than_the_one_in_force_is_dropped_and_counted():
+    """An older joint state or IMU reading never replaces the newer one: here each would be a fault
+    (a joint beyond its limit, a fall) if it were taken. One stray drop is counted, no fault; a
+    repeated stamp is taken (a frozen driver is the stale check's business)."""
+    c, clock, _ = running("pd")
+    m = c.mapping
+    newest = c.inputs.joints.last_stamp
+    q, quat = c.inputs.joint_pos.copy(), c.inputs.base_quat.copy()
+    beyond = np.where(np.arange(J) == 2, ROBOT.upper[2] + 0.5, ROBOT.default_pose)
+    c.joint_state(m.motor_names, m.to_motor_position(beyond), np.zeros(J), newest - 0.5)
+    c.imu(*m.base_to_imu(quat_from_euler(0.0, 1.2, 0.0), np.zeros(3)), newest - 0.5)
+    np.testing.assert_array_equal(c.inputs.joint_pos, q)
+    np.testing.assert_array_equal(c.inputs.base_quat, quat)
+    assert c.inputs.joints.last_stamp == newest
+    assert c.status()["dropped"] == {"joint_states": 1, "imu": 1}
+    assert c.cycle().mode == Mode.RUN and not c.modes.faults
+    c.joint_state(m.motor_names, m.to_motor_position(beyond), np.zeros(J), newest)  # same stamp: taken
+    assert c.cycle().mode == Mode.DAMP and c.modes.faults[0].kind == "joint_limit"
+
+
+def test_repeated_older_stamps_are_a_fault_until_they_stop():
+    c, clock, _ = running("pd", allow_rearm=True, out_of_order_limit=3, out_of_order_window=1.0, state_timeout=10.0)
+    m = c.mapping
+    old = c.inputs.joints.last_stamp - 1.0
+    for k in range(3):  # a bag replaying an hour-old run next to the robot's drives
+        clock.t += 0.01
+        c.joint_state(m.motor_names, m.to_motor_position(ROBOT.default_pose), np.zeros(J), old + 0.01 * k)
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.DAMP
+    fault = c.modes.faults[0]
+    assert fault.kind == "out_of_order_state" and fault.reason.startswith("joint_states: 3 messages within 1 s")
+    assert f"latest dropped {old + 0.02:.3f}" in fault.reason
+    ok, message = c.rearm()
+    assert not ok and "out_of_order_state" in message
+    clock.t += 1.0  # the window passes with no drop: the condition clears
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.rearm()[0]
+
+    # drops further apart than the window are each only counted
+    c, clock, _ = running("pd", out_of_order_limit=2, out_of_order_window=0.1, state_timeout=10.0)
+    for _ in range(5):
+        c.imu(*m.base_to_imu(np.array([1.0, 0.0, 0.0, 0.0]), np.zeros(3)), c.inputs.imu.last_stamp - 1.0)
+        feed(c, ROBOT.default_pose, np.zeros(J), clock, dt=0.15)
+        assert c.cycle().mode == Mode.RUN, c.modes.faults
+    assert c.status()["dropped"]["imu"] == 5
+
+
 def test_fall_has_hysteresis():
     c = Controller(ROBOT, DeployConfig(fall_tilt=0.8, fall_clear_tilt=0.4, allow_rearm=True), clock=FakeClock())
     clock = c.clock
@@ -627,8 +704,8 @@ def test_a_bad_message_superseded_before_the_cycle_still_damps(path):
     is still a fault at that cycle (the IMU usually comes faster than the command cycles)."""
     c, clock, _ = running(path)
     m = c.mapping
-    c.imu(np.array([np.nan, 0.0, 0.0, 0.0]), np.zeros(3), clock.t)
-    feed(c, ROBOT.default_pose, np.zeros(J), clock)  # a clean IMU and joint state follow
+    c.imu(np.array([np.nan, 0.0, 0.0, 0.0]), np.zeros(3), clock.t - 100.0)
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)  # a clean IMU and joint state follow, newer
     cmd = c.cycle()
     assert cmd.mode == Mode.DAMP and c.modes.faults[0].kind == "non_finite_input"
 

@@ -125,6 +125,11 @@ class Drives:
         with self.lock:
             return self.statuses[-1] if self.statuses else {}
 
+    def diagnostic_values(self) -> dict:
+        """key -> value of the newest /diagnostics the node published ({} before the first)."""
+        with self.lock:
+            return {kv.key: kv.value for kv in self.diagnostics[-1].status[0].values} if self.diagnostics else {}
+
     # ------------------------------------------------------------------ services
     def call(self, service: str, timeout: float = 10.0):
         if service not in self.clients:
@@ -390,6 +395,66 @@ def test_second_writer_damps_and_refuses_the_start(deployment, ros_context):
     squatter.destroy_node()
 
 
+def test_second_state_publisher_damps_and_blocks_rearming_while_it_stays(deployment, ros_context):
+    """A stale bag playing or a simulator left running beside the drives: its states would interleave
+    with the robot's. A second publisher on joint_states damps, with the reason on ~/status and
+    /diagnostics; re-arming is refused while it is there, and once it is gone the node stands again."""
+    node, drives = deployment("pd", allow_rearm=True)
+    stand(node, drives)
+    stale_bag = Node(f"stale_bag_{uuid.uuid4().hex[:6]}", namespace=drives.node.get_namespace(), context=ros_context)
+    stale_bag.create_publisher(JointState, "joint_states", 10)  # it need not publish: being there is the fault
+    for _ in range(500):  # discovery takes its time: states until the node has seen it
+        command = drives.step(ROBOT.default_pose)
+        if command.mode == Mode.DAMP:
+            break
+    assert_damping(command, drives, node)
+    fault = node.controller.modes.faults[0]
+    assert fault.kind == "second_state_writer", fault
+    assert f"2 publishers on {drives.node.get_namespace()}/joint_states" in fault.reason
+    assert stale_bag.get_name() in fault.reason
+    assert wait_for(lambda: stale_bag.get_name() in " ".join(drives.status().get("faults", [])))
+    assert wait_for(lambda: stale_bag.get_name() in drives.diagnostic_values().get("faults", ""))
+    response = drives.call("rearm")
+    assert not response.success and stale_bag.get_name() in response.message
+    stale_bag.destroy_node()
+    assert wait_for(lambda: drives.call("rearm").success), "re-arm still refused after the second publisher left"
+    enter_stand(drives)
+
+
+def test_older_joint_states_are_dropped_and_repeated_ones_fault(deployment):
+    """A joint state stamped older than the one in force changes nothing: here it is beyond a joint
+    limit, a fault if it were taken, yet the next (newer) state, the sentinel, is answered with the
+    torque law of that sentinel's own state, undamped. The drop is counted on /diagnostics; three
+    within out_of_order_window damp, with the reason."""
+    node, drives = deployment("torque", stand_seconds=0.02, out_of_order_window=600.0)
+    robot, m = drives.robot, drives.mapping
+    stand(node, drives)
+    beyond = np.where(np.arange(J) == 9, ROBOT.upper[9] + 0.3, ROBOT.default_pose)
+
+    def publish_older(dropped: int) -> None:
+        newest = drives.stamp
+        drives.publish(beyond, stamp=newest - 0.5)
+        drives.stamp = newest  # the drives' own stream goes on from where it was
+        # the node's subscription keeps one message: each older one is waited for before the next
+        assert wait_for(lambda: node.controller.inputs.joints.dropped == dropped), "older state not seen"
+
+    publish_older(1)
+    sentinel = robot.default_pose + np.where(np.arange(J) % 2 == 0, 0.05, -0.05)
+    command = drives.step(sentinel)
+    q = m.from_motor_position(m.to_motor_position(sentinel))  # as received
+    want = np.clip(robot.kp * (robot.default_pose - q), -robot.effort_limit, robot.effort_limit)
+    np.testing.assert_array_equal(m.from_motor_signed(command.tau), want)
+    assert node.controller.mode == Mode.STAND and not node.controller.modes.faults
+    assert wait_for(lambda: drives.diagnostic_values().get("dropped_joint_states") == "1")
+
+    publish_older(2)
+    publish_older(3)
+    assert_damping(drives.step(ROBOT.default_pose), drives, node)
+    fault = node.controller.modes.faults[0]
+    assert fault.kind == "out_of_order_state" and fault.reason.startswith("joint_states: 3 messages"), fault
+    assert wait_for(lambda: "older than the newest taken" in " ".join(drives.status().get("faults", [])))
+
+
 def test_load_policy_refused_outside_passive_and_damp(deployment):
     node, drives = deployment("pd")
     response = drives.call("load_policy")
@@ -416,7 +481,6 @@ def test_dry_run_runs_everything_and_publishes_no_command(deployment):
     # no publisher on the command topic at all (nothing can arrive)
     assert drives.node.count_publishers(f"{drives.node.get_namespace()}/{drives.topic}") == 0
     assert wait_for(lambda: any(s.name.endswith("controller") for d in drives.diagnostics for s in d.status))
-    with drives.lock:
-        values = {kv.key: kv.value for kv in drives.diagnostics[-1].status[0].values}
+    values = drives.diagnostic_values()
     for key in ("mode", "latency_p99_ms", "period_p99_ms", "overruns", "clips_target", "realtime"):
         assert key in values

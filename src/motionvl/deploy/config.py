@@ -42,6 +42,13 @@ class DeployConfig:
     state_timeout: float = 0.1
     """s of monotonic time: joint states or IMU silent, or with stamps that do not advance, for longer
     is a fault."""
+    out_of_order_limit: int = 3
+    """This many messages of one state stream dropped within `out_of_order_window` for a stamp older
+    than the newest one taken is a fault (one stray message is only dropped and counted: a second
+    source, e.g. a stale bag playing, or a clock that went back, repeats)."""
+    out_of_order_window: float = 1.0
+    """s of monotonic time: see out_of_order_limit. The fault's condition (which blocks re-arming and
+    leaving PASSIVE) clears this long after the last drop."""
     overrun_periods: int = 3
     """A cycle that finishes more than this many policy periods after its trigger (one long cycle, or
     a streak of late ones adding up; in RUN only a policy step in time ends a streak) is a fault.
@@ -78,8 +85,8 @@ class DeployConfig:
             if ratio < 1 - 1e-9 or abs(ratio - round(ratio)) > 1e-6:
                 problems.append(f"command_rate_hz {self.command_rate_hz:g} must be a whole multiple of the policy "
                                 f"rate {1 / robot.control_dt:g} Hz")
-        for name in ("stand_seconds", "state_timeout", "cmd_vel_timeout", "gyro_bound", "fall_tilt",
-                     "fall_clear_tilt", "velocity_bound_scale", "gain_limit_scale"):
+        for name in ("stand_seconds", "state_timeout", "out_of_order_window", "cmd_vel_timeout", "gyro_bound",
+                     "fall_tilt", "fall_clear_tilt", "velocity_bound_scale", "gain_limit_scale"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 < self.soft_limit_factor <= 1:
@@ -96,8 +103,9 @@ class DeployConfig:
         for name in ("joint_limit_margin", "damping_scale", "feedforward_limit"):
             if not getattr(self, name) >= 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.overrun_periods < 1:
-            problems.append(f"overrun_periods must be >= 1, got {self.overrun_periods}")
+        for name in ("overrun_periods", "out_of_order_limit"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if len(self.cmd_vel_accel) != 3 or not all(a > 0 for a in self.cmd_vel_accel):
             problems.append(f"cmd_vel_accel must be three numbers > 0, got {list(self.cmd_vel_accel)}")
         if len(self.cmd_vel_ranges) != 3 or not all(len(r) == 2 and r[0] <= 0 <= r[1] for r in self.cmd_vel_ranges):

@@ -8,7 +8,9 @@ configured limits. Not thread-safe: a transport with several threads holds one l
 
 A fault found by a cycle changes that cycle's command: DAMP goes out at the next command after
 the bad input arrived. Every message is checked as it arrives and what it showed is kept for the
-next cycle, so a bad reading replaced by a clean one before that cycle still counts. In PASSIVE
+next cycle, so a bad reading replaced by a clean one before that cycle still counts. A message
+stamped older than the newest one taken is dropped (counted, and a fault when it repeats): with
+two sources on a state topic the controller would otherwise act on whichever came last. In PASSIVE
 (zero torque, nothing to protect) the same checks only block leaving PASSIVE; in every other
 mode they latch (see `motionvl.deploy.modes`).
 """
@@ -75,7 +77,7 @@ class Controller:
         self.builder = CommandBuilder(robot, config, self.mapping)
         self.modes = ModeMachine(allow_rearm=config.allow_rearm)
         self.monitor = FaultMonitor(robot, config)
-        self.inputs = SensorInputs(robot.num_joints)
+        self.inputs = SensorInputs(robot.num_joints, drops_kept=config.out_of_order_limit)
         self.velocity = VelocityCommand(config)
         self.period = config.command_period(robot)
         self.decimation = config.decimation(robot)
@@ -84,6 +86,8 @@ class Controller:
         self.cycle_index = 0
         self.command_writers = 0
         """Other publishers on the command topic (the transport counts them)."""
+        self.state_writers: dict[str, list[str]] = {}
+        """Publishers on each state topic, by name (the transport lists them): more than one is a fault."""
         self.last_command: Command | None = None
         self._ramp: StandRamp | None = None
         self._target: np.ndarray | None = None
@@ -98,7 +102,8 @@ class Controller:
         """A joint state message in motor names and motor space (`stamp`: its header time, s)."""
         now = self.clock() if now is None else now
         inputs = self.inputs
-        inputs.joints.arrived(float(stamp), now)
+        if not inputs.joints.arrived(float(stamp), now):
+            return  # older than the state in force: counted, never acted on
         try:
             order = self.mapping.motor_order(names)
             pos = np.asarray(position, dtype=np.float64)[order]
@@ -124,7 +129,8 @@ class Controller:
         """An IMU reading in the IMU's frame: orientation in the world (w, x, y, z) and gyro (rad/s)."""
         now = self.clock() if now is None else now
         inputs = self.inputs
-        inputs.imu.arrived(float(stamp), now)
+        if not inputs.imu.arrived(float(stamp), now):
+            return  # older than the reading in force: counted, never acted on
         quat, gyro = np.asarray(quat_wxyz, dtype=np.float64), np.asarray(gyro, dtype=np.float64)
         bad = first_non_finite(("w", "x", "y", "z"), {"orientation": quat}) or \
             first_non_finite(("x", "y", "z"), {"angular_velocity": gyro})
@@ -164,9 +170,7 @@ class Controller:
             missing = [s.name for s, v in ((self.inputs.joints, self.inputs.joint_pos),
                                            (self.inputs.imu, self.inputs.base_quat)) if v is None]
             present.append(Fault("stale_state", f"no usable message yet on {', '.join(missing)}", self.cycle_index))
-        if self.command_writers > 0:
-            present.append(self._writer_fault())
-        return present
+        return present + self._writer_faults()
 
     def request_mode(self, mode: Mode | str) -> tuple[bool, str]:
         """Ask for a mode; (accepted, message naming why not)."""
@@ -231,8 +235,7 @@ class Controller:
         found = self.monitor.check(self.inputs, start, self.cycle_index)
         found += [f for kind, f in self._seen.items() if all(g.kind != kind for g in found)]
         self._seen.clear()
-        if self.command_writers > 0:
-            found.append(self._writer_fault())
+        found += self._writer_faults()
         if self.mode != Mode.PASSIVE:
             for fault in found:
                 self._fault(fault)
@@ -293,9 +296,19 @@ class Controller:
             return self.policy.contract.command_ranges
         return self.config.cmd_vel_ranges
 
-    def _writer_fault(self) -> Fault:
-        return Fault("second_writer", f"{self.command_writers} other publisher(s) on the command topic",
-                     self.cycle_index)
+    def _writer_faults(self) -> list[Fault]:
+        """Another writer on the command topic (the robot would take two controllers' commands), or
+        more than one on a state topic (the controller would act on whichever message came last)."""
+        out = []
+        if self.command_writers > 0:
+            out.append(Fault("second_writer", f"{self.command_writers} other publisher(s) on the command topic",
+                             self.cycle_index))
+        crowded = [f"{len(names)} publishers on {topic} ({', '.join(names)})"
+                   for topic, names in self.state_writers.items() if len(names) > 1]
+        if crowded:
+            out.append(Fault("second_state_writer", "; ".join(crowded) + ": the state must come from one source",
+                             self.cycle_index))
+        return out
 
     def _fault(self, fault: Fault) -> None:
         before = self.mode
@@ -384,5 +397,7 @@ class Controller:
             "policy": None if self.policy is None else str(self.policy.path),
             "path": self.config.path, "dry_run": self.config.dry_run, "cycle": self.cycle_index,
             "policy_steps": self._policy_steps, "command": [round(float(v), 4) for v in self.velocity.value],
-            "clips": dict(self.builder.clips), **self.stats.summary(),
+            "clips": dict(self.builder.clips),
+            "dropped": {s.name: s.dropped for s in (self.inputs.joints, self.inputs.imu)},
+            **self.stats.summary(),
         }

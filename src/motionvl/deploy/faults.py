@@ -5,6 +5,10 @@ with their stamps and monotonic arrival times; `FaultMonitor.check` turns them i
 
 - stale: joint states or IMU silent longer than `state_timeout` of monotonic time, or arriving
   with stamps that do not advance for that long (a frozen driver still publishing);
+- out of order: a message whose stamp is older than the newest one taken never replaces the
+  state (`StreamClock.arrived` refuses it: the controller drops and counts it); `out_of_order_limit`
+  such drops of one stream within `out_of_order_window` are a fault (a second source such as a
+  stale bag playing, or a clock that went back);
 - non-finite: NaN or inf anywhere in a message (kept from its arrival until a clean one comes);
 - joint limit: a measured position beyond its hard limit by more than `joint_limit_margin`;
 - joint velocity beyond `velocity_bound_scale` x its limit; gyro beyond `gyro_bound`;
@@ -12,12 +16,13 @@ with their stamps and monotonic arrival times; `FaultMonitor.check` turns them i
 The state checks run on every message as it arrives too (`joint_faults`, `imu_faults`): the
 controller keeps what they find until its next cycle, so a bad reading that a clean one replaced
 before that cycle (the IMU usually comes faster than the cycles) is still a fault there.
-The policy's NaN output, overruns, the e-stop and a second command writer are raised by the
-controller where it sees them.
+The policy's NaN output, overruns, the e-stop and a second writer on the command or a state topic
+are raised by the controller where it sees them.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import numpy as np
@@ -37,12 +42,35 @@ class StreamClock:
     last_stamp: float | None = None
     advanced_at: float | None = None
     """Arrival time of the newest message whose stamp advanced past the one before."""
+    drops_kept: int = 3
+    """How many drop times `recent_drops` keeps (the controller sets out_of_order_limit)."""
+    dropped: int = 0
+    """Messages refused since start: a stamp older than `last_stamp`."""
+    last_dropped_stamp: float | None = None
+    recent_drops: collections.deque = dataclasses.field(init=False, repr=False)
+    """Arrival times of the latest `drops_kept` refusals."""
 
-    def arrived(self, stamp: float, now: float) -> None:
+    def __post_init__(self) -> None:
+        self.recent_drops = collections.deque(maxlen=self.drops_kept)
+
+    def arrived(self, stamp: float, now: float) -> bool:
+        """Book a message; False when its stamp is older than the newest taken: the caller must drop
+        it (it would replace a newer state with an older one). An equal stamp is taken: a driver
+        repeating its last state is the stale check's business, not a reordering."""
+        self.last_arrival = now
+        if self.last_stamp is not None and stamp < self.last_stamp:
+            self.dropped += 1
+            self.last_dropped_stamp = stamp
+            self.recent_drops.append(now)
+            return False
         if self.last_stamp is None or stamp > self.last_stamp:
             self.advanced_at = now
-        self.last_stamp = stamp if self.last_stamp is None else max(stamp, self.last_stamp)
-        self.last_arrival = now
+        self.last_stamp = stamp
+        return True
+
+    def drops_within(self, window: float, now: float) -> int:
+        """Refusals in the last `window` seconds (at most `drops_kept` are remembered)."""
+        return sum(1 for t in self.recent_drops if now - t <= window)
 
     def staleness(self, now: float) -> float | None:
         """Seconds since the stream last brought a new stamp; None before its first message."""
@@ -60,11 +88,17 @@ class SensorInputs:
     """wxyz, base frame in the world."""
     base_gyro: np.ndarray | None = None
     """rad/s, base frame."""
-    joints: StreamClock = dataclasses.field(default_factory=lambda: StreamClock("joint_states"))
-    imu: StreamClock = dataclasses.field(default_factory=lambda: StreamClock("imu"))
+    drops_kept: int = 3
+    """Out-of-order drops each stream remembers (the controller sets out_of_order_limit)."""
+    joints: StreamClock = dataclasses.field(init=False)
+    imu: StreamClock = dataclasses.field(init=False)
     bad_joint_message: str | None = None
     """Why the newest joint state was not usable (NaN/inf, missing joints); None when it was."""
     bad_imu_message: str | None = None
+
+    def __post_init__(self) -> None:
+        self.joints = StreamClock("joint_states", drops_kept=self.drops_kept)
+        self.imu = StreamClock("imu", drops_kept=self.drops_kept)
 
     @property
     def complete(self) -> bool:
@@ -110,6 +144,12 @@ class FaultMonitor:
                 what = "silent" if silent else "arriving with stamps that do not advance"
                 out.append(Fault("stale_state", f"{stream.name} {what} for {age:.3f} s (timeout "
                                                 f"{cfg.state_timeout:g} s)", cycle))
+            if stream.drops_within(cfg.out_of_order_window, now) >= cfg.out_of_order_limit:
+                out.append(Fault("out_of_order_state", f"{stream.name}: {cfg.out_of_order_limit} messages within "
+                                                       f"{cfg.out_of_order_window:g} s older than the newest taken "
+                                                       f"(stamp {stream.last_stamp:.3f} s; latest dropped "
+                                                       f"{stream.last_dropped_stamp:.3f} s), dropped: a second source "
+                                                       "or a clock that went back", cycle))
         for bad in (inputs.bad_joint_message, inputs.bad_imu_message):
             if bad:
                 out.append(Fault("non_finite_input", bad, cycle))

@@ -33,8 +33,8 @@ TRANSITIONS = {
 }
 """The requests each mode accepts (to itself is always a no-op success)."""
 
-FAULT_KINDS = ("estop", "stale_state", "non_finite_input", "non_finite_policy", "joint_limit", "joint_velocity",
-               "gyro", "fall", "overrun", "second_writer", "internal")
+FAULT_KINDS = ("estop", "stale_state", "out_of_order_state", "non_finite_input", "non_finite_policy", "joint_limit",
+               "joint_velocity", "gyro", "fall", "overrun", "second_writer", "second_state_writer", "internal")
 
 
 @dataclasses.dataclass(frozen=True)

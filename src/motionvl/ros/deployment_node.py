@@ -13,6 +13,11 @@ Subscribes (motor names and space; see the robot config's `hardware:` section):
                                         message whose stamp advances triggers a cycle, paced to the
                                         command rate by its stamp (a drive publishing faster than
                                         that does not speed up the policy or the STAND ramp).
+                                        On joint_states and imu/data alike: one publisher only (a
+                                        second one, e.g. a stale bag playing or a simulator left
+                                        running, is a fault), and a message stamped older than the
+                                        newest one taken is dropped and counted (out_of_order_limit
+                                        of them within out_of_order_window is a fault).
   imu/data      sensor_msgs/Imu         orientation and gyro in the IMU's mounted frame. Sensor-data
                                         QoS (best effort, depth 5).
   cmd_vel       geometry_msgs/Twist     the velocity command: clipped to the policy's trained
@@ -89,6 +94,9 @@ PARAMETERS = {
     "fall_tilt": (0.8, "rad: base tilt at which the robot has fallen (a fault)."),
     "fall_clear_tilt": (0.4, "rad: the fall condition clears only below this tilt (hysteresis)."),
     "state_timeout": (0.1, "s: joint states or IMU silent, or with stamps not advancing, this long is a fault."),
+    "out_of_order_limit": (3, "This many joint states (or IMU readings) within out_of_order_window stamped older than "
+                              "the newest one taken (each dropped, never acted on) is a fault."),
+    "out_of_order_window": (1.0, "s: see out_of_order_limit; the fault's condition clears this long after the last drop."),
     "overrun_periods": (3, "A cycle finishing more than this many policy periods late (in total over a streak, which in RUN "
                         "only a policy step in time ends) is a fault."),
     "damping_scale": (1.0, "DAMP and exit: Kd = this x the configured Kd."),
@@ -124,8 +132,8 @@ def deploy_config(p: dict) -> DeployConfig:
     """The controller's settings from the node's parameters."""
     fields = {f: p[f] for f in ("path", "command_rate_hz", "stand_seconds", "soft_limit_factor", "joint_limit_margin",
                                 "velocity_bound_scale", "gyro_bound", "fall_tilt", "fall_clear_tilt", "state_timeout",
-                                "overrun_periods", "damping_scale", "gain_limit_scale", "feedforward_limit",
-                                "cmd_vel_timeout", "allow_rearm", "dry_run")}
+                                "out_of_order_limit", "out_of_order_window", "overrun_periods", "damping_scale",
+                                "gain_limit_scale", "feedforward_limit", "cmd_vel_timeout", "allow_rearm", "dry_run")}
     return DeployConfig(**fields, cmd_vel_accel=(p["cmd_vel_accel"], p["cmd_vel_accel"], p["cmd_yaw_accel"]))
 
 
@@ -170,8 +178,10 @@ class DeploymentNode(Node):
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", DIAGNOSTICS_QOS)
         self.cycle_pub = self.create_publisher(Header, "~/cycle", COMMAND_QOS) if p["publish_cycle_stamps"] else None
 
-        self.create_subscription(JointState, "joint_states", self._on_joint_state, STATE_QOS)
-        self.create_subscription(Imu, "imu/data", self._on_imu, qos_profile_sensor_data)
+        # the resolved names (remappings applied) are what the publisher check must look at
+        self.state_topics = [
+            self.create_subscription(JointState, "joint_states", self._on_joint_state, STATE_QOS).topic_name,
+            self.create_subscription(Imu, "imu/data", self._on_imu, qos_profile_sensor_data).topic_name]
         self.create_subscription(Twist, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
         for mode in Mode:
             self.create_service(Trigger, f"~/set_mode/{mode.value.lower()}", self._mode_service(mode))
@@ -353,13 +363,17 @@ class DeploymentNode(Node):
         return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------ other writers
+    def _publishing_nodes(self, topic: str, ours: int = 0) -> list:
+        """The nodes (namespace/name) publishing on `topic`, less this node's own `ours` publishers."""
+        me = f"{self.get_namespace().rstrip('/')}/{self.get_name()}"
+        names = [f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in self.get_publishers_info_by_topic(topic)]
+        for _ in range(ours):
+            if me in names:
+                names.remove(me)
+        return names
+
     def _other_writers(self) -> list:
-        ours = 0 if self.command_pub is None else 1
-        infos = self.get_publishers_info_by_topic(self.command_topic)
-        others = [f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in infos]
-        if ours and f"{self.get_namespace().rstrip('/')}/{self.get_name()}" in others:
-            others.remove(f"{self.get_namespace().rstrip('/')}/{self.get_name()}")
-        return others
+        return self._publishing_nodes(self.command_topic, ours=0 if self.command_pub is None else 1)
 
     def _check_writers_at_start(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -373,12 +387,19 @@ class DeploymentNode(Node):
             time.sleep(0.02)
 
     def _check_writers(self) -> None:
+        """One writer on the command topic (ours) and one on each state topic (the robot's), or a fault."""
         others = self._other_writers()
+        state_writers = {topic: self._publishing_nodes(topic) for topic in self.state_topics}
         with self.lock:
-            before = self.controller.command_writers
+            before = self.controller.command_writers, self.controller.state_writers
             self.controller.command_writers = len(others)
-        if others and not before:
+            self.controller.state_writers = state_writers
+        if others and not before[0]:
             self.get_logger().error(f"another publisher on {self.command_topic}: {others}")
+        for topic, names in state_writers.items():
+            if len(names) > 1 and len(before[1].get(topic, ())) <= 1:
+                self.get_logger().error(f"{len(names)} publishers on {topic}: {names}; the state must come from one "
+                                        "source")
 
     # ------------------------------------------------------------------ reporting
     def _publish_status(self, force: bool = False) -> None:
@@ -414,6 +435,7 @@ class DeploymentNode(Node):
                   "command_topic": self.command_topic, "dry_run": s["dry_run"], "cycles": s["cycles"],
                   "policy_steps": s["policy_steps"], "overruns": s["overruns"], "lost_cycles": s["lost_cycles"],
                   "command_velocity": s["command"], "realtime": self.realtime.describe(),
+                  **{f"dropped_{k}": v for k, v in s["dropped"].items()},
                   **{f"clips_{k}": v for k, v in s["clips"].items()}}
         for name in ("period_ms", "period_error_ms", "latency_ms", "inference_ms"):
             for stat in ("p50", "p99", "max"):
