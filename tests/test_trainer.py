@@ -392,3 +392,21 @@ def test_a_resumed_session_walks_the_same_rough_ground_with_new_random_draws(rob
     assert first.env.rng.random() != resumed.env.rng.random()
     other_run, _ = build_runner(dataclasses.replace(cfg, seed=cfg.seed + 1), PlaceholderReward(), robot)
     assert not np.array_equal(first.env.model.hfield_data, other_run.env.model.hfield_data)
+
+
+def test_train_policy_and_eval_take_the_robot_config_they_are_given(tmp_path, capsys):
+    from deploy_fixtures import write_robot_yaml
+    from motionvl.cli import main
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY_TRAINING_YAML))
+    robot_yaml = write_robot_yaml(tmp_path, name="cli_test_biped")
+    out = tmp_path / "run"
+    assert main(["train-policy", "--out", str(out), "--config", str(config), "--max-iterations", "1", "--eval-episodes",
+                 "1", "--eval-seconds", "0.2", "--no-progress", "--robot-config", str(robot_yaml)]) == 0
+    assert load_policy(out / "policy.onnx").contract.robot_name == "cli_test_biped"
+    assert main(["eval", "--policy", str(out / "policy.onnx"), "--seconds", "0.2", "--episodes", "1",
+                 "--robot-config", str(robot_yaml)]) == 0
+    capsys.readouterr()
+    assert main(["train-policy", "--out", str(tmp_path / "other"), "--robot-config", str(tmp_path / "no.yaml")]) == 2
+    assert "no.yaml" in capsys.readouterr().err

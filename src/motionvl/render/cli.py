@@ -31,7 +31,7 @@ def add_common_rollout_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fixed velocity command (default: 0.5 0 0 for a policy, 0 0 0 for 'stand')")
     parser.add_argument("--terrain", choices=("flat", "rough"), default="flat")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--robot", default=None, help="robot config YAML (default: the package's config/robot.yaml)")
+    parser.add_argument("--robot-config", default=None, help="robot YAML (default: the package's config/robot.yaml)")
     parser.add_argument("--width", type=int, default=320, help="frame width in pixels (default 320)")
     parser.add_argument("--height", type=int, default=240, help="frame height in pixels (default 240)")
     parser.add_argument("--every", type=float, default=0.1, help="seconds between frames (default 0.1, as in the paper)")
@@ -63,7 +63,7 @@ def rollout_from_args(args):
     from motionvl.render.rollout import rollout_policy
     from motionvl.robot import load_robot_config
 
-    robot = load_robot_config(args.robot)
+    robot = load_robot_config(args.robot_config)
     policy, name = load_policy_arg(args.policy, robot)
     command = tuple(args.command) if args.command is not None else ((0.5, 0.0, 0.0) if policy is not None else (0.0, 0.0, 0.0))
     traj = rollout_policy(policy, robot, seconds=args.seconds, command=command, terrain=args.terrain, seed=args.seed)

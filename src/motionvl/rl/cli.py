@@ -39,6 +39,8 @@ class TrainPolicyArgs:
     --set ppo.desired_kl=0.03 --set env.commands.curriculum=false."""
     max_iterations: int | None = dataclasses.field(default=None, metadata={"type": int})
     """Stop after this many PPO iterations in total."""
+    robot_config: str | None = None
+    """Robot YAML to train and evaluate on (default: the package's config/robot.yaml)."""
     eval_episodes: int = 16
     """Episodes of the final evaluation (0 skips it)."""
     eval_seconds: float = 10.0
@@ -54,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from motionvl.rl.evaluate import evaluate
     from motionvl.rl.trainer import train_policy
-    from motionvl.robot import ConfigError
+    from motionvl.robot import ConfigError, load_robot_config
 
     a = args_to_dataclass(args, TrainPolicyArgs)
     out = Path(a.out)
@@ -68,8 +70,10 @@ def run(args: argparse.Namespace) -> int:
         # --num-envs / --seed are shorthands for --set, checked the same way
         shorthands = [f"env.num_envs={a.num_envs}"] * (a.num_envs is not None) + [f"seed={a.seed}"] * (a.seed is not None)
         cfg = TrainConfig.from_yaml(config_path, overrides=[*(a.set or ()), *shorthands])
+        robot = load_robot_config(a.robot_config) if a.robot_config else None
         result = train_policy(out, reward_spec=a.reward, train_cfg=cfg, minutes=a.minutes, resume=a.resume,
-                              progress=a.progress, max_iterations=a.max_iterations, warm_start=a.warm_start)
+                              progress=a.progress, max_iterations=a.max_iterations, warm_start=a.warm_start,
+                              robot=robot)
     except (ConfigError, FileNotFoundError, FileExistsError) as exc:
         print(f"motionvl train-policy: {exc}", file=sys.stderr)
         return 2
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     summary = {"run_dir": str(result.run_dir), "iterations": result.iterations, "total_steps": result.total_steps,
                "train_steps_per_s": round(result.steps_per_s, 1), "train_minutes": round(result.elapsed_s / 60, 2)}
     if a.eval_episodes > 0:
-        summary.update(evaluate(result.policy_path, seconds=a.eval_seconds, episodes=a.eval_episodes))
+        summary.update(evaluate(result.policy_path, seconds=a.eval_seconds, episodes=a.eval_episodes, robot=robot))
         (out / "eval.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
     return 0

@@ -38,8 +38,8 @@ class EvalArgs:
     """Simulate at the robot config's sim_dt/decimation (500 Hz PD); --no-robot-dt uses the training dt."""
     seed: int = 0
     """Seed of the initial states."""
-    robot: str | None = None
-    """Robot config YAML (default: the package's config/robot.yaml)."""
+    robot_config: str | None = None
+    """Robot YAML (default: the package's config/robot.yaml)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         result = evaluate(a.policy, seconds=a.seconds, terrain=a.terrain, episodes=a.episodes, randomize=a.randomize,
                           command=tuple(a.command), robot_dt=a.robot_dt, seed=a.seed, heading_gain=a.heading_gain,
                           pushes=a.pushes,
-                          robot=load_robot_config(a.robot) if a.robot else None)
+                          robot=load_robot_config(a.robot_config) if a.robot_config else None)
     except (FileNotFoundError, ContractError, ConfigError) as exc:
         print(f"motionvl eval: {exc}", file=sys.stderr)
         return 2
