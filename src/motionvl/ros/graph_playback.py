@@ -54,8 +54,6 @@ from motionvl.search.playback import SUMMARY_FILE, CritiqueRequest, PlaybackResu
 
 COMMAND_PUBLISH_HZ = 10.0
 RETRY_PERIOD_S = 0.1
-REARM_CHECK_S = 2.0
-"""How long a re-armed deployment node may take to publish a status without latched faults before it is re-armed again."""
 MODES = ("damp", "passive", "stand", "run")
 
 COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
@@ -221,22 +219,6 @@ class GraphPlayback:
             again = time.monotonic() + RETRY_PERIOD_S
             self._wait(lambda again=again: time.monotonic() >= again, 1.0 + RETRY_PERIOD_S, what)
 
-    def _rearm_until_clean(self, timeout_s: float) -> None:
-        """Re-arm until a status shows no latched fault: this candidate's faults and transitions count from
-        there. A fault latched by the state stream catching up after the reset (a late tilt, a stalled
-        simulator on a loaded machine) is re-armed again rather than left to time out."""
-        end = time.monotonic() + timeout_s
-        while True:
-            self._trigger(self.rearm_client, "deployment ~/rearm", retry_until_s=max(0.0, end - time.monotonic()))
-            try:
-                self._wait(self._statuses_from_clean, min(REARM_CHECK_S, max(0.1, end - time.monotonic())),
-                           "the deployment node's status still shows latched faults")
-                return
-            except PlaybackError:
-                if time.monotonic() >= end:
-                    raise PlaybackError(f"the deployment node's status still shows latched faults within "
-                                        f"{timeout_s:g} s: {_faults(self._status)}") from None
-
     def _statuses_from_clean(self) -> bool:
         """(Under self._changed) True once the newest status has no latched fault, keeping only it."""
         if self._status is None or _faults(self._status):
@@ -282,7 +264,9 @@ class GraphPlayback:
             self._set_policy(policy_path)
             self._trigger(self.reset_client, "simulator ~/reset")
             self._trigger(self.load_client, "deployment ~/load_policy")
-            self._rearm_until_clean(step)
+            self._trigger(self.rearm_client, "deployment ~/rearm", retry_until_s=step)
+            # this candidate's faults and transitions: from the first status without the last one's latched faults
+            self._wait(self._statuses_from_clean, step, "the deployment node's status still shows latched faults")
             self._trigger(self.mode_clients["passive"], "deployment ~/set_mode/passive")
             self._commanding = True
             self._trigger(self.mode_clients["stand"], "deployment ~/set_mode/stand", retry_until_s=step)
