@@ -3,12 +3,13 @@
     ros2 launch motionvl deploy.launch.py policy:=/abs/policy.onnx [path:=pd|torque] [sim:=true] [record:=true]
 
 Starts the deployment node with the `deployment` section of config/nodes.yaml (policy, path and
-robot_config from the launch arguments). On a robot it stays in PASSIVE until an operator calls
-its services (~/set_mode/stand, then ~/set_mode/run). With sim:=true the simulator starts too, in
-hardware emulation (the robot config's hardware section, both command paths, a virtual gantry
-released when STAND completes), publishing at the command rate of the path, and the deployment
-node runs PASSIVE -> STAND -> RUN by itself. record:=true records the deployment topics into a
-bag (MCAP) under bag_dir with the recorder.
+robot_config from the launch arguments, which win over the params file). On a robot it stays in PASSIVE
+until an operator calls its services (~/set_mode/stand, then ~/set_mode/run). With sim:=true the
+simulator starts too, in hardware emulation (the robot config's hardware section, both command paths, a
+virtual gantry released when STAND completes), publishing at the command rate of the path and /clock,
+and the deployment node runs PASSIVE -> STAND -> RUN by itself. Every node but the simulator runs on the
+simulator's clock with sim:=true and on the system clock on a robot (use_sim_time follows `sim`).
+record:=true records the deployment topics into a bag (MCAP) under bag_dir with the recorder.
 """
 
 from launch import LaunchDescription
@@ -16,6 +17,7 @@ from launch.actions import DeclareLaunchArgument
 from launch.conditions import IfCondition, UnlessCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
 from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
 PACKAGE = "motionvl"
@@ -23,16 +25,20 @@ RECORDED = ["joint_states", "imu/data", "odom", "foot_forces", "cmd_vel", "joint
             "joint_effort_commands", "joint_effort_commands/joint_names", "deployment/status", "/diagnostics"]
 
 
+def _text(name: str) -> ParameterValue:
+    """A launch argument passed as text (launch_ros would otherwise read it as YAML)."""
+    return ParameterValue(LaunchConfiguration(name), value_type=str)
+
+
 def generate_launch_description():
     params_file = LaunchConfiguration("params_file")
-    robot_config = LaunchConfiguration("robot_config")
-    policy = LaunchConfiguration("policy")
-    path = LaunchConfiguration("path")
     sim = LaunchConfiguration("sim")
     record = LaunchConfiguration("record")
-    deployment = {"robot_config": robot_config, "policy": policy, "path": path}
+    use_sim_time = ParameterValue(sim, value_type=bool)
+    deployment = {"robot_config": _text("robot_config"), "policy": _text("policy"), "path": _text("path"),
+                  "use_sim_time": use_sim_time}
     # the simulator publishes a state per command cycle: 50 Hz for drive-side PD, 500 Hz for host torques
-    rate = PythonExpression(["500.0 if '", path, "' == 'torque' else 50.0"])
+    rate = PythonExpression(["500.0 if '", LaunchConfiguration("path"), "' == 'torque' else 50.0"])
     return LaunchDescription([
         DeclareLaunchArgument(
             "params_file", default_value=PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "nodes.yaml"]),
@@ -46,13 +52,13 @@ def generate_launch_description():
         Node(package=PACKAGE, executable="deployment_node", name="deployment", output="screen", emulate_tty=True,
              parameters=[params_file, deployment], condition=UnlessCondition(sim)),
         Node(package=PACKAGE, executable="deployment_node", name="deployment", output="screen", emulate_tty=True,
-             parameters=[params_file, deployment, {"autostart": "run"}], condition=IfCondition(sim)),
+             parameters=[params_file, {**deployment, "autostart": "run"}], condition=IfCondition(sim)),
         Node(package=PACKAGE, executable="simulator_node", name="simulator", output="screen", emulate_tty=True,
-             parameters=[params_file, {"robot_config": robot_config, "mode": "effort", "gantry": True,
+             parameters=[params_file, {"robot_config": _text("robot_config"), "mode": "effort", "gantry": True,
                                        "emulate_hardware": True, "publish_rate_hz": rate}],
              condition=IfCondition(sim)),
         Node(package=PACKAGE, executable="recorder_node", name="recorder", output="screen", emulate_tty=True,
-             parameters=[params_file, {"topics": RECORDED, "output_dir": LaunchConfiguration("bag_dir"),
-                                       "use_sim_time": False}],
+             parameters=[params_file, {"topics": RECORDED, "output_dir": _text("bag_dir"),
+                                       "use_sim_time": use_sim_time}],
              condition=IfCondition(record)),
     ])

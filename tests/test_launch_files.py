@@ -1,4 +1,5 @@
-"""Launch files can't run here (no `launch` on PyPI): check what can be checked without it.
+"""The launch files' structure, read without `launch` (not on PyPI); tests/test_launch_arguments.py starts
+the processes they describe.
 
 Every launch file parses, defines generate_launch_description(), starts only executables that
 setup.py installs as console scripts of this package, names nodes that config/nodes.yaml has
@@ -136,46 +137,19 @@ def test_ros_launch_tests_compile():
         compile(path.read_text(), str(path), "exec")
 
 
-def _dict_keys(node, dicts: dict) -> set:
-    """Constant keys of a dict literal, following names bound to dict literals and `**name` unpacking."""
-    if isinstance(node, ast.Name):
-        node = dicts.get(node.id)
-    if not isinstance(node, ast.Dict):
-        return set()
-    keys = set()
-    for key, value in zip(node.keys, node.values):
-        if key is None:  # {**robot, ...}
-            keys |= _dict_keys(value, dicts)
-        elif isinstance(key, ast.Constant):
-            keys.add(key.value)
-    return keys
-
-
 def test_every_node_gets_the_same_robot_and_world():
-    """One robot config and one terrain for the whole graph: config/nodes.yaml sets robot and terrain for
-    all nodes at once (/**), every launch file passes its robot_config argument to each node that loads
-    the robot, and every node that loads the robot or builds a floor declares the parameters it reads."""
+    """One robot config and one terrain for the whole graph: the shipped params files have node sections only
+    (a `/**` section would outrank the launch arguments, see config/nodes.yaml), and every node that loads the
+    robot or builds a floor declares the parameters it reads (tests/test_launch_arguments.py checks that the
+    launch files' robot_config reaches each)."""
     import re
 
-    raw = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    assert set(raw["/**"]["ros__parameters"]) >= {"robot_config", "terrain", "terrain_seed"}
-    for name, section in raw.items():
-        if name != "/**":
+    for shipped in ("nodes.yaml", "simulation_playback.yaml"):
+        raw = yaml.safe_load((ROOT / "config" / shipped).read_text())
+        assert "/**" not in raw, f"config/{shipped} has a /** section"
+        for name, section in raw.items():
             assert not {"robot_config", "terrain", "terrain_seed"} & set(section["ros__parameters"]), name
     node_sources = {p.stem: p.read_text() for p in (ROOT / "src" / "motionvl" / "ros").glob("*_node.py")}
-    for path in LAUNCH_FILES:
-        tree = ast.parse(path.read_text())
-        dicts = {a.targets[0].id: a.value for a in ast.walk(tree)  # `deployment = {...}` in the function body
-                 if isinstance(a, ast.Assign) and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Dict)}
-        for call in ast.walk(tree):
-            if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Node"):
-                continue
-            kw = {k.arg: k.value for k in call.keywords}
-            executable = kw["executable"].value if isinstance(kw["executable"], ast.Constant) else None
-            if executable is not None and "load_robot_config(" not in node_sources[executable]:
-                continue  # a node without a robot (the recorder); a loop over the node table passes it to all
-            keys = set().union(*(_dict_keys(p, dicts) for p in kw["parameters"].elts))
-            assert "robot_config" in keys, f"{path.name}: {executable or 'a node'} does not get the robot_config argument"
     for name, source in node_sources.items():
         declared = set(re.findall(r'^\s+"(\w+)": \(', source, re.M))
         if "load_robot_config(" in source:
@@ -185,8 +159,8 @@ def test_every_node_gets_the_same_robot_and_world():
 
 
 def test_trainer_processes_get_the_graphs_robot_from_the_params_file(tmp_path):
-    """`motionvl train` starts trainers with the params file's policy_trainer section: the whole graph's
-    section (/**) comes with it, so a trainer trains on the robot every other node uses."""
+    """`motionvl train` starts trainers with the params file's policy_trainer section: a whole-graph section
+    (/**) of a params file of the user's comes with it, so a trainer trains on the robot every other node uses."""
     from motionvl.ros.train_graph import node_parameters
 
     params = tmp_path / "nodes.yaml"
@@ -195,4 +169,4 @@ def test_trainer_processes_get_the_graphs_robot_from_the_params_file(tmp_path):
     assert node_parameters(params, "policy_trainer") == {"robot_config": "/robots/mine.yaml", "terrain": "flat",
                                                          "runs_dir": "r"}
     assert node_parameters(params, "orchestrator") == {"robot_config": "/robots/mine.yaml", "terrain": "rough"}
-    assert node_parameters(ROOT / "config" / "nodes.yaml", "policy_trainer")["robot_config"] == ""
+    assert "robot_config" not in node_parameters(ROOT / "config" / "nodes.yaml", "policy_trainer")

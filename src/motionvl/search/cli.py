@@ -149,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
                     "critic_model": args.critic_model or "", "critic_base_url": args.critic_base_url or "",
                     "device": args.device, "train_config": settings.train_config or "",
                     "start_run": settings.start_run or "", "render": not args.no_render, "playback": playback,
-                    "robot_config": settings.robot_config}  # None: the params file's (config/nodes.yaml /**)
+                    "robot_config": settings.robot_config}  # None: the node default (the package robot)
     synthesizer = None
     if synth_node:
         from motionvl.search.config import SearchConfig

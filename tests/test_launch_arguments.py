@@ -1,0 +1,417 @@
+"""Launch arguments and `-p` win over config/nodes.yaml: the values nodes really run with.
+
+Every node is started as its own process with the exact command line launch_ros gives it for this
+package's launch files (tests/launch_model.py: its params files in order, then the generated `/**` file of
+the launch arguments), or with a README command as written, and is asked for its parameters through its
+parameter services (what `ros2 param get` reads). Launch arguments that are launch logic (which nodes
+start, how many) are listed in LAUNCH_LOGIC and checked for their effect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+rclpy = pytest.importorskip("rclpy")
+from rcl_interfaces.srv import GetParameters  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.parameter import parameter_value_to_python  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+import launch_model  # noqa: E402
+from render_fixtures import egl_works  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TRAIN, DEPLOY = ROOT / "launch" / "train.launch.py", ROOT / "launch" / "deploy.launch.py"
+START_TIMEOUT_S = 120.0  # a node's parameter services appear once it is built (imports, a GL context, a model)
+
+# Launch arguments that decide which nodes start, how many, or from where: checked for that effect.
+LAUNCH_LOGIC = {
+    TRAIN.name: {"record", "trainers", "params_file", "resume"},
+    DEPLOY.name: {"sim", "record", "params_file", "bag_dir"},
+}
+ROBOT_NODES = ("simulator", "camera_renderer", "vlm_critic", "reward_synthesizer", "deployment", "orchestrator",
+               "policy_trainer_0", "policy_trainer_1")
+
+
+def _train_expectations(values: dict) -> dict:
+    """argument -> {node: (parameter, value the node must hold)}: what each argument of train.launch.py sets."""
+    def to(*pairs):
+        return {node: (param, value) for node, param, value in pairs}
+
+    trainers = ("policy_trainer_0", "policy_trainer_1")
+    return {
+        "task": to(("orchestrator", "task", values["task"])),
+        "mode": to(("orchestrator", "mode", values["mode"])),
+        "preset": to(("orchestrator", "preset", values["preset"])),
+        "run_dir": to(("orchestrator", "run_dir", values["run_dir"]), ("recorder", "output_dir", f"{values['run_dir']}/bags"),
+                      *[(t, "runs_dir", f"{values['run_dir']}/candidates") for t in trainers]),
+        "synthesizer": to(("orchestrator", "synthesizer", values["synthesizer"]),
+                          ("reward_synthesizer", "backend", values["synthesizer"])),
+        "synth_base_url": to(("orchestrator", "synth_base_url", values["synth_base_url"]),
+                             ("reward_synthesizer", "base_url", values["synth_base_url"])),
+        "synth_model": to(("orchestrator", "synth_model", values["synth_model"]),
+                          ("reward_synthesizer", "model", values["synth_model"])),
+        "synth_model_dir": to(("reward_synthesizer", "model_dir", values["synth_model_dir"])),
+        "critic": to(("orchestrator", "critic", values["critic"]), ("vlm_critic", "backend", values["critic"])),
+        "critic_base_url": to(("orchestrator", "critic_base_url", values["critic_base_url"]),
+                              ("vlm_critic", "base_url", values["critic_base_url"])),
+        "critic_model": to(("orchestrator", "critic_model", values["critic_model"]),
+                           ("vlm_critic", "model", values["critic_model"])),
+        "settings_file": to(("orchestrator", "settings_file", values["settings_file"])),
+        "train_config": to(("orchestrator", "train_config", values["train_config"]),
+                           *[(t, "training_config", values["train_config"]) for t in trainers]),
+        "robot_config": to(*[(n, "robot_config", values["robot_config"]) for n in ROBOT_NODES]),
+        "playback": to(("orchestrator", "playback", values["playback"])),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+class Graph:
+    """Node processes on a DDS domain of their own, and a client that reads their parameters."""
+
+    def __init__(self, tmp_path: Path, domain: int):
+        self.tmp = tmp_path
+        self.env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+                    "PYTHONUNBUFFERED": "1"}
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=domain)
+        self.node = rclpy.create_node("launch_argument_probe", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, argv: list) -> None:
+        log = self.tmp / f"{name}.log"
+        with open(log, "wb") as out:
+            self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                env=self.env, cwd=ROOT, start_new_session=True)
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")
+
+    def parameters(self, name: str, names: list) -> dict:
+        client = self.node.create_client(GetParameters, f"/{name}/get_parameters")
+        try:
+            end = self._deadline()
+            while not client.wait_for_service(timeout_sec=0.5):
+                proc = self.procs.get(name)
+                assert proc is None or proc.poll() is None, f"{name} exited ({proc.returncode}):\n{self.log(name)[-3000:]}"
+                assert self._now() < end, f"{name} offers no parameter service:\n{self.log(name)[-3000:]}"
+            future = client.call_async(GetParameters.Request(names=list(names)))
+            self.executor.spin_until_future_complete(future, timeout_sec=30.0)
+            assert future.done(), f"{name} did not answer get_parameters"
+            return {n: parameter_value_to_python(v) for n, v in zip(names, future.result().values)}
+        finally:
+            self.node.destroy_client(client)
+
+    def latched_status(self, topic: str) -> dict:
+        import json
+
+        got: list = []
+        qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        sub = self.node.create_subscription(String, topic, lambda m: got.append(json.loads(m.data)), qos)
+        try:
+            end = self._deadline()
+            while not got and self._now() < end:
+                self.executor.spin_once(timeout_sec=0.2)
+        finally:
+            self.node.destroy_subscription(sub)
+        assert got, f"nothing on {topic}"
+        return got[-1]
+
+    def stop(self) -> dict:
+        """SIGINT every process (as launch does on shutdown); their exit codes."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        codes = {}
+        for name, proc in self.procs.items():
+            try:
+                codes[name] = proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                codes[name] = "hung"
+        return codes
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+
+    @staticmethod
+    def _now() -> float:
+        import time
+
+        return time.monotonic()
+
+    def _deadline(self) -> float:
+        return self._now() + START_TIMEOUT_S
+
+
+@pytest.fixture
+def graph(tmp_path):
+    domain = int(os.environ.get("ROS_DOMAIN_ID", "1")) % 100 + 120  # away from the suite's own domain
+    made = Graph(tmp_path, domain)
+    yield made
+    made.close()
+
+
+def _assert_clean_exits(graph: Graph, codes: dict) -> None:
+    bad = {name: code for name, code in codes.items() if code != 0 or "Traceback" in graph.log(name)}
+    assert not bad, "\n\n".join(f"{name}: exit {code}\n{graph.log(name)[-2500:]}" for name, code in bad.items())
+
+
+def _robot_copy(tmp_path: Path) -> str:
+    path = tmp_path / "my_robot.yaml"  # the package's robot under another path: an argument value to spot
+    path.write_text((ROOT / "config" / "robot.yaml").read_text().replace(
+        "urdf: urdf/", f"urdf: {ROOT / 'urdf'}/", 1))
+    return str(path)
+
+
+def _checked_arguments(launch_file: Path, expectations: dict, workdir: Path) -> None:
+    declared = set(launch_model.evaluate(launch_file, {}, workdir=workdir).arguments)
+    unaccounted = declared - set(expectations) - LAUNCH_LOGIC[launch_file.name]
+    assert not unaccounted, f"{launch_file.name}: arguments neither checked for their value nor listed as launch logic: " \
+                            f"{sorted(unaccounted)}"
+
+
+# ---------------------------------------------------------------------------------------------- train.launch.py
+@pytest.mark.skipif(not egl_works(), reason="camera_renderer needs EGL (MUJOCO_GL=egl)")
+def test_every_train_launch_argument_reaches_the_nodes_that_take_it(graph, tmp_path):
+    training = tmp_path / "training.yaml"
+    training.write_text(yaml.safe_dump({"env": {"num_envs": 8}}))
+    params_file = tmp_path / "my_nodes.yaml"  # params_file:= is read: a value only it sets shows up
+    nodes_yaml = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
+    nodes_yaml["camera_renderer"]["ros__parameters"]["width"] = 96
+    params_file.write_text(yaml.safe_dump(nodes_yaml))
+    values = {"task": "walk forward with straight knees", "mode": "synth", "preset": "cpu",
+              "run_dir": str(tmp_path / "run"), "synthesizer": "openai", "synth_base_url": "http://127.0.0.1:9/v1",
+              "synth_model": "007",  # text that YAML would read as a number
+              "synth_model_dir": str(tmp_path / "llm"), "critic": "openai", "critic_base_url": "http://127.0.0.1:9/v2",
+              "critic_model": "vlm-1", "settings_file": str(ROOT / "tests" / "data" / "search_tiny.yaml"),
+              "train_config": str(training), "robot_config": _robot_copy(tmp_path), "playback": "ros"}
+    expectations = _train_expectations(values)
+    _checked_arguments(TRAIN, expectations, tmp_path)
+    launch = launch_model.evaluate(TRAIN, {**values, "record": "true", "trainers": "2", "params_file": str(params_file)},
+                                   workdir=tmp_path)
+    assert {n.name for n in launch.nodes} == {"simulator", "camera_renderer", "vlm_critic", "reward_synthesizer",
+                                             "deployment", "policy_trainer_0", "policy_trainer_1", "orchestrator",
+                                             "recorder"}
+    assert launch.generated("orchestrator")["resume"] is False
+    for process in launch.nodes:
+        graph.start(process.name, process.argv)
+    wanted: dict = {}
+    for argument, targets in expectations.items():
+        for node, (param, value) in targets.items():
+            wanted.setdefault(node, {})[param] = (argument, value)
+    problems = []
+    for node, params in sorted(wanted.items()):
+        got = graph.parameters(node, sorted(params))
+        problems += [f"{argument}:={values[argument]!r}: {node}.{param} is {got[param]!r}, not {value!r}"
+                     for param, (argument, value) in params.items() if got[param] != value]
+    assert graph.parameters("camera_renderer", ["width"]) == {"width": 96}, "params_file:= was not read"
+    # the simulator and deployment node also take config/simulation_playback.yaml over the params file
+    assert graph.parameters("simulator", ["mode", "lockstep"]) == {"mode": "effort", "lockstep": True}
+    assert graph.parameters("deployment", ["allow_rearm"]) == {"allow_rearm": True}
+    _assert_clean_exits(graph, graph.stop())
+    assert not problems, "launch arguments lost:\n" + "\n".join(problems)
+
+
+def test_train_launch_resume_reaches_the_orchestrator(tmp_path):
+    launch = launch_model.evaluate(TRAIN, {"resume": "true", "run_dir": str(tmp_path)}, workdir=tmp_path)
+    assert launch.generated("orchestrator")["resume"] is True
+
+
+def test_a_failed_search_ends_the_launch_with_an_error_line_naming_it(tmp_path, caplog):
+    """The launch's exit handler: the orchestrator's exit code decides, its output names the failure."""
+    launch = launch_model.evaluate(TRAIN, {"task": "x"}, workdir=tmp_path)
+    on_output = next(h.kwargs["on_stderr"] for h in launch.handlers if isinstance(h, launch_model.OnProcessIO))
+    on_exit = next(h.kwargs["on_exit"] for h in launch.handlers if isinstance(h, launch_model.OnProcessExit))
+    orchestrator = launch.node("orchestrator").action
+    assert all(h.kwargs["target_action"] is orchestrator for h in launch.handlers)
+
+    class Event:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    on_output(Event(text=b"[INFO] [orchestrator]: searching\n[ERROR] [orchestrator]: search failed: SearchError: "
+                         b"--start-run /x: needs a training run directory\n"))
+    with caplog.at_level("INFO"):
+        actions = on_exit(Event(returncode=1), None)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "exit code 1" in errors[0].message and "--start-run /x" in errors[0].message
+    assert isinstance(actions[0].event, launch_model.Shutdown)
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        on_exit(Event(returncode=0), None)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+# ---------------------------------------------------------------------------------------------- deploy.launch.py
+@pytest.fixture
+def policy(tmp_path) -> str:
+    from motionvl.deploy.random_policy import write_random_policy
+
+    return str(write_random_policy(tmp_path / "policy.onnx"))
+
+
+def test_deploy_launch_in_simulation_commands_the_simulated_drives_with_every_argument(graph, tmp_path, policy):
+    robot = _robot_copy(tmp_path)
+    values = {"policy": policy, "path": "torque", "robot_config": robot, "sim": "true", "record": "true",
+              "bag_dir": str(tmp_path / "bags")}
+    expectations = {"policy": {"deployment": ("policy", policy)}, "path": {"deployment": ("path", "torque")},
+                    "robot_config": {"deployment": ("robot_config", robot), "simulator": ("robot_config", robot)}}
+    _checked_arguments(DEPLOY, expectations, tmp_path)
+    launch = launch_model.evaluate(DEPLOY, values, workdir=tmp_path)
+    assert {n.name for n in launch.nodes} == {"deployment", "simulator", "recorder"}
+    for process in launch.nodes:
+        graph.start(process.name, process.argv)
+    got = graph.parameters("deployment", ["policy", "path", "robot_config", "autostart", "use_sim_time"])
+    assert got == {"policy": policy, "path": "torque", "robot_config": robot, "autostart": "run", "use_sim_time": True}
+    got = graph.parameters("simulator", ["mode", "publish_rate_hz", "robot_config", "gantry", "emulate_hardware"])
+    assert got == {"mode": "effort", "publish_rate_hz": 500.0, "robot_config": robot, "gantry": True,
+                   "emulate_hardware": True}
+    got = graph.parameters("recorder", ["output_dir", "use_sim_time"])
+    assert got == {"output_dir": str(tmp_path / "bags"), "use_sim_time": True}
+    status = graph.latched_status("/deployment/status")
+    assert status["path"] == "torque" and status["policy"], status  # the node took the policy it was given
+    _assert_clean_exits(graph, graph.stop())
+
+
+def test_deploy_launch_on_a_robot_runs_on_the_system_clock(graph, tmp_path, policy):
+    launch = launch_model.evaluate(DEPLOY, {"policy": policy, "record": "true", "bag_dir": str(tmp_path / "bags")},
+                                   workdir=tmp_path)
+    assert {n.name for n in launch.nodes} == {"deployment", "recorder"}
+    for process in launch.nodes:
+        graph.start(process.name, process.argv)
+    assert graph.parameters("deployment", ["policy", "autostart", "use_sim_time"]) == {
+        "policy": policy, "autostart": "", "use_sim_time": False}
+    assert graph.parameters("recorder", ["use_sim_time"]) == {"use_sim_time": False}
+    _assert_clean_exits(graph, graph.stop())
+    assert "nothing publishes /clock" not in graph.log("recorder")
+
+
+def test_a_recorder_on_simulated_time_without_a_clock_says_so(graph, tmp_path):
+    graph.start("recorder", [str(BIN / "recorder_node"), "--ros-args", "--params-file", str(ROOT / "config" / "nodes.yaml"),
+                             "-p", f"output_dir:={tmp_path / 'bags'}", "-p", "discovery_period_s:=0.2"])
+    assert graph.parameters("recorder", ["use_sim_time"]) == {"use_sim_time": True}  # nodes.yaml's
+    from waiting import wait_for
+
+    assert wait_for(lambda: "nothing publishes /clock" in graph.log("recorder"), timeout=60), graph.log("recorder")
+    assert "[ERROR]" in next(line for line in graph.log("recorder").splitlines() if "nothing publishes /clock" in line)
+    _assert_clean_exits(graph, graph.stop())
+
+
+# ---------------------------------------------------------------------------------------------- -p on the pip route
+def _readme_node_commands() -> list[list[str]]:
+    """Every `<node>_node --ros-args ...` command the README shows, split as a shell would."""
+    text = (ROOT / "README.md").read_text()
+    return [shlex.split(m) for m in re.findall(r"`(\w+_node --ros-args [^`]+)`", text)]
+
+
+def test_the_readmes_node_commands_run_as_written(graph):
+    commands = _readme_node_commands()
+    assert commands, "the README shows no node command line"
+    expected = {}
+    for argv in commands:
+        name = argv[0].removesuffix("_node")
+        assert name not in expected, f"two README commands for {argv[0]}: give them separate tests"
+        rules = [argv[i + 1] for i, a in enumerate(argv) if a == "-p"]
+        expected[name] = {rule.split(":=", 1)[0]: yaml.safe_load(rule.split(":=", 1)[1]) for rule in rules}
+        graph.start(name, [str(BIN / argv[0]), *argv[1:]])
+    for name, params in expected.items():
+        assert graph.parameters(name, sorted(params)) == params, f"README's {name}_node command"
+    if "deployment" in expected and expected["deployment"].get("dry_run"):
+        assert graph.latched_status("/deployment/status")["dry_run"] is True
+    _assert_clean_exits(graph, graph.stop())
+
+
+# per-parameter values for -p where a type's generic other value would not be valid
+DEPLOYMENT_VALUES = {"path": "torque", "command_topic": "my/commands", "trigger": "clock", "autostart": "stand",
+                     "command_rate_hz": 250.0}
+
+
+def _other_value(name: str, default):
+    """A valid value other than the default: bools flip, numbers move a little, text comes from the table."""
+    if name in DEPLOYMENT_VALUES:
+        return DEPLOYMENT_VALUES[name]
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int):
+        return default + 1
+    if isinstance(default, float):
+        return round(default * 0.9, 6) if default else 1.0
+    raise AssertionError(f"deployment parameter {name}: give a valid non-default value in DEPLOYMENT_VALUES")
+
+
+def test_every_deployment_parameter_set_with_p_wins_over_the_params_file(graph, tmp_path, policy):
+    from motionvl.ros.deployment_node import PARAMETERS, POLICY_PARAMETER
+
+    values = {"robot_config": _robot_copy(tmp_path), POLICY_PARAMETER: policy}
+    values.update({name: _other_value(name, default) for name, (default, _text) in PARAMETERS.items()
+                   if name not in values})
+    argv = [str(BIN / "deployment_node"), "--ros-args", "--params-file", str(ROOT / "config" / "nodes.yaml")]
+    for name, value in values.items():
+        argv += ["-p", f"{name}:={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"]
+    graph.start("deployment", argv)
+    got = graph.parameters("deployment", sorted(values))
+    assert got == values
+    status = graph.latched_status("/deployment/status")
+    assert status["path"] == "torque" and status["dry_run"] is True, status
+    _assert_clean_exits(graph, graph.stop())
+
+
+# ---------------------------------------------------------------------------------------------- start-up errors
+STARTUP_ERRORS = {  # node executable -> -p rules it cannot start with
+    **{node: ["robot_config:=/nonexistent/robot.yaml"] for node in (
+        "simulator_node", "camera_renderer_node", "vlm_critic_node", "reward_synthesizer_node", "policy_trainer_node",
+        "deployment_node")},
+    "orchestrator_node": [],  # no task sentence
+    "recorder_node": ["storage:=bogus"],
+}
+
+
+def test_a_node_that_cannot_start_says_why_in_one_line_and_exits_1(graph, tmp_path):
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    nodes = next(ast.literal_eval(n.value) for n in tree.body
+                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "NODES")
+    assert set(STARTUP_ERRORS) == set(nodes)
+    for executable, rules in STARTUP_ERRORS.items():
+        argv = [str(BIN / executable), "--ros-args", "--params-file", str(ROOT / "config" / "nodes.yaml"),
+                "-p", f"run_dir:={tmp_path / 'run'}", "-p", f"output_dir:={tmp_path / 'bags'}"]
+        graph.start(executable, argv + [a for rule in rules for a in ("-p", rule)])
+    for executable, proc in graph.procs.items():
+        assert proc.wait(START_TIMEOUT_S) == 1, f"{executable}: exit {proc.returncode}\n{graph.log(executable)}"
+        log = graph.log(executable)
+        problems = [line for line in log.splitlines() if "[ERROR]" in line or "[WARN" in line]
+        assert len(problems) == 1 and "cannot start:" in problems[0] and "Traceback" not in log, \
+            f"{executable}:\n{log}"
+
+
+def test_motionvl_train_exits_non_zero_when_the_search_fails(tmp_path):
+    """The search fails after the graph started (a start run that is no training run): exit 1, the cause on stderr."""
+    (tmp_path / "not_a_run").mkdir()
+    env = {**os.environ, "ROS_DOMAIN_ID": str(int(os.environ.get("ROS_DOMAIN_ID", "1")) % 100 + 120)}
+    done = subprocess.run([str(BIN / "motionvl"), "train", "--task", "walk forward with straight knees",
+                           "--settings", str(ROOT / "tests" / "data" / "search_tiny.yaml"), "--out", str(tmp_path / "run"),
+                           "--start-run", str(tmp_path / "not_a_run"), "--no-render"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "search failed" in done.stderr and "--start-run" in done.stderr, done.stderr[-3000:]
