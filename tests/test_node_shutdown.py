@@ -307,3 +307,69 @@ def _bag_problems(bag: Path, stage: str) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - any reader error is the failure being looked for
         return [f"bag unreadable: {type(exc).__name__}: {exc}"]
     return []
+
+
+def test_a_trainer_stopped_mid_iteration_abandons_it_and_exits_0(feeder, tmp_path):
+    """An iteration far longer than the shutdown budget is not waited for: the process says it left it
+    unfinished (the run resumes from its last checkpoint) and exits 0 within the budget's bound."""
+    big = {**TINY_TRAINING, "env": {"num_envs": 512, "episode_length_s": 20.0},
+           "ppo": {**TINY_TRAINING["ppo"], "num_steps_per_env": 2000}}  # minutes per iteration on any machine
+    path = tmp_path / "training.yaml"
+    path.write_text(yaml.safe_dump(big))
+    err_path = tmp_path / "stderr.txt"
+    args = [str(BIN / "policy_trainer_node"), "--ros-args", "-p", f"runs_dir:={tmp_path / 'runs'}",
+            "-p", f"training_config:={path}"]
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(args, stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        _submit_candidate(feeder, err_path, "long-iteration")
+        assert wait_for(lambda: '"state": "training"' in err_path.read_text(errors="replace"), timeout=120), \
+            err_path.read_text(errors="replace")[-3000:]
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(EXIT_TIMEOUT_S)
+        log = err_path.read_text(errors="replace")
+        assert code == 0 and "left unfinished" in log and "Traceback" not in log, log[-3000:]
+        assert '"state": "done"' not in log  # the iteration was abandoned, not finished
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_node_dies_with_its_launcher(tmp_path):
+    """A launcher killed with SIGKILL (no chance to stop its children) still takes its nodes with it: the
+    kernel sends each SIGTERM (motionvl.ros.console), which they take as a clean stop."""
+    log = tmp_path / "node.log"
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; subprocess.Popen(sys.argv[2:], stdout=open(sys.argv[1], 'wb'), "
+                               "stderr=subprocess.STDOUT).wait()", str(log), str(BIN / "simulator_node")],
+        start_new_session=True)
+    try:
+        assert wait_for(lambda: "publishing at" in (log.read_text(errors="replace") if log.exists() else ""), timeout=60)
+        node_pid = next(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                        and _parent(int(p.name)) == launcher.pid)
+        launcher.kill()
+        launcher.wait()
+        assert wait_for(lambda: not Path(f"/proc/{node_pid}").exists() or _zombie(node_pid), timeout=EXIT_TIMEOUT_S), \
+            "the node outlived its launcher"
+        text = log.read_text(errors="replace")
+        assert "SIGTERM: shutting down" in text and "Traceback" not in text, text[-2000:]
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True

@@ -252,6 +252,10 @@ class TrainingQueue:
         self._cancel.set()
         return True
 
+    def busy(self) -> bool:
+        """Whether the worker still runs (after shutdown: a job that has not ended yet)."""
+        return self._thread.is_alive()
+
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop: the job in training ends after its current iteration (saved and exported, not
         evaluated), queued jobs are left; waits up to `timeout` s (None: until then) for the worker."""

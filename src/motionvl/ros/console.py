@@ -7,22 +7,43 @@ SIGTERM). Each console script therefore installs the stop handlers first
 `motionvl.ros.<name>_node` and returns its `main()`, which finds a signal that came early and
 exits 0.
 
+A node also dies with its parent (`ros2 launch`, `motionvl train`, a shell): the kernel sends it
+SIGTERM when the parent ends (Linux PR_SET_PDEATHSIG), which it takes as a stop request, so a
+killed launcher leaves no node running (the deployment node damps on its way out).
+
 `from motionvl.ros.console import simulator_node` gives that entry point for any node module
 (PEP 562 module __getattr__), so a new node only needs its name in setup.py's NODES.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.util
+import os
 import signal
 
 from motionvl.ros.runtime import STOP_SIGNALS, catch_signals
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask the kernel for SIGTERM when the parent process ends (Linux; elsewhere nothing happens)."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run(module: str) -> int:
     """Entry point of node module `motionvl.ros.<module>`: stop handlers first, then its main()."""
     catch_signals()
+    die_with_parent()
     try:
         return importlib.import_module(f"motionvl.ros.{module}").main()
     finally:

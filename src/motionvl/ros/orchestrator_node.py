@@ -50,7 +50,7 @@ from std_srvs.srv import Trigger
 
 from motionvl.robot import ConfigError
 from motionvl.ros.params import declare_parameters
-from motionvl.ros.runtime import request_stop, run_node
+from motionvl.ros.runtime import abandon_work, request_stop, run_node, time_left
 from motionvl.search.dispatch import SlotState
 
 NODE_NAME = "orchestrator"
@@ -337,11 +337,14 @@ class OrchestratorNode(Node):
             request_stop("the search ended", exit_code=0 if self.error is None else 1)
 
     def destroy_node(self):
-        """Stop the search at its next step (its ledger is whole: resume continues it), then leave."""
+        """Stop the search at its next step (its ledger is whole: resume continues it), then leave; a step that
+        does not end within the shutdown budget (an in-process playback, a model call) is abandoned."""
         if self.search is not None:
             self.search.stop()
         if self._thread.is_alive():
-            self._thread.join(timeout=5.0)
+            self._thread.join(timeout=max(0.0, time_left() - 0.5))
+            if self._thread.is_alive():
+                abandon_work("the search's step in flight (resume redoes it)")
         return super().destroy_node()
 
 

@@ -44,10 +44,12 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from motionvl.robot import ConfigError, load_robot_config
-from motionvl.ros.runtime import run_node
+from motionvl.ros.runtime import abandon_work, run_node, time_left
 from motionvl.ros.params import declare_parameters
 
 NODE_NAME = "policy_trainer"
+EXIT_MARGIN_S = 0.5
+"""Seconds of the shutdown budget kept for the rest of the exit after waiting for the training thread."""
 
 PARAMETERS = {
     "runs_dir": ("runs/trainer", "Directory holding one run directory per candidate (resumed if it exists)."),
@@ -124,7 +126,15 @@ class PolicyTrainerNode(Node):
         return response
 
     def destroy_node(self):
-        self.queue.shutdown()
+        # The candidate in training stops after its iteration in flight (saved and exported) if that ends
+        # within the shutdown budget; otherwise the iteration is abandoned and the process leaves without it
+        # (the run directory keeps its last checkpoint: a resumed search trains the candidate on from there).
+        queue = getattr(self, "queue", None)
+        if queue is not None:
+            queue.shutdown(timeout=max(0.0, time_left() - EXIT_MARGIN_S))
+            if queue.busy():
+                abandon_work(f"{self.trainer_name}: the training iteration in flight of {queue.current} "
+                             "(its run resumes from the last checkpoint)")
         return super().destroy_node()
 
 

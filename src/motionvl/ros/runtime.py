@@ -26,13 +26,19 @@ that composes several nodes calls `run_nodes([factory, ...], name, args)`. The p
       deployment node's damping), then call `super().destroy_node()`;
    c. `rclpy.try_shutdown()`; the exit code is 0 (1 if a callback or a destroy_node raised).
    A second signal during 2-4 interrupts nothing: it cuts what is left of the budget to
-   `HURRY_S` (`ros2 launch` sends SIGTERM 5 s after its SIGINT, then SIGKILL 5 s later). If the
-   budget runs out (a thread that does not stop), the process says what it was waiting for and
-   leaves at once with `os._exit` and the same exit code, instead of tearing down the
-   interpreter under a running thread.
+   `HURRY_S`. The budget (4 s) ends before `ros2 launch` escalates (SIGTERM 5 s after its SIGINT,
+   then SIGKILL 5 s later). If it runs out (a thread that does not stop), the process says what it
+   was waiting for and leaves at once with `os._exit` and the same exit code, instead of tearing
+   down the interpreter under a running thread. A node that chooses to leave work unfinished (a
+   training iteration in flight: resume redoes it) says so with `abandon_work()`; the process then
+   leaves the same way once the other steps are done.
 
 For nodes with long work loops: `stop_requested()` says whether the process is stopping (a loop
-on a thread of the node's own can poll it; stopping it is still the job of destroy_node).
+on a thread of the node's own can poll it; stopping it is still the job of destroy_node), and
+`time_left()` how long its destroy_node may still wait.
+A node whose constructor raised is destroyed as a bare rclpy node (its own destroy_node would
+meet attributes it never set), before the context goes: the one line naming the cause stays the
+only output.
 In-process uses (tests, several nodes in one test) build the node classes directly and call
 `destroy_node()` themselves: the same last action runs.
 """
@@ -51,8 +57,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 if TYPE_CHECKING:  # rclpy is imported by run_nodes: the console scripts load this module before it
     from rclpy.node import Node
 
-SHUTDOWN_TIMEOUT_S = 8.0
-"""Seconds from the first signal to the end of the process when nothing hurries it."""
+SHUTDOWN_TIMEOUT_S = 4.0
+"""Seconds from the first signal to the end of the process when nothing hurries it: within launch's 5 s
+grace before SIGTERM, with room for the interpreter's exit."""
 HURRY_S = 1.0
 """Seconds left after a second signal."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -73,6 +80,8 @@ class _StopRequest:
         self.signals = 0
         self.hurried_at = 0.0  # monotonic time of the second signal
         self.exit_code = 0
+        self.budget_s = SHUTDOWN_TIMEOUT_S  # the running process's budget (run_nodes sets it)
+        self.abandoned: list[str] = []  # work a node chose to leave unfinished (abandon_work)
 
     def request(self, reason: str, exit_code: int = 0) -> None:
         if self.requested_by is None:
@@ -140,6 +149,19 @@ def stop_requested() -> bool:
     return _STOP.requested_by is not None
 
 
+def time_left() -> float:
+    """Seconds left of the shutdown budget (the whole budget before a stop was requested)."""
+    if _STOP.requested_by is None:
+        return _STOP.budget_s
+    return max(0.0, _STOP.deadline(_STOP.budget_s) - time.monotonic())
+
+
+def abandon_work(what: str) -> None:
+    """Called from a node's destroy_node: `what` (a thread still working) is left unfinished and the
+    process leaves without waiting for it (os._exit once the remaining shutdown steps are done)."""
+    _STOP.abandoned.append(what)
+
+
 def run_node(factory: Callable[[], "Node"], name: str, args=None, threads: int | None = 1,
              startup_errors: tuple = (), shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S) -> int:
     """Run one node until SIGINT/SIGTERM/request_stop; returns the exit code (see the module doc).
@@ -177,6 +199,7 @@ def _run(factories, name, args, threads, startup_errors, shutdown_timeout_s) -> 
     from motionvl.robot import ConfigError
 
     logger = rclpy.logging.get_logger(name)
+    _STOP.budget_s = shutdown_timeout_s
     if stop_requested():  # a signal before anything started: nothing to stop
         return _STOP.exit_code
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
@@ -188,9 +211,11 @@ def _run(factories, name, args, threads, startup_errors, shutdown_timeout_s) -> 
             nodes.append(factory())
     except (ConfigError, ValueError, ParameterException, *startup_errors) as exc:
         logger.error(f"cannot start: {exc}")
+        _destroy_half_built(exc, nodes)
         _finish(nodes, [], logger, shutdown_timeout_s)
         return 1
-    except BaseException:
+    except BaseException as exc:
+        _destroy_half_built(exc, nodes)
         _finish(nodes, [], logger, shutdown_timeout_s)
         raise
 
@@ -202,6 +227,24 @@ def _run(factories, name, args, threads, startup_errors, shutdown_timeout_s) -> 
     if _STOP.signals:
         logger.info(f"{_STOP.requested_by}: shutting down")
     return _finish(nodes, spinners, logger, shutdown_timeout_s)
+
+
+def _destroy_half_built(exc: BaseException, built: list) -> None:
+    """Destroy, as bare rclpy nodes, the nodes whose constructor raised `exc` (found as `self` in its
+    traceback's frames): the context would otherwise call their own destroy_node when it shuts down."""
+    from rclpy.node import Node
+
+    tb, seen = exc.__traceback__, []
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if isinstance(candidate, Node) and candidate not in built and all(candidate is not s for s in seen):
+            seen.append(candidate)
+        tb = tb.tb_next
+    for node in seen:
+        try:
+            Node.destroy_node(node)
+        except Exception:  # noqa: BLE001 - a node that never got its handles has nothing to free
+            pass
 
 
 class _Spinner:
@@ -263,6 +306,11 @@ def _finish(nodes: list, spinners: list, logger, budget_s: float) -> int:
         if isinstance(outcome, BaseException):
             logger.error(f"{what} raised:\n" + "".join(traceback.format_exception(outcome)))
             exit_code = 1
+    if _STOP.abandoned:  # a thread still works: leave without tearing the interpreter down under it
+        logger.info(f"left unfinished: {'; '.join(_STOP.abandoned)}")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
     return exit_code
 
 
