@@ -17,7 +17,8 @@ Services:
 The bag is also closed when the node shuts down (SIGINT/SIGTERM, destroy_node).
 
 Timestamps are receive times on the node clock, in ns: simulated time under use_sim_time
-(config/nodes.yaml sets it; messages received before the first /clock get timestamp 0).
+(config/nodes.yaml sets it; messages received before the first /clock get timestamp 0, and a recorder
+on simulated time that sees no /clock publisher 2 s after start says so as an error).
 Message types must be in rosbags' ROS 2 Kilted typestore (all standard interfaces); a topic
 of another type is skipped with a warning.
 Crash safety: the bag is flushed every `flush_period_s` (see `motionvl.bags`); after a crash,
@@ -54,6 +55,8 @@ DEFAULT_TOPICS = [
     "synthesizer/request", "synthesizer/candidates", "search/state", "search/ledger",
 ]
 IMAGE_TOPIC = "camera/image_raw"
+CLOCK_WAIT_S = 2.0
+"""Seconds after start by which a recorder on simulated time expects a /clock publisher."""
 
 # name -> (default, description); all read-only after start (declared by motionvl.ros.params)
 PARAMETERS = {
@@ -155,8 +158,17 @@ class RecorderNode(Node):
         self._timers = [self.create_timer(p["discovery_period_s"], self.discover, clock=steady)]
         if p["flush_period_s"] > 0:
             self._timers.append(self.create_timer(p["flush_period_s"], self.bag.flush, clock=steady))
+        if self.get_parameter("use_sim_time").value:  # stamps would all be 0 without a /clock publisher
+            self._clock_check = self.create_timer(CLOCK_WAIT_S, self._check_clock, clock=steady)
         self.get_logger().info(f"recording to {path} ({p['storage']}): {', '.join(self.wanted)}")
         self.discover()
+
+    def _check_clock(self) -> None:
+        self._clock_check.cancel()
+        if not self.count_publishers("/clock"):
+            self.get_logger().error(f"use_sim_time is set but nothing publishes /clock after {CLOCK_WAIT_S:g} s: "
+                                    "every message is stamped 0 until a simulator starts (on a robot, record "
+                                    "with use_sim_time false)")
 
     # ------------------------------------------------------------------ graph
     def discover(self) -> None:
