@@ -270,38 +270,77 @@ def policy(tmp_path) -> str:
     return str(write_random_policy(tmp_path / "policy.onnx"))
 
 
-def test_deploy_launch_in_simulation_commands_the_simulated_drives_with_every_argument(graph, tmp_path, policy):
+def _wait_status(graph: Graph, until) -> list:
+    """Deployment statuses (latched, one per change) until one satisfies `until`; all of them."""
+    import json
+
+    seen: list = []
+    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    sub = graph.node.create_subscription(String, "/deployment/status", lambda m: seen.append(json.loads(m.data)), qos)
+    try:
+        end = graph._deadline()
+        while not any(until(s) for s in seen) and graph._now() < end:
+            graph.executor.spin_once(timeout_sec=0.2)
+    finally:
+        graph.node.destroy_subscription(sub)
+    return seen
+
+
+def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_drives(graph, tmp_path, policy):
+    from std_msgs.msg import Float64MultiArray
+
     robot = _robot_copy(tmp_path)
-    values = {"policy": policy, "path": "torque", "robot_config": robot, "sim": "true", "record": "true",
-              "bag_dir": str(tmp_path / "bags")}
-    expectations = {"policy": {"deployment": ("policy", policy)}, "path": {"deployment": ("path", "torque")},
-                    "robot_config": {"deployment": ("robot_config", robot), "simulator": ("robot_config", robot)}}
-    _checked_arguments(DEPLOY, expectations, tmp_path)
+    # a loaded test machine is slower than the drives a robot has: the params file (an argument too) puts the
+    # simulator in lockstep with the commands and gives the state stream more time, as simulation_playback.yaml
+    params = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
+    params["simulator"]["ros__parameters"]["lockstep"] = True
+    params["deployment"]["ros__parameters"]["state_timeout"] = 0.5
+    params_file = tmp_path / "nodes.yaml"
+    params_file.write_text(yaml.safe_dump(params))
+    values = {"policy": policy, "robot_config": robot, "sim": "true", "record": "true",
+              "bag_dir": str(tmp_path / "bags"), "params_file": str(params_file)}
     launch = launch_model.evaluate(DEPLOY, values, workdir=tmp_path)
     assert {n.name for n in launch.nodes} == {"deployment", "simulator", "recorder"}
     for process in launch.nodes:
         graph.start(process.name, process.argv)
     got = graph.parameters("deployment", ["policy", "path", "robot_config", "autostart", "use_sim_time"])
-    assert got == {"policy": policy, "path": "torque", "robot_config": robot, "autostart": "run", "use_sim_time": True}
+    assert got == {"policy": policy, "path": "pd", "robot_config": robot, "autostart": "run", "use_sim_time": True}
     got = graph.parameters("simulator", ["mode", "publish_rate_hz", "robot_config", "gantry", "emulate_hardware"])
-    assert got == {"mode": "effort", "publish_rate_hz": 500.0, "robot_config": robot, "gantry": True,
+    assert got == {"mode": "effort", "publish_rate_hz": 50.0, "robot_config": robot, "gantry": True,
                    "emulate_hardware": True}
     got = graph.parameters("recorder", ["output_dir", "use_sim_time"])
     assert got == {"output_dir": str(tmp_path / "bags"), "use_sim_time": True}
-    status = graph.latched_status("/deployment/status")
-    assert status["path"] == "torque" and status["policy"], status  # the node took the policy it was given
+    commands: list = []
+    graph.node.create_subscription(Float64MultiArray, "/joint_drive_commands", commands.append, 10)
+    statuses = _wait_status(graph, lambda s: s["mode"] == "RUN")
+    assert any(s["mode"] == "RUN" for s in statuses), statuses[-3:]
+    assert statuses[-1]["policy"] and statuses[-1]["path"] == "pd"
+    seen = len(commands)
+    end = graph._deadline()
+    while len(commands) < seen + 20 and graph._now() < end:  # drive commands keep coming in RUN
+        graph.executor.spin_once(timeout_sec=0.2)
+    assert len(commands) >= seen + 20 and len(commands[-1].data) == 12 * 5
     _assert_clean_exits(graph, graph.stop())
+    assert "damping commands" in graph.log("deployment")
 
 
-def test_deploy_launch_on_a_robot_runs_on_the_system_clock(graph, tmp_path, policy):
-    launch = launch_model.evaluate(DEPLOY, {"policy": policy, "record": "true", "bag_dir": str(tmp_path / "bags")},
-                                   workdir=tmp_path)
+def test_deploy_launch_on_a_robot_runs_on_the_system_clock_with_every_argument(graph, tmp_path, policy):
+    robot = _robot_copy(tmp_path)
+    values = {"policy": policy, "path": "torque", "robot_config": robot, "record": "true",
+              "bag_dir": str(tmp_path / "bags")}
+    expectations = {"policy": {"deployment": ("policy", policy)}, "path": {"deployment": ("path", "torque")},
+                    "robot_config": {"deployment": ("robot_config", robot)}}
+    _checked_arguments(DEPLOY, expectations, tmp_path)
+    launch = launch_model.evaluate(DEPLOY, values, workdir=tmp_path)
     assert {n.name for n in launch.nodes} == {"deployment", "recorder"}
     for process in launch.nodes:
         graph.start(process.name, process.argv)
-    assert graph.parameters("deployment", ["policy", "autostart", "use_sim_time"]) == {
-        "policy": policy, "autostart": "", "use_sim_time": False}
-    assert graph.parameters("recorder", ["use_sim_time"]) == {"use_sim_time": False}
+    assert graph.parameters("deployment", ["policy", "path", "robot_config", "autostart", "use_sim_time"]) == {
+        "policy": policy, "path": "torque", "robot_config": robot, "autostart": "", "use_sim_time": False}
+    assert graph.parameters("recorder", ["output_dir", "use_sim_time"]) == {
+        "output_dir": str(tmp_path / "bags"), "use_sim_time": False}
+    status = graph.latched_status("/deployment/status")
+    assert status["mode"] == "PASSIVE" and status["path"] == "torque" and status["policy"], status
     _assert_clean_exits(graph, graph.stop())
     assert "nothing publishes /clock" not in graph.log("recorder")
 
