@@ -166,6 +166,7 @@ def test_a_run_crashing_while_it_writes_a_checkpoint_resumes_as_if_never_stopped
 
 TINY_TRAINING_YAML = {
     "seed": 0, "save_interval": 2, "selection": {"minutes": 0, "iterations": 0},
+    "adapt_update_threads": False,  # compared bit for bit: the thread count must not follow the load
     "env": {"num_envs": 16, "episode_length_s": 0.2, "num_threads": 1},
     "ppo": {"num_steps_per_env": 8, "num_learning_epochs": 1, "num_mini_batches": 2,
             "actor_hidden_dims": [32, 32], "critic_hidden_dims": [32, 32]},

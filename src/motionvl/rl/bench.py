@@ -6,6 +6,10 @@
 
 Returns the figures as a dict (the bench CLI prints it as the JSON last line), with the ratio
 against the measured SB3 PPO baseline on this machine kind (731 policy steps/s).
+
+With `--load N` it measures instead how the training loop keeps its pace beside N single-thread CPU hogs
+(started 5 s before), alone and loaded in one run: the median of `--iterations` iterations for each fixed
+update thread count (the baseline) and for the adaptive choice (motionvl.rl.threads).
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ class TrainBenchArgs:
     """torch intra-op threads in the rollout (default: the training config's, else torch's)."""
     update_torch_threads: int | None = dataclasses.field(default=None, metadata={"type": int})
     """torch intra-op threads in the PPO update (default: the training config's)."""
+    load: int = 0
+    """Measure beside this many single-thread CPU hogs (and alone, in the same run) instead: the training loop's
+    median iteration time per update-thread policy."""
+    iterations: int = 20
+    """With --load: iterations measured per thread policy and load (after one unmeasured)."""
     set: list | None = dataclasses.field(default=None, metadata={"action": "append", "metavar": "KEY=VALUE"})
     """Override a training-config key as `motionvl train-policy --set` does (repeatable), e.g.
     --set ppo.symmetry_augmentation=true to measure what a switch costs the loop."""
@@ -116,6 +125,95 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
     }
 
 
+HOG_LEAD_S = 5.0
+"""Seconds the hogs run before the first loaded measurement (the scheduler has settled by then)."""
+
+
+def start_hogs(count: int) -> list:
+    """`count` processes that each keep one core busy (a Python loop), in their own session."""
+    import subprocess
+
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(count)]
+
+
+def stop_hogs(hogs: list) -> None:
+    for hog in hogs:
+        hog.kill()
+    for hog in hogs:
+        hog.wait()
+
+
+def benchmark_under_load(train_cfg: TrainConfig, reward_fn, load: int, iterations: int = 20, log=print) -> dict:
+    """The training loop alone and beside `load` CPU hogs: per update-thread policy (each fixed count up to the
+    config's, and the adaptive chooser), the median iteration, update and rollout seconds of `iterations`."""
+    import statistics
+
+    from motionvl.rl.estimator import estimator_training
+    from motionvl.rl.threads import UpdateThreads
+    from motionvl.rl.trainer import build_runner, run_iteration, update_thread_count
+
+    vec, runner = build_runner(train_cfg, reward_fn)
+    estimator = estimator_training(runner, vec, train_cfg.ppo)
+    most = update_thread_count(train_cfg) or 1
+    policies = [f"fixed-{n}" for n in range(1, most + 1)] + (["adaptive"] if most > 1 else [])
+    log(f"bench train --load {load}: {vec.num_envs} envs, {vec.env.sim.num_threads} physics threads, update threads "
+        f"{policies}, {iterations} iterations each, alone then beside {load} hogs")
+    rows = []
+    for hogs_count in sorted({0, load}):
+        hogs = start_hogs(hogs_count)
+        try:
+            if hogs:
+                time.sleep(HOG_LEAD_S)
+            for policy in policies:
+                chooser = UpdateThreads(most) if policy == "adaptive" else None
+                fixed = None if chooser else int(policy.split("-")[1])
+                infos, used = [], []
+                for i in range(iterations + 1):
+                    threads = chooser.choose() if chooser else fixed
+                    info = run_iteration(runner, vec, threads, estimator)
+                    if chooser:
+                        chooser.record(threads, info["learn_s"])
+                    if i:  # the first one after a change of policy is not measured
+                        infos.append(info)
+                        used.append(threads)
+                iteration = [i["collect_s"] + i["learn_s"] for i in infos]
+                row = {"hogs": hogs_count, "update_threads": policy,
+                       "iteration_s": round(statistics.median(iteration), 3),
+                       "mean_iteration_s": round(statistics.fmean(iteration), 3),
+                       "update_s": round(statistics.median(i["learn_s"] for i in infos), 3),
+                       "rollout_s": round(statistics.median(i["collect_s"] for i in infos), 3),
+                       "steps_per_s": round(infos[0]["steps"] / statistics.median(iteration)),
+                       "threads_used": {n: used.count(n) for n in sorted(set(used))}}
+                rows.append(row)
+                log(f"  {hogs_count} hogs, {policy:>9}: iteration {row['iteration_s']:.2f} s (mean "
+                    f"{row['mean_iteration_s']:.2f}), update {row['update_s']:.2f} s, rollout {row['rollout_s']:.2f} s, "
+                    f"{row['steps_per_s']:,} steps/s, threads {row['threads_used']}")
+        finally:
+            stop_hogs(hogs)
+
+    def pick(hogs_count, policy):
+        return next(r for r in rows if r["hogs"] == hogs_count and r["update_threads"] == policy)
+
+    summary = {"rows": rows, "load": load, "envs": vec.num_envs, "physics_threads": vec.env.sim.num_threads}
+    if "adaptive" in policies and load:
+        best_loaded = min((pick(load, p) for p in policies if p != "adaptive"), key=lambda r: r["iteration_s"])
+        best_idle = min((pick(0, p) for p in policies if p != "adaptive"), key=lambda r: r["iteration_s"])
+        adaptive_idle, adaptive_loaded = pick(0, "adaptive"), pick(load, "adaptive")
+        summary.update(
+            loaded_over_idle=round(adaptive_loaded["iteration_s"] / adaptive_idle["iteration_s"], 2),
+            vs_best_fixed_loaded=round(adaptive_loaded["iteration_s"] / best_loaded["iteration_s"], 3),
+            best_fixed_loaded=best_loaded["update_threads"],
+            vs_best_fixed_idle=round(adaptive_idle["iteration_s"] / best_idle["iteration_s"], 3),
+            baseline_loaded_over_idle=round(pick(load, f"fixed-{most}")["iteration_s"]
+                                            / pick(0, f"fixed-{most}")["iteration_s"], 2))
+        log(f"  adaptive: loaded/idle {summary['loaded_over_idle']}x (fixed-{most}, the old default: "
+            f"{summary['baseline_loaded_over_idle']}x); vs the best fixed count loaded {summary['vs_best_fixed_loaded']}, "
+            f"idle {summary['vs_best_fixed_idle']}")
+    return summary
+
+
 def run_train_benchmark(args: argparse.Namespace) -> dict | int:
     """Entry point of `motionvl bench train`: returns the figures (the bench CLI prints them as JSON),
     or exit status 2 after a message on a bad config, override or reward spec."""
@@ -135,15 +233,20 @@ def run_train_benchmark(args: argparse.Namespace) -> dict | int:
         if a.update_torch_threads is not None:
             cfg.update_torch_threads = a.update_torch_threads
         cfg.validate()
+        if a.load < 0 or a.iterations < 1:
+            raise ConfigError("--load must be >= 0 and --iterations >= 1")
         reward = load_reward_spec(a.reward)
         validate_spec(reward, env_cfg=cfg.env)  # a spec file may carry generated code: validated as training does
         reward = reward.with_isolation(a.reward_isolation == "process")
     except (ConfigError, FileNotFoundError) as exc:
         print(f"motionvl bench train: {exc}", file=sys.stderr, flush=True)
         return 2
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        result = benchmark_training(cfg, reward, seconds=a.seconds,
-                                    log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        if a.load:
+            result = benchmark_under_load(cfg, reward, a.load, iterations=a.iterations, log=log)
+        else:
+            result = benchmark_training(cfg, reward, seconds=a.seconds, log=log)
     finally:
         reward.close()
     generated = sum(t.source == "generated" for t in reward.terms)

@@ -160,10 +160,14 @@ class TrainConfig:
     """torch intra-op threads during the rollout, where policy inference alternates with MuJoCo's
     physics threads (None: torch's default). 1 on CPU: 2 made the rollout ~15% slower on 2 cores."""
     update_torch_threads: int | None = 2
-    """torch intra-op threads during the PPO update, when the physics threads are idle (capped at
-    the cores this process may use; None: keep torch_threads). On 2 cores 2 threads cut the update
-    from ~0.33 to ~0.23 s per iteration (+12% whole-loop steps/s); a second process sharing the
-    cores (two trainings side by side) makes it worse, set 1 then."""
+    """Most torch intra-op threads of the PPO update, when the physics threads are idle (capped at the cores this
+    process may use; None: keep torch_threads). Alone on 2 cores 2 threads cut the update from ~0.33 to ~0.23 s
+    per iteration; beside another busy process they make it 10-30x slower (see adapt_update_threads)."""
+    adapt_update_threads: bool = True
+    """Choose the update's thread count among 1..update_torch_threads from the update's own measured time as
+    training runs (motionvl.rl.threads): the most threads alone, one when another process holds a core. The
+    count then follows the machine's load, so two runs of one config may differ in the last bits of their
+    float sums; false keeps runs (and a run and its resumption) bit-identical on one machine."""
     policy_average_iterations: float = 10.0
     """Export (and evaluate) the exponential moving average of the actor's weights with a time
     constant of this many PPO iterations instead of the last iterate; 0 = the last iterate. With

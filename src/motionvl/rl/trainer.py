@@ -7,7 +7,7 @@ limit is reached, the `on_iteration` callback returns False or SIGINT arrives; i
 exports and returns a `TrainResult`. A killed run resumes from checkpoints/latest.pt
 (`resume=True`) and loses at most `save_interval` iterations; it continues the environments' episodes and
 random streams saved with that checkpoint, so a run killed at any moment and resumed trains as the same
-run trained in one go would (the same history, on the same thread count). A new run may instead
+run trained in one go would (the same history, on the same thread counts: `adapt_update_threads` false). A new run may instead
 start from another run's checkpoint with another reward spec (`warm_start`, motionvl.rl.warm_start).
 
 A history record (one line of history.jsonl, and the argument of `on_iteration`) holds:
@@ -42,6 +42,7 @@ from motionvl.rl.averaging import PolicyAverage
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.export import export_policy
 from motionvl.rl.mirror_loss import LeanMirrorLoss
+from motionvl.rl.threads import UpdateThreads
 from motionvl.rl.run_dir import (CHECKPOINTS, LATEST, checkpoint_infos, load_history, resume_episodes, save_checkpoint,
                                  write_atomic, write_json, write_yaml)
 from motionvl.rl.selection import PolicySelection
@@ -161,12 +162,18 @@ def agree_on_standing(reward_fn, env_cfg):
 
 
 def update_thread_count(train_cfg: TrainConfig) -> int | None:
-    """torch threads for the PPO update: the config's, capped at the cores this process may use."""
+    """The most torch threads the PPO update may use: the config's, capped at the cores this process may use."""
     from motionvl.sim.backend import default_num_threads
 
     if train_cfg.update_torch_threads is None:
         return None
     return min(int(train_cfg.update_torch_threads), default_num_threads())
+
+
+def update_threads_for(train_cfg: TrainConfig) -> UpdateThreads | None:
+    """The update's thread chooser (None: the update keeps the rollout's torch threads)."""
+    most = update_thread_count(train_cfg)
+    return None if most is None else UpdateThreads(most, adapt=train_cfg.adapt_update_threads)
 
 
 def run_iteration(runner, vec: LocomotionVecEnv, update_threads: int | None = None,
@@ -393,7 +400,7 @@ class _Session:
     # ------------------------------------------------------------------ the loop
     def train(self, on_iteration: IterationCallback | None) -> str:
         """Iterate until the budget, the callback or SIGINT stops the run; returns the stop reason."""
-        cfg, update_threads = self.cfg, update_thread_count(self.cfg)
+        cfg, update_threads = self.cfg, update_threads_for(self.cfg)
         with (self.run_dir / "history.jsonl").open("a") as hist_file:
             while True:
                 if cfg.max_iterations is not None and self.it >= cfg.max_iterations:
@@ -419,11 +426,14 @@ class _Session:
                 if on_iteration is not None and on_iteration(record) is False:
                     return "callback"
 
-    def _iterate(self, update_threads: int | None) -> dict:
+    def _iterate(self, update_threads: UpdateThreads | None) -> dict:
         """One PPO iteration at the schedules' settings of this iteration; returns its history record."""
         env = self.vec.env
         env.follow_schedules(self.schedule_offset + self.it)
-        info = run_iteration(self.runner, self.vec, update_threads, self.estimator)
+        threads = update_threads.choose() if update_threads is not None else None
+        info = run_iteration(self.runner, self.vec, threads, self.estimator)
+        if update_threads is not None:
+            update_threads.record(threads, info["learn_s"])
         self.it += 1
         if self.average is not None:
             self.average.update(self.runner.alg.get_policy())
@@ -440,6 +450,8 @@ class _Session:
         if self.cfg.env.terrain == "mixed":
             record["rough_fraction"] = env.rough_fraction
         record["gait_period_s"] = env.gait_period
+        if threads is not None:
+            record["update_threads"] = threads
         _log_tensorboard(self.writer, record)
         return record
 
