@@ -42,7 +42,7 @@ def _graph(context, spinners, *, deployment: bool = True, camera: bool = False, 
     from motionvl.ros.vlm_critic_node import VlmCriticNode
 
     spinners.add(SimulatorNode(context=context, parameter_overrides=_params(
-        mode="effort", gantry=True, publish_rate_hz=50.0, lockstep=True)))
+        mode="effort", gantry=True, publish_rate_hz=50.0, lockstep=True, hold_until_reset=True)))  # as the training graph
     if deployment:
         # a shared test machine can stall a thread longer than a robot's drives may: lenient stale-state and
         # overrun faults (the faults themselves are test_deployment_node's)

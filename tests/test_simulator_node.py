@@ -289,3 +289,33 @@ def test_lockstep_publishes_one_state_per_command(ros_graph):
     assert len(states) == 1 + 5, "one state per command"
     stamps = np.array([m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in states])
     np.testing.assert_allclose(np.diff(stamps), 0.02, atol=1e-6)
+
+
+def _call(probe, client) -> str:
+    assert client.wait_for_service(timeout_sec=10.0)
+    future = client.call_async(Trigger.Request())
+    assert wait_for(future.done, timeout=10.0)
+    assert future.result().success, future.result().message
+    return future.result().message
+
+
+def test_hold_stops_the_simulation_until_reset(ros_graph, ros_context):
+    """A held simulator steps and publishes nothing (the playback graph idles between candidates); ~/reset runs
+    it again; with hold_until_reset it starts held."""
+    sim, probe = ros_graph()
+    hold = probe.node.create_client(Trigger, "simulator/hold")
+    _call(probe, hold)
+    held_at, received = sim.sim.data.time, len(probe.joint_states)
+    time.sleep(0.5)  # ticks that would have stepped: none runs
+    assert sim.sim.data.time == held_at and len(probe.joint_states) <= received + 1  # one may have been in flight
+    _call(probe, probe.reset_client)
+    assert wait_for(lambda: sim.sim.data.time > held_at and len(probe.joint_states) > received + 2, timeout=10.0)
+
+    spinners = Spinners(ros_context)
+    held = spinners.add(SimulatorNode(context=ros_context, namespace=f"/t{uuid.uuid4().hex[:8]}",
+                                      parameter_overrides=[Parameter("hold_until_reset", value=True)]))
+    try:
+        time.sleep(0.5)  # spinning, not stepping
+        assert held.sim.data.time == 0.0
+    finally:
+        spinners.shutdown()

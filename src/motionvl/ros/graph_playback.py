@@ -9,13 +9,14 @@ each step bounded by `step_timeout_s` (a node missing or a step refused raises P
 that candidate's playback fails with the reason in the ledger, the search goes on):
 
   1  deployment ~/set_mode/damp; its `policy` parameter set to the candidate's ONNX file
-  2  simulator ~/reset: the standing pose, in the gantry (as the in-process playback starts)
+  2  simulator ~/reset: the standing pose, in the gantry (as the in-process playback starts); a simulator
+     held since the last playback (`hold_until_reset`) steps and publishes from here
   3  deployment ~/load_policy (the contract check), ~/rearm (allow_rearm: a simulation-only graph),
      ~/set_mode/passive
   4  cmd_vel at the playback's command from here on (COMMAND_PUBLISH_HZ); ~/set_mode/stand; the gantry
      lets go when the ramp completes; motionvl.deploy.playback.SETTLE_S of simulated time on the ground
   5  ~/set_mode/run; rollout/boundary start; `seconds` of simulated time in RUN (less when a fault ends
-     it); rollout/boundary end; ~/set_mode/damp
+     it); rollout/boundary end; ~/set_mode/damp; simulator ~/hold (nothing runs between playbacks)
   6  (asked to critique) vlm_critic's critic/feedback for this rollout's id
 
 Measured as the in-process playback measures it: the faults latched on deployment/status, the share of
@@ -25,7 +26,7 @@ the collector vlm_critic uses (motionvl.critic.rollouts).
 
 Host topics: publishes cmd_vel (Twist), rollout/boundary and critic/compare (String); subscribes
 deployment/status, /diagnostics, joint_states, odom, camera/image_raw, critic/feedback, critic/comparison.
-Calls deployment/{set_mode/*, load_policy, rearm, set_parameters} and simulator/reset.
+Calls deployment/{set_mode/*, load_policy, rearm, set_parameters} and simulator/{reset, hold}.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ class GraphPlayback:
         self.rearm_client = node.create_client(Trigger, f"{deployment}/rearm")
         self.param_client = node.create_client(SetParameters, f"{deployment}/set_parameters")
         self.reset_client = node.create_client(Trigger, f"{simulator}/reset")
+        self.hold_client = node.create_client(Trigger, f"{simulator}/hold")
         self.cmd_pub = node.create_publisher(Twist, "cmd_vel", COMMAND_QOS)
         self.boundary_pub = node.create_publisher(String, "rollout/boundary", REQUEST_QOS)
         self.compare_pub = node.create_publisher(String, "critic/compare", REQUEST_QOS)
@@ -260,9 +262,9 @@ class GraphPlayback:
         try:
             self._trigger(self.mode_clients["damp"], "deployment ~/set_mode/damp")
             before = self._clip_counters(time.monotonic())
-            self._wait(lambda: self._sim_time is not None, step, "no odom from the simulator")
             self._set_policy(policy_path)
-            self._trigger(self.reset_client, "simulator ~/reset")
+            self._trigger(self.reset_client, "simulator ~/reset")  # a held simulator runs from here
+            self._wait(lambda: self._sim_time is not None, step, "no odom from the simulator")
             self._trigger(self.load_client, "deployment ~/load_policy")
             self._trigger(self.rearm_client, "deployment ~/rearm", retry_until_s=step)
             # this candidate's faults and transitions: from the first status without the last one's latched faults
@@ -301,9 +303,11 @@ class GraphPlayback:
             self._commanding = False
             self._trigger(self.mode_clients["damp"], "deployment ~/set_mode/damp")
             after = self._clip_counters(time.monotonic())
+            self._trigger(self.hold_client, "simulator ~/hold")  # the graph idles until the next playback
         except PlaybackError:
-            if self.mode_clients["damp"].service_is_ready():  # leave the robot damped, without waiting for it
-                self.mode_clients["damp"].call_async(Trigger.Request())
+            for client in (self.mode_clients["damp"], self.hold_client):  # damped and held, without waiting
+                if client.service_is_ready():
+                    client.call_async(Trigger.Request())
             raise
         finally:
             self._commanding, self._frames_wanted = False, False

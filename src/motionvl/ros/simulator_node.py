@@ -31,7 +31,10 @@ Subscribes (reliable, depth 1: only the newest command matters):
                                                        JSON: the gantry lets go at stand_complete
 Services:
   ~/reset  std_srvs/Trigger  back to the standing pose, targets at the default pose (and back
-                             into the gantry when there is one).
+                             into the gantry when there is one); starts a held simulation.
+  ~/hold   std_srvs/Trigger  stop stepping and publishing until the next ~/reset (with
+                             `hold_until_reset` the node starts held): a playback graph idles
+                             between playbacks instead of running a robot nobody watches.
 Bad commands (wrong length, NaN/inf, unknown joints, wrong mode) are logged (throttled) and
 ignored: the robot is held at the last good command.
 
@@ -103,6 +106,8 @@ PARAMETERS = {
                         "of the physics (sim-to-sim tests of a host torque loop on a loaded machine)."),
     "lockstep_wait_s": (1.0, "Wall seconds lockstep waits for a command before stepping anyway (start-up, a silent "
                              "controller)."),
+    "hold_until_reset": (False, "Start without stepping or publishing; ~/reset starts the simulation and ~/hold stops "
+                                "it again (the training graph's playback simulator idles between candidates)."),
     "gantry": (False, "Hold the pelvis on a virtual gantry until the deployment node reports its STAND ramp complete "
                       "(and again after ~/reset)."),
     "gantry_release_topic": ("deployment/status", "std_msgs/String JSON status whose stand_complete (or mode RUN) "
@@ -170,15 +175,18 @@ class SimulatorNode(Node):
         self.create_subscription(JointState, "joint_commands", self._on_joint_command, COMMAND_QOS)
         self.create_subscription(Twist, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
         self.create_service(Trigger, "~/reset", self._on_reset)
+        self.create_service(Trigger, "~/hold", self._on_hold)
 
         self._wall: float | None = None  # wall time of the last tick (None: not started yet)
         self._debt = 0.0  # simulated seconds owed to the wall clock
         # as fast as possible: a 1 ms timer adds one publish period of simulated time per tick
-        self.create_timer(self.period if self.realtime else 0.001, self._tick)
+        self._timer = self.create_timer(self.period if self.realtime else 0.001, self._tick)
+        if p["hold_until_reset"]:
+            self._timer.cancel()
         self.get_logger().info(
             f"simulating {self.robot.name} ({self.robot.num_joints} joints, dt {self.sim.model.opt.timestep} s) in "
             f"{p['mode']} mode, {'real time x%g' % self.realtime_factor if self.realtime else 'as fast as possible'}, "
-            f"publishing at {p['publish_rate_hz']:g} Hz")
+            f"publishing at {p['publish_rate_hz']:g} Hz{' once ~/reset starts it' if p['hold_until_reset'] else ''}")
 
     # ------------------------------------------------------------------ stepping
     def _tick(self) -> None:
@@ -367,9 +375,18 @@ class SimulatorNode(Node):
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         self.sim.reset()
         self._randomize()
-        self._wall, self._debt = None, 0.0
+        self._wall, self._debt, self._unanswered_since = None, 0.0, None
+        held = self._timer.is_canceled()
+        self._timer.reset()
         response.success = True
-        response.message = f"reset to the standing pose at t={self.sim.clock:.3f} s"
+        response.message = f"reset to the standing pose at t={self.sim.clock:.3f} s{' (running again)' if held else ''}"
+        self.get_logger().info(response.message)
+        return response
+
+    def _on_hold(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self._timer.cancel()
+        response.success = True
+        response.message = f"held at t={self.sim.clock:.3f} s: nothing is stepped or published until ~/reset"
         self.get_logger().info(response.message)
         return response
 
