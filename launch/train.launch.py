@@ -32,6 +32,7 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
+from motionvl.rl.threads import cpu_shares
 
 PACKAGE = "motionvl"
 # (executable, node name): the names are the sections of config/nodes.yaml
@@ -97,8 +98,11 @@ def _trainers(context, params_file):
     run_dir = LaunchConfiguration("run_dir").perform(context)
     values = {**section, "runs_dir": f"{run_dir}/candidates", "shared_channel": False, **_text(TRAINER[1])}
     count = int(LaunchConfiguration("trainers").perform(context))
+    # trainers on this machine share its cores on purpose: each gets its own (motionvl.rl.threads.cpu_shares)
+    shares = cpu_shares(count) if count > 1 else [None] * count
     return [Node(package=PACKAGE, executable=TRAINER[0], name=f"{TRAINER[1]}_{i}", output="screen",
-                 emulate_tty=True, parameters=[params_file, values]) for i in range(count)]
+                 emulate_tty=True, parameters=[params_file, {**values, **({"cpu_affinity": shares[i]} if shares[i] else {})}])
+            for i in range(count)]
 
 
 class SearchOutcome:

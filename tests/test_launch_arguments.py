@@ -176,6 +176,14 @@ def _assert_clean_exits(graph: Graph, codes: dict) -> None:
     assert not bad, "\n\n".join(f"{name}: exit {code}\n{graph.log(name)[-2500:]}" for name, code in bad.items())
 
 
+def _allowed_cpus(pid: int) -> set:
+    """The cores every thread of process `pid` may run on."""
+    allowed = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        allowed |= os.sched_getaffinity(int(task.name))
+    return allowed
+
+
 def _robot_copy(tmp_path: Path) -> str:
     path = tmp_path / "my_robot.yaml"  # the package's robot under another path: an argument value to spot
     path.write_text((ROOT / "config" / "robot.yaml").read_text().replace(
@@ -225,6 +233,13 @@ def test_every_train_launch_argument_reaches_the_nodes_that_take_it(graph, tmp_p
         problems += [f"{argument}:={values[argument]!r}: {node}.{param} is {got[param]!r}, not {value!r}"
                      for param, (argument, value) in params.items() if got[param] != value]
     assert graph.parameters("camera_renderer", ["width"]) == {"width": 96}, "params_file:= was not read"
+    # trainers:=2: each trainer on its own share of the cores, every thread of its process too
+    from motionvl.rl.threads import cpu_shares
+
+    for i, share in enumerate(cpu_shares(2)):
+        name = f"policy_trainer_{i}"
+        assert graph.parameters(name, ["cpu_affinity"]) == {"cpu_affinity": share}
+        assert _allowed_cpus(graph.procs[name].pid) == set(share)
     # the simulator and deployment node also take config/simulation_playback.yaml over the params file
     assert graph.parameters("simulator", ["mode", "lockstep"]) == {"mode": "effort", "lockstep": True}
     assert graph.parameters("deployment", ["allow_rearm"]) == {"allow_rearm": True}
@@ -454,3 +469,27 @@ def test_motionvl_train_exits_non_zero_when_the_search_fails(tmp_path):
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "search failed" in done.stderr and "--start-run" in done.stderr, done.stderr[-3000:]
+
+
+def test_motionvl_train_stops_when_no_trainer_process_is_left(tmp_path, capsys):
+    """A trainer that cannot start ends the run at once with its reason, instead of a search waiting for it."""
+    import threading
+
+    from motionvl.ros import runtime
+    from motionvl.ros.train_graph import _watch_trainers
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with open(logs / "policy_trainer_0.log", "wb") as log:
+        child = subprocess.Popen([sys.executable, "-c", "import sys; print('cannot start: bad cpu_affinity'); sys.exit(1)"],
+                                 stdout=log, stderr=subprocess.STDOUT)
+    child.wait()
+    runtime._STOP.reset()
+    try:
+        watcher = threading.Thread(target=_watch_trainers, args=([child], logs, threading.Event()))
+        watcher.start()
+        watcher.join(30)
+        assert runtime.stop_requested() and runtime._STOP.exit_code == 1
+    finally:
+        runtime._STOP.reset()
+    assert "policy_trainer_0 exited (1): cannot start: bad cpu_affinity" in capsys.readouterr().err

@@ -51,3 +51,12 @@ def test_a_single_slow_update_does_not_make_it_probe():
 @pytest.mark.parametrize("most,adapt", [(1, True), (2, False)])
 def test_a_fixed_count_stays(most, adapt):
     assert set(run(UpdateThreads(most, adapt=adapt), [LOADED] * 30)) == {most}
+
+
+def test_cores_are_split_among_trainers_that_share_a_machine():
+    from motionvl.rl.threads import cpu_shares
+
+    assert cpu_shares(1, [0, 1]) == [[0, 1]]
+    assert cpu_shares(2, [0, 1]) == [[0], [1]]
+    assert cpu_shares(2, [0, 1, 2, 3, 4]) == [[0, 1], [2, 3, 4]]
+    assert cpu_shares(3, [4, 6]) == [[4], [6], [4]]

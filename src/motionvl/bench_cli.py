@@ -1,7 +1,8 @@
 """`motionvl bench TARGET ...`: benchmarks that print measured figures (JSON last line).
 
 Targets: `sim` (raw batched MuJoCo vs the locomotion env), `train` (motionvl.rl.bench),
-`render` (motionvl.render.bench), `deploy` (motionvl.ros.deploy_bench) and `loop` (motionvl.search.bench). Each target's module is imported only when it runs, so a
+`render` (motionvl.render.bench), `deploy` (motionvl.ros.deploy_bench), `loop` (motionvl.search.bench) and `graph`
+(motionvl.ros.graph_bench). Each target's module is imported only when it runs, so a
 missing or heavy one does not slow or break the others.
 """
 
@@ -23,6 +24,8 @@ TARGETS = {
                "deployment loop over DDS: end-to-end latency and period error, idle / CPU hog, with / without RT"),
     "loop": ("motionvl.search.bench", "add_loop_bench_arguments", "run_loop_benchmark",
              "the language loop's overhead: share of its wall time not spent training (goal < 10 %)"),
+    "graph": ("motionvl.ros.graph_bench", "add_graph_bench_arguments", "run_graph_benchmark",
+              "CPU of the training graph's non-trainer nodes between playbacks while a trainer trains (goal < 0.1)"),
 }
 
 

@@ -47,6 +47,14 @@ class TrainBenchArgs:
     """torch intra-op threads in the rollout (default: the training config's, else torch's)."""
     update_torch_threads: int | None = dataclasses.field(default=None, metadata={"type": int})
     """torch intra-op threads in the PPO update (default: the training config's)."""
+    loop_only: bool = False
+    """Measure only the whole training loop (not raw physics and the env alone)."""
+    trainers: int = 1
+    """Measure this many training loops side by side, each in its own process (as `motionvl train --trainers N`
+    runs them), against one alone measured first in the same run."""
+    pin: bool = True
+    """With --trainers: give each process its share of the cores (motionvl.rl.threads.cpu_shares), as the
+    search does for local trainers; false lets the scheduler place them."""
     load: int = 0
     """Measure beside this many single-thread CPU hogs (and alone, in the same run) instead: the training loop's
     median iteration time per update-thread policy."""
@@ -71,36 +79,49 @@ def _timed(fn, seconds: float, warmup: int = 2) -> tuple[int, float]:
     return n, time.perf_counter() - t0
 
 
-def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0, log=print) -> dict:
-    """Measure the three throughputs for `train_cfg` (see the module docstring)."""
+def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0, log=print,
+                       loop_only: bool = False) -> dict:
+    """Measure the three throughputs for `train_cfg` (see the module docstring); the training loop alone with
+    `loop_only`. The update's threads are chosen as training chooses them (motionvl.rl.threads)."""
     import torch
 
     from motionvl.rl.estimator import estimator_training
-    from motionvl.rl.trainer import build_runner, run_iteration, update_thread_count
+    from motionvl.rl.trainer import build_runner, run_iteration, update_threads_for
 
     vec, runner = build_runner(train_cfg, reward_fn)
     estimator = estimator_training(runner, vec, train_cfg.ppo)
     env, N = vec.env, vec.num_envs
-    update_threads = update_thread_count(train_cfg) or torch.get_num_threads()
+    chooser = update_threads_for(train_cfg)
+    update_threads = chooser.max_threads if chooser else torch.get_num_threads()
     log(f"bench train: {N} envs, sim_dt {env.sim_dt} x {env.decimation}, {env.sim.num_threads} physics threads, "
-        f"{torch.get_num_threads()} torch threads ({update_threads} in the update), "
-        f"device {runner.device}")
+        f"{torch.get_num_threads()} torch threads (up to {update_threads} in the update"
+        f"{', chosen by its time' if chooser and chooser.adapt else ''}), device {runner.device}")
 
-    calls, t = _timed(lambda: env.sim.step(env.decimation), seconds)
-    raw_policy = calls * N / t
-    log(f"  raw physics: {raw_policy * env.decimation:,.0f} physics steps/s ({raw_policy:,.0f} policy steps/s)")
+    raw_policy = env_sps = None
+    if not loop_only:
+        calls, t = _timed(lambda: env.sim.step(env.decimation), seconds)
+        raw_policy = calls * N / t
+        log(f"  raw physics: {raw_policy * env.decimation:,.0f} physics steps/s ({raw_policy:,.0f} policy steps/s)")
 
-    rng = np.random.default_rng(0)
-    actions = rng.uniform(-1.0, 1.0, (64, N, env.num_joints))
-    k = iter(range(10**12))
-    calls, t = _timed(lambda: env.step(actions[next(k) % 64]), seconds)
-    env_sps = calls * N / t
-    log(f"  env only (random actions, reward included): {env_sps:,.0f} policy steps/s")
+        rng = np.random.default_rng(0)
+        actions = rng.uniform(-1.0, 1.0, (64, N, env.num_joints))
+        k = iter(range(10**12))
+        calls, t = _timed(lambda: env.step(actions[next(k) % 64]), seconds)
+        env_sps = calls * N / t
+        log(f"  env only (random actions, reward included): {env_sps:,.0f} policy steps/s")
+        env.reset()
+        vec.sync_observations()
 
-    env.reset()
-    vec.sync_observations()
     infos: list[dict] = []
-    iters, t = _timed(lambda: infos.append(run_iteration(runner, vec, update_threads, estimator)), seconds, warmup=1)
+
+    def iteration() -> None:
+        threads = chooser.choose() if chooser else None
+        info = run_iteration(runner, vec, threads, estimator)
+        if chooser:
+            chooser.record(threads, info["learn_s"])
+        infos.append({**info, "update_threads": threads})
+
+    iters, t = _timed(iteration, seconds, warmup=1)
     infos = infos[1:]
     collect, learn = sum(i["collect_s"] for i in infos), sum(i["learn_s"] for i in infos)
     train_sps = sum(i["steps"] for i in infos) / t
@@ -110,9 +131,12 @@ def benchmark_training(train_cfg: TrainConfig, reward_fn, seconds: float = 10.0,
     return {
         "envs": N, "sim_dt": env.sim_dt, "decimation": env.decimation, "physics_threads": env.sim.num_threads,
         "torch_threads": torch.get_num_threads(), "update_torch_threads": update_threads,
+        "update_threads_used": {n: sum(i["update_threads"] == n for i in infos)
+                                for n in sorted({i["update_threads"] for i in infos if i["update_threads"]})},
         "device": str(runner.device),
-        "raw_physics_steps_per_s": round(raw_policy * env.decimation), "raw_policy_steps_per_s": round(raw_policy),
-        "env_steps_per_s": round(env_sps), "train_steps_per_s": round(train_sps),
+        "raw_physics_steps_per_s": None if loop_only else round(raw_policy * env.decimation),
+        "raw_policy_steps_per_s": None if loop_only else round(raw_policy),
+        "env_steps_per_s": None if loop_only else round(env_sps), "train_steps_per_s": round(train_sps),
         "train_rollout_fraction": round(collect / t, 3), "train_update_fraction": round(learn / t, 3),
         "iterations": iters,
         "ppo": {"num_steps_per_env": p.num_steps_per_env, "num_learning_epochs": p.num_learning_epochs,
@@ -214,6 +238,49 @@ def benchmark_under_load(train_cfg: TrainConfig, reward_fn, load: int, iteration
     return summary
 
 
+SIDE_BY_SIDE_GOAL = 0.4
+"""Each of two trainers side by side keeps at least this share of a lone trainer's steps/s."""
+
+
+def benchmark_side_by_side(args: argparse.Namespace, a: TrainBenchArgs, log=print) -> dict:
+    """`a.trainers` training loops side by side, each a `motionvl bench train --loop-only` process (on its share of
+    the cores with `a.pin`), against one alone measured first; each one's steps/s as a share of the lone one's."""
+    import json
+    import subprocess
+
+    from motionvl.rl.threads import cpu_shares, pinned
+
+    passed = [f"--seconds={a.seconds}", "--loop-only"]
+    for name in ("envs", "config", "reward", "physics_threads", "torch_threads", "update_torch_threads"):
+        value = getattr(a, name)
+        if value is not None:
+            passed.append(f"--{name.replace('_', '-')}={value}")
+    passed += [f"--set={item}" for item in a.set or ()]
+    command = [sys.executable, "-m", "motionvl.cli", "bench", "train", *passed]
+
+    def run(shares: list) -> list[dict]:
+        procs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                  preexec_fn=pinned(cpus)) for cpus in shares]
+        outs = [p.communicate()[0] for p in procs]
+        if any(p.returncode for p in procs):
+            raise RuntimeError(f"a side-by-side measurement failed: {command}")
+        return [json.loads(out.strip().splitlines()[-1]) for out in outs]
+
+    lone = run([None])[0]["train_steps_per_s"]
+    log(f"bench train --trainers {a.trainers}: one alone {lone:,} steps/s")
+    shares = cpu_shares(a.trainers) if a.pin else [None] * a.trainers
+    results = run(shares)
+    rows = [{"cpus": cpus, "steps_per_s": r["train_steps_per_s"], "share_of_lone": round(r["train_steps_per_s"] / lone, 3),
+             "update_threads_used": r.get("update_threads_used")} for cpus, r in zip(shares, results)]
+    for i, row in enumerate(rows):
+        log(f"  trainer {i} on cpus {row['cpus'] or 'any'}: {row['steps_per_s']:,} steps/s, "
+            f"{row['share_of_lone']:.0%} of one alone (update threads {row['update_threads_used']})")
+    return {"trainers": a.trainers, "pin": a.pin, "lone_steps_per_s": lone, "side_by_side": rows,
+            "total_share_of_lone": round(sum(r["share_of_lone"] for r in rows), 3),
+            "goal_share_each": SIDE_BY_SIDE_GOAL,
+            "meets_goal": all(r["share_of_lone"] >= SIDE_BY_SIDE_GOAL for r in rows)}
+
+
 def run_train_benchmark(args: argparse.Namespace) -> dict | int:
     """Entry point of `motionvl bench train`: returns the figures (the bench CLI prints them as JSON),
     or exit status 2 after a message on a bad config, override or reward spec."""
@@ -233,8 +300,10 @@ def run_train_benchmark(args: argparse.Namespace) -> dict | int:
         if a.update_torch_threads is not None:
             cfg.update_torch_threads = a.update_torch_threads
         cfg.validate()
-        if a.load < 0 or a.iterations < 1:
-            raise ConfigError("--load must be >= 0 and --iterations >= 1")
+        if a.load < 0 or a.iterations < 1 or a.trainers < 1:
+            raise ConfigError("--load must be >= 0, --iterations and --trainers >= 1")
+        if a.trainers > 1 and a.load:
+            raise ConfigError("--trainers and --load measure different things: give one")
         reward = load_reward_spec(a.reward)
         validate_spec(reward, env_cfg=cfg.env)  # a spec file may carry generated code: validated as training does
         reward = reward.with_isolation(a.reward_isolation == "process")
@@ -242,11 +311,14 @@ def run_train_benchmark(args: argparse.Namespace) -> dict | int:
         print(f"motionvl bench train: {exc}", file=sys.stderr, flush=True)
         return 2
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    if a.trainers > 1:
+        reward.close()
+        return benchmark_side_by_side(args, a, log=log)
     try:
         if a.load:
             result = benchmark_under_load(cfg, reward, a.load, iterations=a.iterations, log=log)
         else:
-            result = benchmark_training(cfg, reward, seconds=a.seconds, log=log)
+            result = benchmark_training(cfg, reward, seconds=a.seconds, log=log, loop_only=a.loop_only)
     finally:
         reward.close()
     generated = sum(t.source == "generated" for t in reward.terms)

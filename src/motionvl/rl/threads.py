@@ -102,3 +102,39 @@ class UpdateThreads:
     def pace(self) -> dict:
         """Median update seconds per thread count, as measured recently (for the history and the bench)."""
         return {n: round(statistics.median(t), 4) for n, t in self.times.items() if t}
+
+
+def cpu_shares(count: int, cpus=None) -> list[list[int]]:
+    """The cores of this process (or `cpus`) split among `count` processes that share them on purpose (several
+    trainers on one machine): contiguous blocks when there are cores enough, else one core each, round robin."""
+    import os
+
+    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    if count <= len(cpus):
+        bounds = [round(i * len(cpus) / count) for i in range(count + 1)]
+        return [cpus[bounds[i]:bounds[i + 1]] for i in range(count)]
+    return [[cpus[i % len(cpus)]] for i in range(count)]
+
+
+def pin_process(cpus) -> None:
+    """Keep this process, every thread it has and every thread it starts, on `cpus` (Linux)."""
+    import os
+
+    cpus = sorted({int(c) for c in cpus})
+    for task in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(task), cpus)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+
+
+def pinned(cpus):
+    """A `preexec_fn` that keeps a child process (and the threads it starts) on `cpus` (None: no change)."""
+    import os
+
+    if not cpus:
+        return None
+
+    def pin() -> None:
+        os.sched_setaffinity(0, list(cpus))
+    return pin

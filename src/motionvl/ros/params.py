@@ -38,6 +38,9 @@ def as_type(value, kind):
         return value
     if kind is str and isinstance(value, str):
         return value
-    if kind in (list, tuple) and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+    if kind in (list, tuple) and value is None:  # an empty array in a params file: ROS 2 cannot type it
+        return []
+    if kind in (list, tuple) and isinstance(value, (list, tuple)) and (
+            all(isinstance(v, str) for v in value) or all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
         return list(value)
     raise TypeError(f"expected {kind.__name__}, got {value!r}")

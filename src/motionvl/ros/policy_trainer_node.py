@@ -61,6 +61,9 @@ PARAMETERS = {
     "eval_command_vx": (0.6, "Forward velocity command of the evaluation, m/s."),
     "shared_channel": (True, "Also take candidates from the shared reward_candidates topic (one trainer, by hand)."),
     "heartbeat_period_s": (1.0, "Seconds between heartbeats on trainer/heartbeat."),
+    "cpu_affinity": ([], "Cores this trainer's process runs on, e.g. [0]; empty: every core it may use. Several trainers "
+                         "on one machine get disjoint shares (motionvl train --trainers N, train.launch.py trainers:=N): "
+                         "threads of two trainings on one core wait for each other at every barrier."),
 }
 
 REQUEST_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
@@ -78,6 +81,13 @@ class PolicyTrainerNode(Node):
         p = declare_parameters(self, PARAMETERS)
         if p["default_minutes"] <= 0 or p["eval_episodes"] < 1 or p["heartbeat_period_s"] <= 0:
             raise ConfigError("default_minutes and heartbeat_period_s must be > 0 and eval_episodes >= 1")
+        if p["cpu_affinity"]:  # before the training thread starts: it and its physics and torch threads inherit it
+            from motionvl.rl.threads import pin_process
+
+            try:
+                pin_process(p["cpu_affinity"])
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"parameter cpu_affinity {p['cpu_affinity']}: {exc}") from exc
         self.trainer_name = self.get_fully_qualified_name()
         self.status_pub = self.create_publisher(String, "trainer/status", LATCHED_QOS)
         self.progress_pub = self.create_publisher(String, "trainer/progress", STREAM_QOS)

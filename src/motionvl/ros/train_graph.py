@@ -5,8 +5,8 @@ launch/train.launch.py: the orchestrator, the reward_synthesizer (when a synthes
 policy_trainer nodes, with the orchestrator's `playback` ros the playback graph (simulator, deployment in
 simulation mode, vlm_critic and, when playbacks are rendered or a VLM judges, camera_renderer; with
 config/simulation_playback.yaml laid over nodes.yaml) and, with `record`, the recorder. Trainers run as child processes by default
-(each its own interpreter and cores: `python -m motionvl.ros.policy_trainer_node`, dying with this
-process) or, with `trainers_in_process`, as nodes of this process. The nodes run through
+(each its own interpreter and its share of the cores: `python -m motionvl.ros.policy_trainer_node`, dying
+with this process) or, with `trainers_in_process`, as nodes of this process. The nodes run through
 `motionvl.ros.runtime.run_nodes` (each on its own executor thread, one clean way out on SIGINT or
 SIGTERM); the orchestrator asks the process to stop when its search ends. A stopped run continues
 with `motionvl train --out RUN_DIR --resume`.
@@ -19,10 +19,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import yaml
 
+from motionvl.rl.threads import cpu_shares
 from motionvl.robot import package_root
 
 NODES_YAML = "config/nodes.yaml"
@@ -56,6 +58,23 @@ def _trainer_process(params_file: Path, name: str, values: dict, log_path: Path)
                                  "--params-file", handle.name, "-r", f"__node:={name}"],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 preexec_fn=_die_with_parent, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _watch_trainers(children: list, logs: Path, ended: threading.Event) -> None:
+    """When every trainer process has exited while the search still runs (a trainer that could not start), stop
+    the graph with the trainers' last log lines instead of letting the search wait for a trainer."""
+    from motionvl.ros.runtime import request_stop
+
+    while not ended.wait(1.0):
+        if all(child.poll() is not None for child in children):
+            lines = []
+            for i, child in enumerate(children):
+                log = logs / f"policy_trainer_{i}.log"
+                last = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+                lines.append(f"policy_trainer_{i} exited ({child.returncode}): {last[0] if last else 'no output'}")
+            print("motionvl train: no trainer process is left: " + "; ".join(lines), file=sys.stderr, flush=True)
+            request_stop("no trainer process is left", exit_code=1)
+            return
 
 
 def _playback_graph(params_file: Path, orchestrator: dict) -> list:
@@ -111,6 +130,7 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
     trainer_values = {"runs_dir": str(run_dir / "candidates"), "training_config": train_config or "",
                       "shared_channel": False, **({"robot_config": robot_config} if robot_config else {})}
     factories, children = [], []
+    shares = cpu_shares(trainers) if trainers > 1 else [[]]  # trainers on one machine share its cores on purpose
     for i in range(trainers):
         name = f"policy_trainer_{i}"
         if trainers_in_process:
@@ -121,7 +141,9 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
                     {**node_parameters(params_file, "policy_trainer"), **trainer_values}))
             factories.append(trainer)
         else:
-            children.append(_trainer_process(params_file, name, trainer_values, run_dir / "logs" / f"{name}.log"))
+            pinned = {"cpu_affinity": shares[i]} if shares[i] else {}
+            children.append(_trainer_process(params_file, name, {**trainer_values, **pinned},
+                                             run_dir / "logs" / f"{name}.log"))
     if synthesizer is not None:
         def synthesizer_node():
             from motionvl.ros.reward_synthesizer_node import RewardSynthesizerNode
@@ -139,9 +161,14 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
         factories.append(recorder)
     factories.append(lambda: OrchestratorNode(parameter_overrides=_parameters(
         {**orchestrator, "shutdown_when_done": True, "synthesizer_node": synthesizer is not None})))
+    ended = threading.Event()
+    if children:
+        threading.Thread(target=_watch_trainers, args=(children, run_dir / "logs", ended), daemon=True,
+                         name="trainer-watch").start()
     try:
         return run_nodes(factories, "motionvl train", ["--ros-args", "--params-file", str(params_file)])
     finally:
+        ended.set()
         for child in children:  # a trainer stops after its iteration in progress, its checkpoint saved
             if child.poll() is None:
                 child.send_signal(signal.SIGINT)

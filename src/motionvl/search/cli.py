@@ -177,6 +177,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_without_ros(args: argparse.Namespace, settings) -> int:
+    from motionvl.rl.threads import cpu_shares
     from motionvl.search.dispatch import LocalProcessSlot
     from motionvl.search.loop import Search
     from motionvl.search.playback import InProcessPlayback
@@ -186,8 +187,9 @@ def _run_without_ros(args: argparse.Namespace, settings) -> int:
     synthesizer = make_synthesizer(settings, _options(args))
     critic = make_critic(settings, _options(args))
     cfg = SearchConfig.from_dict(settings.config)
+    shares = cpu_shares(args.trainers) if args.trainers > 1 else [None]  # local trainers share the cores on purpose
     slots = [LocalProcessSlot(f"trainer-{i}", runs_dir=args.out / "candidates", train_config=settings.train_config,
-                              robot_config=settings.robot_config) for i in range(args.trainers)]
+                              robot_config=settings.robot_config, cpus=shares[i]) for i in range(args.trainers)]
     search = Search(args.out, settings, synthesizer=synthesizer, critic=critic,
                     playback=InProcessPlayback(cfg.playback, robot=settings.robot()),
                     slots=lambda: slots, resume=args.resume, progress=not args.no_progress,

@@ -175,9 +175,11 @@ class LocalProcessSlot:
     orphan training into its run directories); a child that died is replaced at the next job."""
 
     def __init__(self, name: str = "local-0", *, runs_dir: str | Path, train_config: str | Path | None = None,
-                 evaluation: dict | None = None, robot_config: str | Path | None = None):
-        """robot_config: the robot YAML the jobs train and evaluate on (None: the package's config/robot.yaml)."""
+                 evaluation: dict | None = None, robot_config: str | Path | None = None, cpus=None):
+        """robot_config: the robot YAML the jobs train and evaluate on (None: the package's config/robot.yaml);
+        cpus: the cores the child runs on (None: every core; several local slots get disjoint shares)."""
         self.name = name
+        self.cpus = list(cpus) if cpus else None
         self.runs_dir, self.train_config, self.evaluation = Path(runs_dir), train_config, evaluation
         self.robot_config = robot_config
         self._proc: subprocess.Popen | None = None
@@ -197,9 +199,14 @@ class LocalProcessSlot:
             self.runs_dir.mkdir(parents=True, exist_ok=True)
             with (self.runs_dir / f"{self.name}.log").open("ab") as log:
                 self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                              preexec_fn=_die_with_parent, start_new_session=True, text=True,
+                                              preexec_fn=self._preexec, start_new_session=True, text=True,
                                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
         return self._proc
+
+    def _preexec(self) -> None:  # in the child, before exec
+        _die_with_parent()
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
 
     def start(self, job: TrainingJob) -> None:
         run_dir = Path(job.run_dir) if job.run_dir else self.runs_dir / job.candidate_id
