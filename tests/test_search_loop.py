@@ -252,9 +252,12 @@ def test_two_trainer_processes_share_an_iteration_and_a_lost_trainers_candidate_
         if not wait_for(lambda: history.exists() and history.read_text().strip(), timeout=400, period=0.05):
             return
         pid = _my_child("__node:=policy_trainer_1")
-        if pid is not None and not Ledger(run_dir).has("trained", "i1k2"):
-            os.kill(pid, signal.SIGKILL)
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGSTOP)  # frozen first: it cannot finish the candidate between the check and the kill
+        if not Ledger(run_dir).has("trained", "i1k2"):
             killed["name"] = "policy_trainer_1"
+        os.kill(pid, signal.SIGKILL)
 
     import threading
 
