@@ -6,9 +6,14 @@ the env's reward between the isolated spec (the worker process, as training runs
 spec in process (read-only copies of the state, no worker) every iteration, in interleaved
 rounds so that a machine's drift reaches both alike. Reported: the median seconds of a whole
 iteration (rollout + PPO update) and of its rollout with each, the isolation's share of the
-loop, and the reward call alone on recorded rollout states. Also the work accounting's calibration:
-numpy's time per element of each charged operation in additions, next to what the guard charges
-(guard.COST), on (N, 12) float64 arrays with negative values (pow() is slowest on those).
+loop, and the reward call alone on recorded rollout states. Both variants bound the generated
+terms' cost per step as training does (TrainConfig.reward_cost_limit), so the measured difference
+is the worker's alone. Also the work accounting's calibration: numpy's time per element of each
+charged operation in additions, next to what the guard charges (guard.COST), on (N, 12) float64
+arrays with negative values (pow() is slowest on those); and the Python-level entries: a guarded
+numpy call and a guarded operator (per call, on one environment), an element of a comparison of
+tuples, a character of a number parsed from a string, a digit of a Python float rounded to
+ndigits.
 
     .venv/bin/python bench/reward_isolation.py --envs 512 --rounds 5
 
@@ -28,12 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
+from motionvl.rewards.sandbox import compile_code, random_reward_state
 from motionvl.rewards.sandbox.guard import COST
 from motionvl.rewards.sandbox.test_states import rollout_pool
 from motionvl.rewards.spec import load_reward_spec
 from motionvl.rl.config import TrainConfig
 from motionvl.rl.estimator import estimator_training
-from motionvl.rl.trainer import build_runner, run_iteration, update_thread_count
+from motionvl.rl.trainer import bound_reward_cost, build_runner, run_iteration, update_thread_count
 
 SPEC = Path(__file__).resolve().parents[1] / "config" / "rewards" / "reference_generated.yaml"
 CALIBRATION = {  # guard.COST entry -> a numpy call it charges, on x (N, 12) float64 with negative values
@@ -64,8 +70,34 @@ def _per_call(fn, repeats: int) -> float:
     return best
 
 
+LOOPED = 64  # operations in the guarded loops that time a call's and an operator's fixed cost
+
+
+def _guarded_loop(body: str):
+    """A guarded term running `body` LOOPED times on one environment (the fixed cost, not the elements)."""
+    source = f"def _reward_t(state):\n    t = state.base_height\n    for i in range({LOOPED}):\n        {body}\n" \
+             "    return t * 0.0\n"
+    term = compile_code(source).terms["t"]
+    state = random_reward_state(1, np.random.default_rng(0))
+    return lambda: term.fn(state)
+
+
+def _python_calibration() -> dict:
+    """COST entry -> (call, units it is charged per): the Python-level entries' timings."""
+    row, again = (0.5,) * 64, tuple(0.25 + 0.25 for _ in range(64))  # equal, not the same objects
+    digits = "0." + "1234567890" * 400
+    return {
+        "call": (_guarded_loop("t = np.abs(t)"), LOOPED),
+        "operator": (_guarded_loop("t = 1.0 + 2.0"), LOOPED),
+        "item": (lambda: row == again, len(row)),
+        "parse": (lambda: float(digits), len(digits)),
+        "digit": (lambda: round(1.2345e300, 15), 301 + 15),
+    }
+
+
 def calibrate(envs: int, repeats: int = 100) -> dict:
-    """{COST entry: {"charged", "measured"}}: numpy's time per element in additions, on (envs, 12) arrays."""
+    """{COST entry: {"charged", "measured"}}: numpy's time per element in additions, on (envs, 12) arrays, and
+    the Python-level entries' time per call, item, character or digit in additions."""
     x = np.random.default_rng(0).normal(size=(envs, 12))
     add = _per_call(lambda: np.add(x, x), repeats) / x.size
     out = {}
@@ -73,6 +105,8 @@ def calibrate(envs: int, repeats: int = 100) -> dict:
         elements = x.shape[1] if name == "python" else x.size
         out[name] = {"charged": COST[name],
                      "measured": round(_per_call(lambda fn=fn: fn(x), repeats) / elements / add, 1)}
+    for name, (fn, units) in _python_calibration().items():
+        out[name] = {"charged": COST[name], "measured": round(_per_call(fn, repeats) / units / add, 1)}
     return out
 
 
@@ -85,7 +119,7 @@ def main(argv=None) -> int:
 
     cfg = TrainConfig.from_yaml(None, overrides=[f"env.num_envs={args.envs}", *args.set])
     cfg.validate()
-    isolated = load_reward_spec(SPEC)
+    isolated = bound_reward_cost(load_reward_spec(SPEC), cfg)  # as training runs it
     in_process = isolated.with_isolation(False)
     vec, runner = build_runner(cfg, isolated)  # validates the spec as training does
     estimator = estimator_training(runner, vec, cfg.ppo)

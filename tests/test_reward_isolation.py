@@ -115,7 +115,8 @@ def test_isolated_and_in_process_terms_agree_with_each_other(pool):
 def test_reference_terms_as_generated_code_give_the_library_numbers(pool):
     generated = load_reward_spec(REFERENCE_GENERATED)
     library = load_reward_spec(None)
-    assert [(t.name, t.weight) for t in generated.terms] == [(t.name, t.weight) for t in library.terms]
+    # each named after its library term with `_gen` added (a generated term may not take a library name)
+    assert [(t.name, t.weight) for t in generated.terms] == [(f"{t.name}_gen", t.weight) for t in library.terms]
     local = generated.with_isolation(False)
     try:
         rng = np.random.default_rng(1)
@@ -124,8 +125,8 @@ def test_reference_terms_as_generated_code_give_the_library_numbers(pool):
             ref_total, ref_terms = library(state)
             np.testing.assert_allclose(total, ref_total, rtol=1e-12, atol=1e-15)
             for name, value in ref_terms.items():
-                np.testing.assert_allclose(terms[name], value, rtol=1e-12, atol=1e-15, err_msg=name)
-                np.testing.assert_array_equal(local(state)[1][name], terms[name], err_msg=name)
+                np.testing.assert_allclose(terms[f"{name}_gen"], value, rtol=1e-12, atol=1e-15, err_msg=name)
+                np.testing.assert_array_equal(local(state)[1][f"{name}_gen"], terms[f"{name}_gen"], err_msg=name)
     finally:
         generated.close()
 
@@ -231,18 +232,41 @@ def test_rollout_states_hold_falls_impacts_and_resets(pool):
     assert (rows["base_height"] < 0.5).any() and (rows["base_height"] > 0.7).any()
 
 
-def test_check_batches_are_training_sized_and_fresh(monkeypatch):
-    from motionvl.rewards.sandbox.test_states import BATCHES
+def test_check_batches_meet_the_conditions_training_meets_and_are_fresh(monkeypatch):
+    from motionvl.envs.config import EnvConfig
+    from motionvl.rewards.sandbox.test_states import BATCHES, check_batches
 
-    seen = []
+    seen, workers = [], []
     real = IsolatedTerms.evaluate
-    monkeypatch.setattr(IsolatedTerms, "evaluate", lambda self, state: seen.append(state) or real(self, state))
+
+    def spy(self, state):
+        seen.append(state)
+        out = real(self, state)
+        workers.append(self._worker.proc.pid)
+        return out
+
+    monkeypatch.setattr(IsolatedTerms, "evaluate", spy)
     check_reward_code(GOOD)
     check_reward_code(GOOD)
-    assert {s.num_envs for s in seen} == {512} and len(seen) == 2 * sum(c for _, c in BATCHES)
-    first, second = seen[: len(seen) // 2], seen[len(seen) // 2:]
+    calls = sum(c for _, c, _ in BATCHES)
+    assert len(seen) == 2 * calls
+    first, second = seen[:calls], seen[calls:]
     assert not np.array_equal(first[0].base_pos, second[0].base_pos)  # a fresh seed per check
-    assert 0.7 in {s.gait_period for s in seen}  # the training clock (the old check used 0.8 only)
+    # the run's environment count first, then fewer and one (the evaluations sharing the reward), one worker
+    sizes = [s.num_envs for s in first]
+    runs = sum(c for _, c, size in BATCHES if size == "run")
+    assert set(sizes[:runs]) == {512} and 1 < sizes[runs] < 512 and sizes[-1] == 1
+    assert len(set(workers[:calls])) == 1
+    # the recorded rollouts at both gait periods training runs at (the old check's rollouts: 0.6 s only)
+    training = EnvConfig()
+    labelled = list(check_batches(512, np.random.default_rng(0)))
+    assert [label for label, _ in labelled] == [label for label, _ in check_batches(512, np.random.default_rng(1))]
+    rollout_periods = {state.gait_period for label, state in labelled if label.startswith("rollout")}
+    assert rollout_periods == {training.gait_period_schedule.start, training.gait_period_s}
+    # states as far from the start, and feet as long in the air, as a training episode allows (the old check's
+    # random-policy rollouts ended within 1.2 s, less than a metre from where they started)
+    reach = max(np.abs(s.base_pos[:, :2]).max() for s in first if s.base_pos[:, :2].max() < 999)
+    assert reach > 10.0 and max(s.foot_air_time.max() for s in first) >= 0.9 * training.episode_length_s
     assert any(s.terminated.all() for s in seen) and any(s.foot_contact_force.max() >= 5e3 for s in seen)
 
 

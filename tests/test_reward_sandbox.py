@@ -157,7 +157,7 @@ def test_good_candidate_passes_and_leaves_state_untouched(path):
         out = evaluate_term(term, state)
         assert out.shape == (256,) and out.dtype == np.float64
         assert np.all((out >= 0.0) & (out <= 1.0)), name  # these terms are normalised by design
-        assert np.ptp(out) > 0 or name in ("termination", "fall", "body_contact"), name  # not constant
+        assert np.ptp(out) > 0 or name in ("fell", "fall", "body_contact"), name  # not constant
     for field, value in before.items():
         np.testing.assert_array_equal(getattr(state, field), value, err_msg=field)
 
@@ -258,7 +258,7 @@ def test_work_budget_bounds_a_term_call():
 
 
 def test_term_fn_budget_resets_per_call_and_errors_name_the_line():
-    term = compile_reward_code((DATA / "good_rewards" / "posture.py").read_text())["joint_limits"]
+    term = compile_reward_code((DATA / "good_rewards" / "posture.py").read_text())["near_joint_limits"]
     state = random_reward_state(512, np.random.default_rng(0))
     first = term.fn(state)
     for _ in range(200):  # 200 calls spend far more than one call's budget in total
@@ -295,7 +295,7 @@ def test_all_problems_are_listed_at_once():
 
 def test_runtime_namespace_is_a_whitelist():
     """Defence in depth behind the static rules: what compiled code can reach at run time."""
-    term = compile_reward_code((DATA / "good_rewards" / "minimal.py").read_text())["termination"]
+    term = compile_reward_code((DATA / "good_rewards" / "minimal.py").read_text())["fell"]
     raw = inspect.getclosurevars(term.fn).nonlocals["raw"]
     namespace = raw.__globals__
     assert set(namespace["__builtins__"]) == set(safe_namespace.SAFE_BUILTIN_NAMES)

@@ -56,4 +56,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     listed = ", ".join(f"{'+' if t.sign > 0 else '-'}{name}" for name, t in terms.items())
     print(f"OK: terms: {listed}")
+    warnings = sandbox.compile_code(source).warnings  # captured, de-duplicated and bounded
+    if warnings:
+        print(f"{args.file}: compiler warning(s):", file=sys.stderr)
+        for line in warnings:
+            print(f"  {line}", file=sys.stderr)
     return 0

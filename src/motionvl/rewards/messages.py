@@ -19,7 +19,10 @@ MAX_PROBLEMS = 12
 MAX_MESSAGE_CHARS = 4000
 """Longest whole message (all problems and the heading)."""
 
-_QUOTED = re.compile(r"(`[^`\n]*`|'[^'\n]*'|\"[^\"\n]*\")")
+# a quoted run: `...`, or '...' / "..." with backslash escapes inside (Python's repr of a string holding both
+# quote characters escapes one of them: the run must not end at an escaped quote)
+_QUOTED = re.compile(r"(`[^`\n]*`|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")")
+_QUOTE_CHARS = re.compile(r"[`'\"\\]")
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
 
 
@@ -27,6 +30,17 @@ def excerpt(text, limit: int = MAX_EXCERPT_CHARS) -> str:
     """`text` as a short, printable excerpt: ASCII only, at most `limit` characters (then '...')."""
     text = _UNPRINTABLE.sub("?", str(text))
     return text if len(text) <= limit else text[: max(limit - 3, 1)] + "..."
+
+
+def plain(text) -> str:
+    """Candidate text (a name) as an excerpt without quote characters or backslashes (each becomes '?'), so
+    that no later scrub can misread where a quote ends."""
+    return excerpt(_QUOTE_CHARS.sub("?", str(text)))
+
+
+def quote(text) -> str:
+    """plain(text) in single quotes."""
+    return "'" + plain(text) + "'"
 
 
 def _shorten_quote(match: re.Match) -> str:

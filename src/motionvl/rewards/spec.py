@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import json
+import logging
 import math
 import threading
 from pathlib import Path
@@ -34,11 +36,19 @@ from typing import Any
 import numpy as np
 import yaml
 
+from motionvl.rewards.messages import plain, quote
 from motionvl.rewards.state import RewardState
 from motionvl.rewards.terms import ALIASES, POSITIVE_PARAMS, REGISTRY
 from motionvl.robot import ConfigError, package_root
 
+_log = logging.getLogger(__name__)
 REFERENCE_SPEC = "config/rewards/reference.yaml"
+DEFAULT_COST_LIMIT = 8.0
+"""The bound on generated terms' CPU time per call, in multiples of the reference reward's on the same batches
+(rewards/sandbox/cost.py), that every spec carries unless told otherwise (TrainConfig.reward_cost_limit). The
+reference reward rewritten as generated code (config/rewards/reference_generated.yaml) measures ~2x at 512
+environments and 3-4x on small batches, where the sandbox's fixed cost per operation dominates: 8 keeps such
+a candidate clear of the bound, while a term that makes the rollout many times slower fails."""
 SOURCES = ("library", "generated")
 _TOP_KEYS = ("name", "description", "scale", "only_positive", "terms", "code")
 
@@ -68,12 +78,20 @@ class RewardSpec:
 
     def __init__(self, terms, code: str | None = None, scale: float = 1.0, name: str = "",
                  description: str = "", only_positive: bool = False, where: str = "reward spec", *,
-                 isolated: bool = True, deadline_s: float | None = None):
+                 isolated: bool = True, deadline_s: float | None = None,
+                 cost_limit: float | None = DEFAULT_COST_LIMIT):
         """isolated: generated terms run in the sandbox's worker process with a deadline_s per call (None:
         the sandbox's default), as training must; False runs them in this process on read-only copies of
-        the state (no deadline: only for measuring what the isolation costs)."""
+        the state (no deadline: only for measuring what the isolation costs). cost_limit: the generated
+        terms' CPU time per call may be at most this many times the reference reward's on the same batches
+        (sandbox/cost.py; training sets it from TrainConfig.reward_cost_limit, of the same default); None:
+        no such bound."""
         errors: list[str] = []
         self.isolated, self.deadline_s = bool(isolated), deadline_s
+        if cost_limit is not None and (isinstance(cost_limit, bool) or not isinstance(cost_limit, (int, float))
+                                       or not cost_limit > 0):
+            errors.append(f"cost_limit must be null or a number > 0, got {cost_limit!r}")
+        self.cost_limit = cost_limit
         self._runner = None  # the generated terms' runner, started on the first call (see _generated_values)
         self._runner_lock = threading.Lock()
         self.terms: tuple[TermSpec, ...] = tuple(terms)
@@ -94,9 +112,9 @@ class RewardSpec:
         seen = set()
         for t in self.terms:
             if t.name in seen:
-                errors.append(f"term '{t.name}' appears twice")
+                errors.append(f"term {quote(t.name)} appears twice")
             seen.add(t.name)
-            errors.extend(f"term '{t.name}': {e}" for e in self._term_errors(t))
+            errors.extend(f"term {quote(t.name)}: {e}" for e in self._term_errors(t))
         if not self.terms:
             errors.append("no terms")
         if errors:
@@ -112,10 +130,12 @@ class RewardSpec:
         from motionvl.rewards import sandbox  # only specs with generated code need it
 
         try:
-            return sandbox.compile_code(self.code)
+            compiled = sandbox.compile_code(self.code)
         except sandbox.RewardCodeError as exc:  # the sandbox's message is what the LLM has to fix
             errors.extend(f"generated code rejected: {p}" for p in exc.problems)
             return None
+        _log_warnings_once(compiled)
+        return compiled
 
     def _term_errors(self, t: TermSpec) -> list[str]:
         errs = []
@@ -131,7 +151,7 @@ class RewardSpec:
                 errs.append("source is 'generated' but the spec has no code")
             elif self._generated and t.name not in self._generated:
                 errs.append(f"not defined by the generated code{_suggest(t.name, self._generated)}; "
-                            f"it defines {sorted(self._generated)} (write _reward_{t.name} or _cost_{t.name})")
+                            f"it defines {sorted(self._generated)} (write _reward_{plain(t.name)} or _cost_{plain(t.name)})")
             if t.params:
                 errs.append("generated terms take no params (put constants in the code)")
         elif t.source == "library":
@@ -164,11 +184,12 @@ class RewardSpec:
                 from motionvl.rewards import sandbox
 
                 weighted = [t.name for t in self.terms if t.source == "generated" and t.weight != 0]
+                cost = None if self.cost_limit is None else sandbox.StepCost(self.cost_limit, _reference_reward())
                 if self.isolated:
                     deadline = sandbox.CALL_DEADLINE_S if self.deadline_s is None else self.deadline_s
-                    self._runner = sandbox.IsolatedTerms(self._compiled, weighted, deadline_s=deadline)
+                    self._runner = sandbox.IsolatedTerms(self._compiled, weighted, deadline_s=deadline, cost=cost)
                 else:
-                    self._runner = sandbox.InProcessTerms(self._compiled, weighted)
+                    self._runner = sandbox.InProcessTerms(self._compiled, weighted, cost=cost)
             runner = self._runner
         values = runner.evaluate(state)
         return {name: values[name] for name in names}
@@ -206,19 +227,26 @@ class RewardSpec:
             try:
                 value = np.asarray(evaluate(state), dtype=np.float64)
             except Exception as exc:
-                errors.append(f"term '{t.name}': {type(exc).__name__}: {exc}")
+                errors.append(f"term {quote(t.name)}: {type(exc).__name__}: {exc}")
                 continue
             if value.shape != (state.num_envs,):
-                errors.append(f"term '{t.name}': returned shape {value.shape}, expected ({state.num_envs},)")
+                errors.append(f"term {quote(t.name)}: returned shape {value.shape}, expected ({state.num_envs},)")
             elif not np.all(np.isfinite(value)):
-                errors.append(f"term '{t.name}': returned non-finite values")
+                errors.append(f"term {quote(t.name)}: returned non-finite values")
         if errors:
-            raise RewardSpecError(f"reward spec '{self.name}': " + "; ".join(errors))
+            raise RewardSpecError(f"reward spec {quote(self.name)}: " + "; ".join(errors))
 
     def with_isolation(self, isolated: bool = True, deadline_s: float | None = None) -> "RewardSpec":
         """The same spec with its generated terms run in the sandbox's worker process (isolated) or in this
         process (see __init__); deadline_s per call of the worker (None: the sandbox's default)."""
         return self._replace(isolated=isolated, deadline_s=deadline_s)
+
+    def with_cost_limit(self, cost_limit: float | None) -> "RewardSpec":
+        """The same spec with its generated terms' cost per call bounded at cost_limit times the reference
+        reward's (see __init__); this spec itself when the limit is already that, or it has no generated code."""
+        if not self.code or cost_limit == self.cost_limit:
+            return self
+        return self._replace(cost_limit=cost_limit)
 
     def close(self) -> None:
         """Stop the generated terms' worker process, if one runs (a later call starts a new one)."""
@@ -236,7 +264,7 @@ class RewardSpec:
         for t in self.terms:
             if t.name == name:
                 return t
-        raise KeyError(f"no term '{name}' in the spec{_suggest(name, self.weights)}")
+        raise KeyError(f"no term {quote(name)} in the spec{_suggest(name, self.weights)}")
 
     def standing_thresholds(self) -> dict[str, float]:
         """{term: stand_below} of the weighted library terms with a standing branch (the command magnitude at or
@@ -266,14 +294,14 @@ class RewardSpec:
         unknown = [n for n in weights if n not in self.weights]
         if unknown:
             raise RewardSpecError("with_weights: " + "; ".join(
-                f"no term '{n}' in the spec{_suggest(n, self.weights)}" for n in unknown))
+                f"no term {quote(n)} in the spec{_suggest(n, self.weights)}" for n in unknown))
         terms = [dataclasses.replace(t, weight=weights.get(t.name, t.weight)) for t in self.terms]
         return self._replace(terms=terms)
 
     def _replace(self, **changes) -> "RewardSpec":
         kwargs = dict(terms=self.terms, code=self.code, scale=self.scale, name=self.name,
                       description=self.description, only_positive=self.only_positive, isolated=self.isolated,
-                      deadline_s=self.deadline_s)
+                      deadline_s=self.deadline_s, cost_limit=self.cost_limit)
         kwargs.update(changes)
         return RewardSpec(**kwargs)
 
@@ -346,7 +374,29 @@ class RewardSpec:
         return RewardSpec.from_dict, (self.to_dict(),)
 
 
+_WARNED: set = set()  # sha256 of generated code whose compiler warnings were logged in this process
+
+
+def _log_warnings_once(compiled) -> None:
+    """The compiler's (captured, bounded) warnings about generated code, logged the first time it compiles here."""
+    if not compiled.warnings:
+        return
+    digest = hashlib.sha256(compiled.source.encode("utf-8", "surrogatepass")).hexdigest()
+    if digest not in _WARNED:
+        _WARNED.add(digest)
+        _log.warning("generated reward code: compiler warning(s):\n  %s", "\n  ".join(compiled.warnings))
+
+
 # ----------------------------------------------------------------------------- loading
+_REFERENCE: list = []  # the reference reward, loaded once: the yardstick of generated terms' cost per step
+
+
+def _reference_reward() -> "RewardSpec":
+    if not _REFERENCE:
+        _REFERENCE.append(load_reward_spec(None))
+    return _REFERENCE[0]
+
+
 def load_reward_spec(path: str | Path | None = None) -> RewardSpec:
     """Load a spec from a YAML or JSON file; None loads the hand-written reference (RL-Base)."""
     path = Path(path) if path is not None else package_root() / REFERENCE_SPEC
@@ -373,12 +423,12 @@ def _term_from(name: str, entry: Any) -> TermSpec:
     if isinstance(entry, (int, float)) and not isinstance(entry, bool):
         entry = {"weight": entry}
     if not isinstance(entry, dict):
-        raise RewardSpecError(f"term '{name}': expected a weight or a mapping {{weight, params, source}}, got {entry!r}")
+        raise RewardSpecError(f"term {quote(name)}: expected a weight or a mapping {{weight, params, source}}, got {entry!r}")
     extra = sorted(set(entry) - {"weight", "params", "source"})
     if extra:
-        raise RewardSpecError(f"term '{name}': unknown keys {extra} (known: weight, params, source)")
+        raise RewardSpecError(f"term {quote(name)}: unknown keys {extra} (known: weight, params, source)")
     if "weight" not in entry:
-        raise RewardSpecError(f"term '{name}': missing 'weight'")
+        raise RewardSpecError(f"term {quote(name)}: missing 'weight'")
     source = entry.get("source", "library")
     if source == "library":
         name = ALIASES.get(name, name)
@@ -390,21 +440,21 @@ def _param_errors(params: dict, defaults: dict) -> list[str]:
     for key, value in params.items():
         if key not in defaults:
             known = ", ".join(f"{k}={v!r}" for k, v in defaults.items()) or "none"
-            errs.append(f"unknown param '{key}'{_suggest(key, defaults)} (params: {known})")
+            errs.append(f"unknown param {quote(key)}{_suggest(key, defaults)} (params: {known})")
             continue
         default = defaults[key]
         if isinstance(default, (tuple, list)):
             if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) and value):
-                errs.append(f"param '{key}' must be a non-empty list of strings, got {value!r}")
+                errs.append(f"param {quote(key)} must be a non-empty list of strings, got {value!r}")
         elif isinstance(default, (int, float)) or default is None:
             if value is None and default is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                errs.append(f"param '{key}' must be a finite number, got {value!r}")
+                errs.append(f"param {quote(key)} must be a finite number, got {value!r}")
             elif key in POSITIVE_PARAMS and value <= 0:
-                errs.append(f"param '{key}' must be > 0, got {value}")
+                errs.append(f"param {quote(key)} must be > 0, got {value}")
         elif not isinstance(value, type(default)):
-            errs.append(f"param '{key}' must be {type(default).__name__}, got {value!r}")
+            errs.append(f"param {quote(key)} must be {type(default).__name__}, got {value!r}")
     return errs
 
 
@@ -413,7 +463,7 @@ def _suggest(name: str, choices) -> str:
     alias = ALIASES.get(name)
     if alias and alias not in close:
         close.insert(0, alias)
-    return f" '{name}' (did you mean {', '.join(repr(c) for c in close)}?)" if close else f" '{name}'"
+    return f" {quote(name)} (did you mean {', '.join(quote(c) for c in close)}?)" if close else f" {quote(name)}"
 
 
 class _Dumper(yaml.SafeDumper):

@@ -93,6 +93,10 @@ class RewardState:
         return int(self.base_pos.shape[0])
 
 
+PER_ROBOT_FIELDS = frozenset({"default_joint_pos", "joint_pos_lower", "joint_pos_upper", "effort_limit"})
+"""The array fields that are one (J,) value for the whole batch; every other array field has N rows."""
+
+
 def state_api_doc() -> str:
     """Readable doc of every RewardState field, built from the attribute docstrings in this file.
 

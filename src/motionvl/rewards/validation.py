@@ -15,7 +15,7 @@ Callers: `train_policy` and `build_runner` (so every runner, bench scripts inclu
 policy_trainer node's intake (`TrainingJob.from_json`), `motionvl bench train --reward`,
 `motionvl reward check` (through the sandbox's check), and the reward synthesizer for every
 candidate. Code that passed for a robot and batch size in this process is not run again (the
-result is remembered by the code's hash).
+result is remembered by the code's hash, with the conditions it was checked under).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from motionvl.rewards.messages import bound_problems, bounded_message, excerpt
+from motionvl.rewards.messages import bound_problems, bounded_message, excerpt, quote
 from motionvl.rewards.sandbox.check import DEFAULT_TIMEOUT_S
 from motionvl.rewards.spec import RewardSpec, RewardSpecError
 
-_PASSED_CODE: OrderedDict[tuple, bool] = OrderedDict()  # (sha256 of code, robot, batch size) that passed
+_PASSED_CODE: OrderedDict[tuple, bool] = OrderedDict()  # (sha256 of code, robot, batch size, conditions) that passed
 _PASSED_CODE_SIZE = 256
 _PASSED_LOCK = threading.Lock()
 
@@ -65,7 +65,7 @@ def validate_spec(spec, robot=None, *, num_envs: int | None = None, env_cfg=None
         raise
     except RewardSpecError as exc:
         raise RewardValidationError(_spec_problems(str(exc)), where) from None
-    where = f"reward spec '{spec.name}'" if spec.name else where
+    where = f"reward spec {quote(spec.name)}" if spec.name else where
     problems = []
     if spec.code:
         problems += _test_code(spec.code, robot=robot, num_envs=num_envs, env_cfg=env_cfg, timeout_s=timeout_s,
@@ -84,11 +84,12 @@ def _spec_problems(message: str) -> list[str]:
 
 def _test_code(code: str, *, robot, num_envs, env_cfg, timeout_s: float, seed: int | None) -> list[str]:
     from motionvl.rewards import sandbox
-    from motionvl.rewards.sandbox.test_states import training_batch_size
+    from motionvl.rewards.sandbox.test_states import check_conditions, training_batch_size
 
     num_envs = training_batch_size(env_cfg) if num_envs is None else int(num_envs)
     robot_key = None if robot is None else (robot.name, robot.joint_names)
-    key = (hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(), robot_key, num_envs)
+    key = (hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(), robot_key, num_envs,
+           check_conditions(env_cfg))
     with _PASSED_LOCK:
         if key in _PASSED_CODE:
             _PASSED_CODE.move_to_end(key)

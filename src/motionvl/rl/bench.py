@@ -286,6 +286,7 @@ def run_train_benchmark(args: argparse.Namespace) -> dict | int:
     or exit status 2 after a message on a bad config, override or reward spec."""
     from motionvl.rewards import validate_spec
     from motionvl.rewards.spec import load_reward_spec
+    from motionvl.rl.trainer import bound_reward_cost
     from motionvl.robot import ConfigError
 
     a = args_to_dataclass(args, TrainBenchArgs)
@@ -306,7 +307,8 @@ def run_train_benchmark(args: argparse.Namespace) -> dict | int:
             raise ConfigError("--trainers and --load measure different things: give one")
         reward = load_reward_spec(a.reward)
         validate_spec(reward, env_cfg=cfg.env)  # a spec file may carry generated code: validated as training does
-        reward = reward.with_isolation(a.reward_isolation == "process")
+        # as training runs it: isolated or not, and its generated terms' cost per step bounded
+        reward = bound_reward_cost(reward.with_isolation(a.reward_isolation == "process"), cfg)
     except (ConfigError, FileNotFoundError) as exc:
         print(f"motionvl bench train: {exc}", file=sys.stderr, flush=True)
         return 2

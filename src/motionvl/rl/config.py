@@ -19,6 +19,7 @@ import yaml
 
 from motionvl.device import resolve_device
 from motionvl.envs.config import EnvConfig, dataclass_from_dict, is_count, is_number
+from motionvl.rewards.spec import DEFAULT_COST_LIMIT
 from motionvl.robot import ConfigError, package_root
 
 DEFAULT_TRAINING_CONFIG = "config/training.yaml"
@@ -176,6 +177,11 @@ class TrainConfig:
     iterates walk very differently and their average is steadier (10-minute policies of three seeds walked
     96 / 91 / 95% of episodes against 87 / 85 / 98% for the iterate they ended on); longer horizons lag a
     policy that is still improving."""
+    reward_cost_limit: float | None = DEFAULT_COST_LIMIT
+    """The generated reward terms' CPU time per training step may be at most this many times the reference
+    reward's (config/rewards/reference.yaml) on the same batches, judged over windows of 24 steps: a candidate
+    over it fails in training within a window, with the reason (rewards/sandbox/cost.py). null: no bound
+    beyond the sandbox's per-call deadline and work budget. Why 8: rewards.spec.DEFAULT_COST_LIMIT."""
     warm_start: str | None = None
     """Start the networks from another run: its run directory (the checkpoint it stopped at) or one
     checkpoint file of it; the reward spec may differ (motionvl.rl.warm_start says what carries over).
@@ -241,6 +247,8 @@ class TrainConfig:
             (self.policy_average_iterations == 0 or self.policy_average_iterations >= 1,
              "policy_average_iterations must be 0 (off) or >= 1"),
             (self.minutes > 0, "minutes must be > 0"),
+            (self.reward_cost_limit is None or (is_number(self.reward_cost_limit) and self.reward_cost_limit > 0),
+             f"reward_cost_limit must be null or a number > 0, got {self.reward_cost_limit!r}"),
             (self.warm_start is None or (isinstance(self.warm_start, str) and self.warm_start.strip()),
              f"warm_start must be null or the path of a run directory or checkpoint, got {self.warm_start!r}"),
             (self.max_iterations is None or (is_count(self.max_iterations) and self.max_iterations >= 1),

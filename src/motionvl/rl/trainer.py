@@ -36,6 +36,7 @@ import torch
 
 from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.policy_io import PolicyContract
+from motionvl.rewards.messages import quote
 from motionvl.rewards.sandbox.errors import RewardCodeError
 from motionvl.rewards.validation import RewardValidationError
 from motionvl.rl.averaging import PolicyAverage
@@ -102,7 +103,7 @@ def build_runner(train_cfg: TrainConfig, reward_fn, robot: RobotConfig | None = 
 
     robot = robot or load_robot_config()
     _validate_reward(reward_fn, robot, train_cfg.env)
-    reward_fn = agree_on_standing(reward_fn, train_cfg.env)
+    reward_fn = bound_reward_cost(agree_on_standing(reward_fn, train_cfg.env), train_cfg)
     device = device or train_cfg.resolved_device()
     if train_cfg.torch_threads:
         torch.set_num_threads(int(train_cfg.torch_threads))
@@ -137,6 +138,15 @@ def _close_reward(reward_fn) -> None:
     """Stop the worker process of a spec's generated terms (a later call would start a new one)."""
     if hasattr(reward_fn, "close"):
         reward_fn.close()
+
+
+def bound_reward_cost(reward_fn, train_cfg: TrainConfig):
+    """The reward with its generated terms' CPU time per step bounded at train_cfg.reward_cost_limit times the
+    reference reward's (RewardSpec.with_cost_limit: the same object when already so, or without generated code);
+    a plain callable as it is."""
+    if not hasattr(reward_fn, "with_cost_limit"):
+        return reward_fn
+    return reward_fn.with_cost_limit(train_cfg.reward_cost_limit)
 
 
 def agree_on_standing(reward_fn, env_cfg):
@@ -312,7 +322,7 @@ def _run_reward(reward_spec, run_dir: Path, resume: bool, cfg: TrainConfig, robo
     spec = agree_on_standing(resolved, cfg.env)
     if resume and reward_spec is not None:
         _refuse_another_reward(spec, run_dir)
-    return spec
+    return bound_reward_cost(spec, cfg)
 
 
 def _write_run_files(run_dir: Path, cfg: TrainConfig, spec, with_spec: bool) -> None:
@@ -413,7 +423,7 @@ class _Session:
                     return "interrupted"
                 except RewardCodeError as exc:  # a generated term failed in its worker: the candidate fails, the
                     self.failure = RewardValidationError(  # run directory keeps its last checkpoint (resumable)
-                        exc.problems, f"reward spec '{getattr(self.spec, 'name', '')}'",
+                        exc.problems, f"reward spec {quote(getattr(self.spec, 'name', ''))}",
                         f"failed in training at iteration {self.it + 1}")
                     return "reward failure"
                 self.history.append(record)

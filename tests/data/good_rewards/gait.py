@@ -25,7 +25,7 @@ def _reward_air_time(state):
     return np.sum(landing * np.exp(-err / 0.1), axis=1) / 2.0
 
 
-def _cost_foot_slip(state):
+def _cost_stance_slip(state):
     planar_speed = np.linalg_norm(state.foot_vel[:, :, :2], axis=2)
     return np.clip(np.sum(planar_speed * state.foot_contact, axis=1), 0.0, 1.0)
 

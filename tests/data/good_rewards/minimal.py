@@ -1,2 +1,2 @@
-def _cost_termination(state):
+def _cost_fell(state):
     return state.terminated.astype(float)

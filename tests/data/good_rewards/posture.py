@@ -22,7 +22,7 @@ def _reward_height(state):
     return np.exp(-np.abs(state.base_height - HEIGHT_TARGET) / 0.05)
 
 
-def _cost_action_rate(state):
+def _cost_action_jerk(state):
     diff = state.action - state.last_action
     return np.mean(diff ** 2, axis=1).clip(0.0, 1.0)
 
@@ -33,7 +33,7 @@ def _cost_pose_deviation(state):
     return np.tanh(dev.sum(axis=1) / 10.0)
 
 
-def _cost_joint_limits(state):
+def _cost_near_joint_limits(state):
     span = state.joint_pos_upper - state.joint_pos_lower
     margin = 0.05 * span
     below = np.maximum(state.joint_pos_lower + margin - state.joint_pos, 0.0)

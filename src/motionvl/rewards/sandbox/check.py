@@ -2,10 +2,12 @@
 
 `check_reward_code` applies the static rules and the restricted compile here, then runs every
 term in the same kind of worker process training uses (isolation.IsolatedTerms: same limits,
-same guards, same stack), on the batches of test_states.check_batches: the training batch size,
-a fresh seed, rollout, plausible and extreme states, several calls in a row. Anything training
-would fail on a batch like these, the check rejects; what the check accepts, training runs with
-the same guarantees. Problems name the batch they appeared on.
+same guards, same stack), on the batches of test_states.check_batches: the run's environment
+count and fewer, a fresh seed, rollouts at the training gait periods, states late in a training
+episode, plausible and extreme states, several calls in a row. Anything training would fail on a
+batch like these, the check rejects; what the check accepts, training runs with the same
+guarantees, and measures what it costs per step (cost.py) on the states the check cannot foresee.
+Problems name the batch they appeared on.
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ def check_reward_code(source: str, *, num_envs: int | None = None, timeout_s: fl
     rng = np.random.default_rng(seed)
     end = time.monotonic() + timeout_s
     runner = IsolatedTerms(compiled, deadline_s=deadline_s, start_deadline_s=timeout_s)
-    label = "start-up"
+    label, batch_envs = "start-up", num_envs
     try:
         for label, state in check_batches(num_envs, rng, robot, env_cfg):
+            batch_envs = state.num_envs
             left = end - time.monotonic()
             if left <= 0:
                 raise RewardCodeError(problem(1, "timeout", f"the check did not finish within {timeout_s:g} s "
@@ -51,7 +54,7 @@ def check_reward_code(source: str, *, num_envs: int | None = None, timeout_s: fl
             runner.evaluate(state)
     except RewardCodeError as exc:
         leftovers = runner.close()
-        raise RewardCodeError([_on(p, label, num_envs, seed) for p in exc.problems] + _side_effects(leftovers)) from None
+        raise RewardCodeError([_on(p, label, batch_envs, seed) for p in exc.problems] + _side_effects(leftovers)) from None
     except Exception as exc:  # noqa: BLE001 - the check answers with a rejection, never a crash
         runner.close()
         raise RewardCodeError(problem(1, "sandbox-error", f"the check failed on the {label} "

@@ -7,7 +7,7 @@ found it.
 
 from __future__ import annotations
 
-from motionvl.rewards.messages import bound_problems, excerpt
+from motionvl.rewards.messages import bound_problems, scrub
 
 
 class RewardCodeError(ValueError):
@@ -44,7 +44,9 @@ def problem_from_exception(exc: BaseException, filename: str, line: int) -> str:
         return problem(line, "memory", "ran out of memory; keep arrays at (N,) or (N, J)")
     if isinstance(exc, RecursionError):
         return problem(line, "nesting", "the calls nest too deeply; call fewer helpers inside each other")
-    text = excerpt(str(exc), 120)  # the exception's words may hold candidate strings: an excerpt only
+    # the exception's words may hold candidate strings (as reprs): each quoted run cut to an excerpt, then the
+    # whole (cutting first could leave a quote unclosed, and the rest of the string unrecognised as a quote)
+    text = scrub(str(exc), 120)
     if isinstance(exc, TypeError) and ("positional argument" in text or "keyword argument" in text):
         return problem(line, "signature", f"{text}; functions take only their documented arguments (no out=, "
                        "dtype=, shape=, by keyword or position): see the np function list")

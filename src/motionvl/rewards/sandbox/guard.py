@@ -5,11 +5,15 @@ Generated code is rewritten (instrument.py) so that every operator that can allo
 builtins (namespace.py) charge the guard before computing. A guard checks *before* computing:
 - an array result stays within `max_elems` (PER_ENV_ELEMS per environment + CONST_ELEMS), so an
   (N, 1) * (N,) outer product fails on a training-sized batch instead of eating memory;
-- the term call's work stays within a budget linear in N. Work is charged per element in
-  additions, weighted by what numpy really spends per element of each operation (COST, measured:
+- the term call's work stays within a budget linear in N, and the work of all of a candidate's
+  terms in one call within another (`call(num_envs)` brackets such a call). Work is charged in
+  additions (np.add's time per element), as measured: per element of each numpy operation (COST:
   a sine costs a hundred additions, a power of a negative base a thousand, a reduction along the
-  short joint axis tens); what no element count can charge (matrix norms, nested sequences,
-  object or string arrays) is refused by namespace.py instead;
+  short joint axis tens), plus each guarded call's fixed cost (numpy's and the guard's own, which
+  dominate on small batches and in Python loops), per element of a Python sequence comparison
+  (nested sequences counted through), per character of a number parsed from a string and per
+  digit of a Python number rounded to a given number of digits; what no count can charge (matrix
+  norms, nested sequences in numpy, object or string arrays) is refused by namespace.py instead;
 - the elements of all arrays a call builds stay within a second budget linear in N (ALLOC_PER_ENV),
   so raising the work budget for cheap operations does not raise the memory a call may hold;
 - Python ints, strings, lists and tuples cannot grow without bound (repeated squaring, doubling);
@@ -30,7 +34,9 @@ from motionvl.rewards.sandbox.errors import GuardError
 PER_ENV_ELEMS = 64  # largest intermediate per environment: (N, 12) joints, (N, 2, 3) feet fit easily
 CONST_ELEMS = 4096  # arrays that do not scale with N (weights, constants)
 WORK_PER_ENV = 1 << 16  # work per environment per term call, in additions (~20 us per environment)
-CONST_WORK = 1 << 22
+CONST_WORK = 1 << 23  # a term call's work on any batch: ~1000 guarded numpy calls
+CALL_WORK_PER_ENV = 1 << 17  # all of a candidate's terms in one call together: two terms' worth ...
+CALL_CONST_WORK = 1 << 24  # ... and ~2000 guarded numpy calls on any batch
 ALLOC_PER_ENV = 4096  # array elements built per environment per term call (32 KB of float64)
 CONST_ALLOC = 1 << 20
 MAX_SEQ_LEN = 4096  # elements in one str/list/tuple
@@ -52,10 +58,16 @@ COST = {
     **dict.fromkeys("sin cos % mod // hypot median".split(), 256),
     **dict.fromkeys("** power".split(), 2048),  # pow() of a negative base: ~1000 additions per element
     "python": 512,  # per element of a Python list/tuple numpy converts
+    "call": 8192,  # per guarded numpy function or array method call, whatever its size (numpy's and the guard's)
+    "operator": 4096,  # per guarded operator on Python numbers or sequences, builtin call or loop iteration
+    "item": 64,  # per element a comparison of Python sequences (==, <, in, .index, .count) visits
+    "parse": 8,  # per character of a number parsed from a string (float("1e3"))
+    "digit": 256,  # per decimal digit of a Python number rounded to ndigits (round(1e300, 2): ~300 digits)
 }
-"""Work per element of each operation, in additions (np.add's time per element): numpy's measured time on
-(N, 12) float64 arrays (reductions along the short joint axis, negative bases for powers), with margin for
-its spread, rounded up to a power of two. bench/reward_isolation.py prints the measurement beside these."""
+"""Work of each operation, in additions (np.add's time per element): per element, numpy's measured time on
+(N, 12) float64 arrays (reductions along the short joint axis, negative bases for powers); per call, item,
+character or digit for the Python-level entries below "python"; with margin for their spread, rounded up to a
+power of two. bench/reward_isolation.py prints the measurements beside these."""
 SMALL_EXPONENTS = (0, 1, 2, 0.5, -1, -2)
 """`x ** k` numpy computes without pow() (a multiplication, a square root, a reciprocal): charged small-power."""
 
@@ -133,33 +145,61 @@ _UNARY = {"-": operator.neg, "+": operator.pos, "~": operator.invert}
 
 
 class Guard:
-    """Per-module run-time limits; `session(num_envs)` brackets one top-level term call."""
+    """Per-module run-time limits: `session(num_envs)` brackets one top-level term call, `call(num_envs)` one
+    call of all of a candidate's terms (the sessions inside it also draw on the call's budget)."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.max_elems = CONST_ELEMS
         self.work_left = CONST_WORK
         self.alloc_left = CONST_ALLOC
+        self.call_left: int | None = None  # work left to the terms of the current call; None outside one
+        self._call_bound = False  # whether this session's budget is what the call has left
+
+    @contextlib.contextmanager
+    def call(self, num_envs: int):
+        """One call of all the candidate's terms on a batch of num_envs: their work together stays within
+        CALL_WORK_PER_ENV per environment (+ CALL_CONST_WORK)."""
+        with self._lock:
+            self.call_left = CALL_WORK_PER_ENV * num_envs + CALL_CONST_WORK
+            try:
+                yield
+            finally:
+                self.call_left = None
 
     @contextlib.contextmanager
     def session(self, num_envs: int):
         # One term call at a time per module: the budget is per call, not per thread.
         with self._lock:
+            budget = WORK_PER_ENV * num_envs + CONST_WORK
+            self._call_bound = self.call_left is not None and self.call_left < budget
+            start = self.work_left = self.call_left if self._call_bound else budget
             self.max_elems = PER_ENV_ELEMS * num_envs + CONST_ELEMS
-            self.work_left = WORK_PER_ENV * num_envs + CONST_WORK
             self.alloc_left = ALLOC_PER_ENV * num_envs + CONST_ALLOC
-            with np.errstate(all="ignore"):  # NaN/inf are reported from the output, not as warnings
-                yield
+            try:
+                with np.errstate(all="ignore"):  # NaN/inf are reported from the output, not as warnings
+                    yield
+            finally:
+                if self.call_left is not None:
+                    self.call_left -= start - self.work_left
 
     # -- accounting -------------------------------------------------------------------------
     def spend(self, units: int):
         self.work_left -= units
         if self.work_left < 0:
+            if self._call_bound:
+                raise GuardError(
+                    "work-budget",
+                    f"the terms together do too much array work for one step (limit {CALL_WORK_PER_ENV} additions' "
+                    "worth per environment for all generated terms of a call); compute shared quantities once in "
+                    "fewer terms, vectorise, and avoid expensive operations in loops",
+                )
             raise GuardError(
                 "work-budget",
                 f"the term does too much array work for one step (limit {WORK_PER_ENV} additions' worth per "
-                "environment; sin/cos, %, powers other than ** 2 and reductions along an axis cost tens to "
-                "thousands each); vectorise and avoid repeating expensive operations in loops",
+                "environment; every numpy call costs thousands on a small batch, sin/cos, %, powers other than ** 2 "
+                "and reductions along an axis tens to thousands per element); vectorise and avoid repeating "
+                "operations in loops",
             )
 
     def allocate(self, elements: int):
@@ -173,9 +213,28 @@ class Guard:
 
     def array_op(self, *operands, op: str = "+", result_shape: tuple | None = None) -> int:
         """Check and charge one numpy operation `op` (a COST entry) over `operands` (numbers, arrays, flat
-        numeric lists); the result is their broadcast unless `result_shape` says otherwise. Returns its size."""
-        shapes = [numeric_shape(x) for x in operands]
-        size = broadcast_size(shapes) if result_shape is None else _size_of(result_shape)
+        numeric lists): the call, and per element of its largest operand or result; the result is their
+        broadcast unless `result_shape` says otherwise. Returns its size."""
+        shapes, largest, listed, common = [], 0, 0, ()
+        for x in operands:
+            if type(x) is np.ndarray and x.dtype.kind in NUMERIC_KINDS:  # the common case, without numeric_shape
+                shape, count = x.shape, x.size
+            else:
+                shape = numeric_shape(x)
+                count = _size_of(shape)
+                if isinstance(x, (list, tuple)):
+                    listed += len(x)
+            shapes.append(shape)
+            if count > largest:
+                largest = count
+            if shape and common is not None and shape != common:
+                common = shape if not common else None  # None: several shapes, broadcasting to work out
+        if result_shape is not None:
+            size = _size_of(result_shape)
+        elif common is not None:  # one shape and scalars
+            size = largest
+        else:
+            size = broadcast_size(shapes)
         if size > self.max_elems:
             raise GuardError(
                 "array-size",
@@ -183,16 +242,49 @@ class Guard:
                 f"{PER_ENV_ELEMS} per environment). Usually an (N, 1) array meets an (N,) array and broadcasts "
                 "to (N, N): reduce to (N,) first, or index with [:, 0]",
             )
-        listed = sum(len(x) for x in operands if isinstance(x, (list, tuple)))
-        elements = max(size, *(_size_of(s) for s in shapes)) if shapes else size
-        self.spend(COST[op] * elements + COST["python"] * listed)
+        self.spend(COST["call"] + COST[op] * (size if size > largest else largest) + COST["python"] * listed)
         self.allocate(size)
         return size
 
     def check_seq_len(self, n: int):
         if n > MAX_SEQ_LEN:
             raise GuardError("sequence-size", f"a string/list/tuple of {n} elements is too large (limit {MAX_SEQ_LEN})")
-        self.spend(max(n, 1))
+        self.spend(COST["operator"] + max(n, 1))
+
+    def visits(self, x) -> int:
+        """Elements a Python comparison involving `x` may visit: a string's characters count a quarter each (a
+        substring search reads each a few times), a list's or tuple's elements 1 each, nested lists and tuples
+        counted through (as often as they appear: each distinct one is walked once here). The count stops once
+        it is more than the work left could pay for. Arrays inside sequences are refused."""
+        if isinstance(x, str):
+            return len(x) // 4 + 1
+        if not isinstance(x, (list, tuple)):
+            return 1
+        limit = max(self.work_left, 0) // COST["item"] + 1
+        counted: dict[int, int] = {}  # id -> visits of a sequence walked already
+        stack = [(x, False)]
+        while stack:
+            seq, walked = stack.pop()
+            if walked:
+                total = len(seq) + 1 + sum(counted.get(id(v), 0) for v in seq if isinstance(v, (list, tuple)))
+                counted[id(seq)] = total
+                if total > limit:
+                    return total
+            elif id(seq) not in counted:
+                counted[id(seq)] = 0  # in progress (sequences cannot be mutated, so never their own element)
+                stack.append((seq, True))
+                for v in seq:
+                    if isinstance(v, (list, tuple)):
+                        if id(v) not in counted:
+                            stack.append((v, False))
+                    elif isinstance(v, ARRAY):
+                        raise GuardError("operator", "sequences holding arrays cannot be compared; compare the arrays")
+        return counted[id(x)]
+
+    def compare_sequences(self, *seqs) -> None:
+        """Charge a Python comparison, search or count over `seqs` (each visited once at most)."""
+        self.spend(COST["operator"])
+        self.spend(COST["item"] * sum(self.visits(s) for s in seqs))
 
     def _check_int(self, op: str, a: int, b: int):
         bits_a, bits_b = a.bit_length(), b.bit_length()
@@ -207,7 +299,7 @@ class Guard:
         if bits > MAX_INT_BITS:
             raise GuardError("int-size", f"this integer operation would produce a {bits}-bit number "
                              f"(limit {MAX_INT_BITS}); use floats")
-        self.spend(1 + bits // 64)
+        self.spend(COST["operator"] + bits // 64)
 
     # -- operators (called by the rewritten code) -------------------------------------------
     def binop(self, op: str, a, b):
@@ -229,7 +321,7 @@ class Guard:
         elif isinstance(a, int) and isinstance(b, int):
             self._check_int(op, a, b)
         elif isinstance(a, NUMBER) and isinstance(b, NUMBER):
-            self.spend(1)
+            self.spend(COST["operator"])
         else:
             raise GuardError("argument-type", f"'{op}' takes numbers, arrays and sequences, "
                              f"not {type(a).__name__} and {type(b).__name__}")
@@ -240,26 +332,24 @@ class Guard:
             if not isinstance(b, SEQUENCE):
                 raise GuardError("operator", "'in' works on strings, tuples and lists; for arrays use "
                                  "np.any(arr == value)")
-            if isinstance(a, ARRAY) or any(isinstance(v, ARRAY) for v in b[:MAX_SEQ_LEN] if not isinstance(b, str)):
+            if isinstance(a, ARRAY):
                 raise GuardError("operator", "'in' cannot compare arrays; use np.any(arr == value)")
-            self.spend(len(b))
+            self.compare_sequences(a, b)  # refuses arrays inside either
         elif op in ("is", "is not"):
-            self.spend(1)
+            self.spend(COST["operator"])
         elif isinstance(a, ARRAY) or isinstance(b, ARRAY) or (isinstance(a, (list, tuple)) != isinstance(b, (list, tuple))):
             self.array_op(a, b)
         elif isinstance(a, SEQUENCE) and isinstance(b, SEQUENCE):
-            if any(isinstance(v, ARRAY) for seq in (a, b) if not isinstance(seq, str) for v in seq):
-                raise GuardError("operator", "sequences holding arrays cannot be compared; compare the arrays")
-            self.spend(min(len(a), len(b)) + 1)
+            self.compare_sequences(a, b)
         else:
-            self.spend(1)
+            self.spend(COST["operator"])
         return _COMPARES[op](a, b)
 
     def unary(self, op: str, x):
         if isinstance(x, ARRAY):
             self.array_op(x, op="neg")
         elif isinstance(x, NUMBER):
-            self.spend(1)
+            self.spend(COST["operator"])
         else:
             raise GuardError("argument-type", f"'{op}' takes a number or an array, not {type(x).__name__}")
         return _UNARY[op](x)

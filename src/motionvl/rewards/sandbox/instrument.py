@@ -5,6 +5,9 @@ computed indices and loop iterables call the module's guard (under names startin
 which generated source can never spell), then compiled and run at module level only (the
 `def`s and constants) in a namespace holding just the guarded `np`, the guarded builtins and
 those hooks. `compile_reward_code` returns the terms, each a guarded function of the state.
+
+Compiler warnings the candidate's text raises (invalid escape sequences, `"x" is 1`, ...) are
+captured, never printed: de-duplicated and bounded, they are kept as `CompiledCode.warnings`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ import numpy as np
 from motionvl.rewards.sandbox import namespace
 from motionvl.rewards.sandbox.errors import RewardCodeError, problem, problem_from_exception
 from motionvl.rewards.sandbox.guard import Guard
-from motionvl.rewards.sandbox.rules import _BINOP_SYMBOLS, _COMPARE_SYMBOLS, _UNARY_SYMBOLS, TERM_RE, check_source
+from motionvl.rewards.sandbox.rules import (
+    _BINOP_SYMBOLS,
+    _COMPARE_SYMBOLS,
+    _UNARY_SYMBOLS,
+    TERM_RE,
+    bound_warnings,
+    capture_warnings,
+    check_source,
+)
 from motionvl.rewards.state import RewardState
 
 
@@ -40,6 +51,8 @@ class CompiledCode:
     filename: str
     terms: dict  # name -> RewardTerm, in definition order
     fields: frozenset  # the state fields the code reads
+    guard: Guard = dataclasses.field(default_factory=Guard, compare=False, repr=False)  # the terms' run-time limits
+    warnings: tuple = ()  # the compiler's warnings about the source: bounded `line L: warning: ...` lines
 
 
 def _guard_call(name: str, *args, keywords=()) -> ast.Call:
@@ -136,7 +149,8 @@ def compile_code(source: str, *, filename: str = "<generated>") -> CompiledCode:
         "__mvl_iterable": guard.iterable,
     }
     try:
-        code = compile(ast.fix_missing_locations(_Instrument().visit(checked.tree)), filename, "exec")
+        code, compiled_warnings = capture_warnings(
+            lambda: compile(ast.fix_missing_locations(_Instrument().visit(checked.tree)), filename, "exec"), filename)
         with guard.session(0):
             exec(code, module)  # noqa: S102 - checked module: only defs and constant literals
     except RecursionError:
@@ -151,7 +165,8 @@ def compile_code(source: str, *, filename: str = "<generated>") -> CompiledCode:
                 name=match[2], sign=1 if match[1] == "reward" else -1, fn=_bind(guard, module[fname]),
                 source_name=fname, line=node.lineno, filename=filename,
             )
-    return CompiledCode(source, filename, terms, checked.fields | {"base_pos"})  # base_pos: state.num_envs
+    return CompiledCode(source, filename, terms, checked.fields | {"base_pos"},  # base_pos: state.num_envs
+                        guard=guard, warnings=bound_warnings([*checked.warnings, *compiled_warnings]))
 
 
 def compile_reward_code(source: str, *, filename: str = "<generated>") -> dict[str, RewardTerm]:

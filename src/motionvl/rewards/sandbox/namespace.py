@@ -19,7 +19,16 @@ import types
 import numpy as np
 
 from motionvl.rewards.sandbox.errors import GuardError
-from motionvl.rewards.sandbox.guard import ARRAY, MAX_ITERATIONS, NUMBER, SEQUENCE, Guard, numeric_shape, power_op
+from motionvl.rewards.sandbox.guard import (
+    ARRAY,
+    COST,
+    MAX_ITERATIONS,
+    NUMBER,
+    SEQUENCE,
+    Guard,
+    numeric_shape,
+    power_op,
+)
 
 # the elementwise functions by arity, and the reductions (each charged its guard.COST entry)
 _UNARY = ("abs absolute fabs sign square floor ceil rint trunc logical_not isfinite isnan isinf negative deg2rad "
@@ -329,19 +338,19 @@ def make_method_dispatch(guard: Guard, safe_builtins: dict):
 
     def index(seq, value):
         _plain_item(value, ".index()")
-        g.spend(len(seq))
+        g.compare_sequences(seq, value)  # every element compared with value, nested sequences counted through
         return seq.index(value)
 
     def count(seq, value):
         _plain_item(value, ".count()")
-        g.spend(len(seq))
+        g.compare_sequences(seq, value)
         return seq.count(value)
 
     def affix(name):
         def call(text, affix):
             if not isinstance(text, str) or not isinstance(affix, str):
                 raise GuardError("argument-type", f".{name}() is a string method taking one string")
-            g.spend(len(affix) + 1)
+            g.spend(COST["operator"] + len(affix))
             return getattr(text, name)(affix)
         return call
 
@@ -358,6 +367,15 @@ def make_method_dispatch(guard: Guard, safe_builtins: dict):
         return fn(obj, *args, **kwargs)
 
     return dispatch
+
+
+def _decimal_digits(x, ndigits: int) -> int:
+    """Digits Python's round(x, ndigits) works out: those of |x|'s integer part plus the ndigits after the point."""
+    if isinstance(x, float):
+        before = 1 + max(0, int(math.log10(abs(x)))) if math.isfinite(x) and x != 0.0 else 1
+    else:  # an int (or bool): about 0.3 decimal digits per bit
+        before = 1 + int(x).bit_length() * 3 // 10
+    return before + max(ndigits, 0)
 
 
 def _plain_item(value, fn: str):
@@ -386,7 +404,7 @@ def make_builtins(guard: Guard) -> dict:
             items.append(item)
             if len(items) > MAX_ITERATIONS:
                 raise GuardError("loop", f"{fn}() over more than {MAX_ITERATIONS} items; use np.{fn}(x, axis=...)")
-        g.spend(len(items) + 1)
+        g.spend(COST["operator"] + len(items))
         return items
 
     def _sum(iterable, start=0):
@@ -404,26 +422,35 @@ def make_builtins(guard: Guard) -> dict:
             if not args:
                 raise GuardError("call", f"{fn.__name__}() needs arguments")
             items = _items(args[0], fn.__name__) if len(args) == 1 else list(args)
-            if len(items) > MAX_ITERATIONS or any(isinstance(v, ARRAY) and np.size(v) > 1 for v in items):
+            if len(items) > MAX_ITERATIONS or any((isinstance(v, ARRAY) and np.size(v) > 1) or isinstance(v, (list, tuple))
+                                                  for v in items):
                 raise GuardError("argument-type", f"{fn.__name__}() compares numbers; for arrays use np.{other}(a, b)")
-            g.spend(len(items) + 1)
+            g.spend(COST["operator"] + COST["item"] * len(items))
             return fn(items)
         call.__name__ = fn.__name__
         return call
 
     def _abs(x):
-        g.array_op(x, op="abs")
+        if isinstance(x, NUMBER):
+            g.spend(COST["operator"])
+        else:
+            g.array_op(x, op="abs")
         return builtins.abs(x)
 
     def _round(x, ndigits=None):
         if ndigits is not None:
             _int_in(ndigits, -32, 32, "round()", "ndigits")
-        g.array_op(x, op="round")
+        if isinstance(x, NUMBER) and not isinstance(x, np.floating):
+            # Python rounds to ndigits through a decimal expansion of every digit: charged by their number
+            g.spend(COST["operator"] + (0 if ndigits is None else COST["digit"] * _decimal_digits(x, ndigits)))
+        else:
+            g.array_op(x, op="round")
         return builtins.round(x, ndigits)
 
     def _len(x):
         if not isinstance(x, (*ARRAY, *SEQUENCE, range)):
             raise GuardError("argument-type", "len() takes an array, string, tuple or list")
+        g.spend(COST["operator"])
         return builtins.len(x)
 
     def _scalar(fn):
@@ -432,6 +459,7 @@ def make_builtins(guard: Guard) -> dict:
                 raise GuardError("argument-type", f"{fn.__name__}() takes a number (or a one-element array)")
             if isinstance(x, str) and fn is not builtins.float:
                 raise GuardError("argument-type", f"{fn.__name__}() takes a number")
+            g.spend(COST["operator"] + (COST["parse"] * len(x) if isinstance(x, str) else 0))
             return fn(x)
         call.__name__ = fn.__name__
         return call
@@ -439,12 +467,15 @@ def make_builtins(guard: Guard) -> dict:
     def _range(*args):
         if not 1 <= len(args) <= 3 or not all(isinstance(a, int) for a in args):
             raise GuardError("argument-type", "range() takes 1 to 3 ints")
+        g.spend(COST["operator"])
         return g.iterable(builtins.range(*args))
 
     def _enumerate(iterable):
+        g.spend(COST["operator"])
         return builtins.enumerate(g.iterable(iterable))
 
     def _zip(*iterables, strict=False):
+        g.spend(COST["operator"])
         return builtins.zip(*(g.iterable(i) for i in iterables), strict=_flag(strict, "zip()", "strict"))
 
     return {

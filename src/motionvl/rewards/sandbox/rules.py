@@ -3,8 +3,11 @@
 Reward code is parsed, normalised (annotations dropped, `-<number>` folded) and walked once,
 collecting every rule violation as `line L: rule: what to do instead`. Loops must be statically
 bounded, the call graph acyclic and shallow (walked iteratively, so the checker's own stack never
-limits what it accepts), each term's statically counted operations small. Whatever goes wrong
-inside the checker itself is a rejection, never a crash.
+limits what it accepts), each term's statically counted operations small, and all terms' together.
+A term may not take a library term's name (the reward reflection would report its statistics as
+the library's). Warnings the parser raises about the source are captured, never printed
+(`capture_warnings`, bounded by `bound_warnings`). Whatever goes wrong inside the checker itself
+is a rejection, never a crash.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ import ast
 import dataclasses
 import math
 import re
+import threading
+import warnings
+from typing import Callable
 
+from motionvl.rewards.messages import excerpt, scrub
 from motionvl.rewards.sandbox.errors import RewardCodeError, problem
 from motionvl.rewards.sandbox.guard import MAX_ITERATIONS, MAX_SEQ_LEN
 from motionvl.rewards.sandbox.namespace import (
@@ -25,10 +32,12 @@ from motionvl.rewards.sandbox.namespace import (
     SEQUENCE_METHODS,
 )
 from motionvl.rewards.state import RewardState
+from motionvl.rewards.terms import REGISTRY
 
 MAX_SOURCE_CHARS = 64_000
 MAX_AST_DEPTH = 60
 MAX_STATIC_STEPS = 20_000
+MAX_STATIC_STEPS_ALL = 100_000  # all terms together: a term count cannot multiply the work of one term
 MAX_DISPLAY_ITEMS = 256
 MAX_INT_LITERAL = 2**63
 MAX_POW_EXPONENT = 64
@@ -218,6 +227,10 @@ class _Checker:
         taken = {}
         for name in terms:
             short = TERM_RE.match(name)[2]
+            if short in REGISTRY:  # its statistics would be reported under the library term's name
+                self.add(self.functions[name], "shadow", f"`{name}`: `{short}` is the name of a library term; give "
+                         f"the generated term a name of its own (e.g. `{short}_gen`), or weight the library term "
+                         "in the spec instead")
             if short in taken:
                 self.add(self.functions[name], "duplicate", f"`{name}` and `{taken[short]}` share the term name `{short}`; rename one")
             taken[short] = name
@@ -579,6 +592,11 @@ class _Checker:
             if TERM_RE.match(name) and steps[name] > MAX_STATIC_STEPS:
                 self.add(fn, "too-much-work", f"`{name}` may evaluate ~{steps[name]:.3g} operations (loops multiply, "
                          f"helper calls add; limit {MAX_STATIC_STEPS}); vectorise with numpy instead of nested loops")
+        total = sum(n for name, n in steps.items() if TERM_RE.match(name))
+        if total > MAX_STATIC_STEPS_ALL and not any(rule == "too-much-work" for _, rule, _ in self.problems):
+            first = next(fn for name, fn in self.functions.items() if TERM_RE.match(name))
+            self.add(first, "too-much-work", f"the terms together may evaluate ~{total:.3g} operations (limit "
+                     f"{MAX_STATIC_STEPS_ALL}); fewer terms, each vectorised, and shared values computed once")
 
     def steps(self, node, known: dict) -> int:
         if isinstance(node, ast.For):
@@ -597,6 +615,44 @@ class _Checker:
         return own + sum(self.steps(child, known) for child in ast.iter_child_nodes(node))
 
 
+MAX_WARNINGS = 5
+"""Distinct compiler warnings kept per candidate (the rest are counted)."""
+_WARNINGS_LOCK = threading.Lock()  # warnings.catch_warnings swaps process-wide state: one capture at a time
+
+
+def capture_warnings(fn: Callable, filename: str):
+    """(fn(), the warnings it raised about `filename` as `line L: warning: ...` lines). Nothing is printed;
+    warnings about other files (another thread's) are passed on as they came."""
+    with _WARNINGS_LOCK:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                result = fn()
+            finally:
+                found = list(caught)
+    ours = [w for w in found if w.filename == filename]
+    for w in found:
+        if w.filename != filename:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return result, [problem(w.lineno or 1, "warning", f"{w.category.__name__}: {excerpt(w.message, 120)}") for w in ours]
+
+
+def bound_warnings(lines) -> tuple:
+    """The same warning once (its first line, with a count of the other lines it came from), at most
+    MAX_WARNINGS distinct ones in their order, then a count of the rest; every line scrubbed."""
+    first, repeats = {}, {}
+    for line in lines:
+        head, _, text = scrub(line).partition(": ")  # "line L", "warning: Category: message"
+        key = text or head
+        if key in first:
+            repeats[key] += 1
+        else:
+            first[key], repeats[key] = scrub(line), 0
+    out = [first[k] + (f" (and on {repeats[k]} other line(s))" if repeats[k] else "") for k in first]
+    more = len(out) - MAX_WARNINGS
+    return tuple(out[:MAX_WARNINGS] + ([f"... and {more} more kind(s) of warning"] if more > 0 else []))
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckedCode:
     """Source that passed the static rules: its normalised tree, functions by name, and the state fields
@@ -605,6 +661,7 @@ class CheckedCode:
     tree: ast.Module
     functions: dict
     fields: frozenset
+    warnings: tuple = ()  # the parser's warnings about the source, `line L: warning: ...` (not yet bounded)
 
 
 def check_source(source: str, filename: str = "<generated>") -> CheckedCode:
@@ -629,7 +686,7 @@ def _check(source: str, filename: str) -> CheckedCode:
         raise RewardCodeError(problem(1, "too-large", f"the code has {len(source)} characters (limit "
                                       f"{MAX_SOURCE_CHARS}); keep it short"))
     try:
-        tree = ast.parse(source, filename=filename)
+        tree, parse_warnings = capture_warnings(lambda: ast.parse(source, filename=filename), filename)
     except SyntaxError as exc:
         where = f" (column {exc.offset})" if exc.offset else ""
         raise RewardCodeError(problem(exc.lineno or 1, "syntax", f"{exc.msg}{where}; fix the Python syntax")) from None
@@ -652,4 +709,4 @@ def _check(source: str, filename: str) -> CheckedCode:
         raise RewardCodeError([problem(line, rule, text) for line, rule, text in unique])
     fields = frozenset(node.attr for node in ast.walk(tree)
                        if isinstance(node, ast.Attribute) and node.attr in STATE_ATTRS)
-    return CheckedCode(tree, checker.functions, fields)
+    return CheckedCode(tree, checker.functions, fields, tuple(parse_warnings))

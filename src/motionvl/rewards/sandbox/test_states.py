@@ -1,13 +1,19 @@
 """The states the check runs candidates on: like training's, and not recognisable as a test.
 
-A candidate is run on batches of the training batch size, drawn with a fresh seed, of three
-kinds, each called several times in a row as training does:
+A candidate is run on batches drawn with a fresh seed, of four kinds, each called several times
+in a row as training does:
 - rollout: rows of states recorded from short rollouts of the training environment under a
-  random policy (robots that stumble, fall, hit the ground and are reset), re-sampled per batch;
+  random policy (robots that stumble, fall, hit the ground and are reset), re-sampled per batch,
+  at each gait period training runs at (its schedule's start and its own value);
+- late-episode: rollout rows moved to where a whole training episode can take a robot (up to
+  the largest commanded speed, with margin, for episode_length_s) with feet in the air up to that
+  long, as states late in training's episodes are, which a random policy never reaches;
 - plausible: random mid-walk states (upright-ish, moving, mixed foot contacts);
 - extreme: values at the edges of what the environment can produce (joints at their limits,
-  fast spins, upside-down bodies, zero and very large contact forces, long air times, every flag
-  set or clear), so that a guard that holds only for typical values is found.
+  fast spins, upside-down bodies, zero and very large contact forces, air times as long as an
+  episode, every flag set or clear), so that a guard that holds only for typical values is found.
+Most batches have the run's environment count; the last ones fewer (a count drawn below it) and
+one, as the evaluations that share the reward run with.
 
 The rollouts need the locomotion environment, a layer above rewards/: it is imported only inside
 `rollout_pool`, the one place the check reaches up, because training-like states can only come
@@ -30,8 +36,15 @@ ROLLOUT_ENVS = 32
 """Environments of one recording rollout."""
 ROLLOUT_STEPS = 60
 """Policy steps recorded per rollout (1.2 s at 50 Hz: a random policy falls within it)."""
-BATCHES = (("rollout", 3), ("plausible", 1), ("extreme-high", 1), ("extreme-low", 1), ("extreme-mixed", 2))
-"""(kind, consecutive calls) of one check, in order, all at the training batch size."""
+BATCHES = (("rollout", 3, "run"), ("late-episode", 2, "run"), ("plausible", 1, "run"), ("extreme-high", 1, "run"),
+           ("extreme-low", 1, "run"), ("extreme-mixed", 2, "run"), ("rollout", 1, "fewer"),
+           ("late-episode", 1, "fewer"), ("extreme-mixed", 1, "one"))
+"""(kind, consecutive calls, size) of one check, in order: size 'run' is the run's environment count,
+'fewer' a count drawn log-uniformly below it, 'one' a single environment (the largest first: the worker
+maps a batch of the first size and smaller ones within it)."""
+REACH_MARGIN = 1.5
+"""Late-episode positions reach this times the largest commanded speed x the episode's length (pushes,
+overshoot)."""
 
 
 def _joints_of(robot) -> tuple:
@@ -105,11 +118,12 @@ def random_reward_state(num_envs: int, rng: np.random.Generator, robot=None) -> 
     )
 
 
-def extreme_reward_state(num_envs: int, rng: np.random.Generator, kind: str = "mixed", robot=None) -> RewardState:
+def extreme_reward_state(num_envs: int, rng: np.random.Generator, kind: str = "mixed", robot=None,
+                         episode_s: float = 20.0) -> RewardState:
     """A batch at the edges of valid states. kind 'high': every magnitude at its largest (joints at their
-    limits, fast motion, huge contact forces, long air times, all flags set, upside down); 'low': all at
-    rest (zero velocities, forces, commands and air times, exactly the default pose, flags clear); 'mixed':
-    each value drawn from the low end, the high end or zero."""
+    limits, fast motion, huge contact forces, air times of a whole episode_s, all flags set, upside down);
+    'low': all at rest (zero velocities, forces, commands and air times, exactly the default pose, flags
+    clear); 'mixed': each value drawn from the low end, the high end or zero."""
     robot = robot or _default_robot()
     n = int(num_envs)
     names, default, lower, upper, effort, velocity = _joints_of(robot)
@@ -160,7 +174,7 @@ def extreme_reward_state(num_envs: int, rng: np.random.Generator, kind: str = "m
         foot_vel=pick(-10.0, 10.0, (n, 2, 3)),
         foot_contact=contact,
         foot_contact_force=np.where(contact, pick(0.0, 1e4, (n, 2)), 0.0),
-        foot_air_time=np.where(contact, 0.0, pick(0.0, 20.0, (n, 2))),
+        foot_air_time=np.where(contact, 0.0, pick(0.0, float(episode_s), (n, 2))),
         first_contact=contact & flag((n, 2)),
         body_collision=flag(n),
         command=pick([-1.5, -1.0, -1.5], [1.5, 1.0, 1.5], (n, 3)),
@@ -190,24 +204,54 @@ class StatePool:
 
 def training_batch_size(env_cfg=None) -> int:
     """The batch size training steps its terms on: env_cfg.num_envs (None: the environment's default)."""
+    return int(_env_config(env_cfg).num_envs)
+
+
+def _env_config(env_cfg=None):
     from motionvl.envs.config import EnvConfig  # see the module docstring
 
-    return int((env_cfg or EnvConfig()).num_envs)
+    return env_cfg or EnvConfig()
+
+
+def training_gait_periods(env_cfg=None) -> tuple:
+    """The gait periods (s) training runs at: its schedule's start, then the setting's own value (a schedule
+    moves between the two)."""
+    cfg = _env_config(env_cfg)
+    own, schedule = float(cfg.gait_period_s), cfg.gait_period_schedule
+    return (float(schedule.start), own) if schedule is not None and float(schedule.start) != own else (own,)
+
+
+def episode_reach(env_cfg=None) -> float:
+    """The farthest (m) a robot can get from where an episode starts: REACH_MARGIN x the largest commanded
+    speed x episode_length_s."""
+    cfg = _env_config(env_cfg)
+    c = cfg.commands
+    speeds = [abs(float(v)) for v in (*c.vx, *c.vy, *(c.fixed[:2] if c.fixed else ()))]
+    return REACH_MARGIN * max(speeds, default=1.0) * float(cfg.episode_length_s)
+
+
+def check_conditions(env_cfg=None) -> str:
+    """What the check's batches depend on in env_cfg (its seeds and thread count aside): code that passed
+    for one set of conditions is checked again for another."""
+    cfg = _env_config(env_cfg)
+    return repr(dataclasses.replace(cfg, seed=0, terrain_seed=None, num_threads=None))
 
 
 _POOLS: dict = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def rollout_pool(robot=None, env_cfg=None, seed: int | None = None) -> StatePool:
+def rollout_pool(robot=None, env_cfg=None, seed: int | None = None, gait_period: float | None = None) -> StatePool:
     """States recorded from ROLLOUT_STEPS steps of ROLLOUT_ENVS training environments under a random
-    policy (uniform actions in [-1, 1]: stumbles, falls, impacts and resets). Recorded once per process
-    and robot/env config, with a random seed unless one is given."""
-    from motionvl.envs.config import EnvConfig  # the one upward import, see the module docstring
-    from motionvl.envs.locomotion import LocomotionEnv
+    policy (uniform actions in [-1, 1]: stumbles, falls, impacts and resets), their gait clock at
+    gait_period (None: env_cfg's own gait_period_s). Recorded once per process and robot/env config and
+    period, with a random seed unless one is given."""
+    from motionvl.envs.locomotion import LocomotionEnv  # the one upward import, see the module docstring
 
     robot = robot or _default_robot()
-    env_cfg = env_cfg or EnvConfig()
+    env_cfg = _env_config(env_cfg)
+    if gait_period is not None:
+        env_cfg = dataclasses.replace(env_cfg, gait_period_s=float(gait_period), gait_period_schedule=None)
     key = (robot.joint_names, robot.source, repr(env_cfg), seed)
     with _POOLS_LOCK:
         if key in _POOLS:
@@ -236,14 +280,47 @@ def rollout_pool(robot=None, env_cfg=None, seed: int | None = None) -> StatePool
         return pool
 
 
+def late_episode_state(pool: StatePool, num_envs: int, rng: np.random.Generator, env_cfg=None) -> RewardState:
+    """Rows of `pool` as late in a training episode: moved up to episode_reach(env_cfg) in any direction
+    (feet along), feet in the air up to the episode's length."""
+    state = pool.sample(num_envs, rng)
+    cfg = _env_config(env_cfg)
+    radius = episode_reach(cfg) * np.sqrt(rng.random(num_envs))  # uniform over the disc
+    angle = rng.uniform(-np.pi, np.pi, num_envs)
+    shift = np.column_stack([radius * np.cos(angle), radius * np.sin(angle)])
+    base_pos, foot_pos = state.base_pos.copy(), state.foot_pos.copy()
+    base_pos[:, :2] += shift
+    foot_pos[:, :, :2] += shift[:, None, :]
+    air = np.maximum(state.foot_air_time, rng.uniform(0.0, float(cfg.episode_length_s), state.foot_air_time.shape))
+    return dataclasses.replace(state, base_pos=base_pos, foot_pos=foot_pos,
+                               foot_air_time=np.where(state.foot_contact, state.foot_air_time, air))
+
+
+def batch_sizes(num_envs: int, rng: np.random.Generator) -> dict:
+    """{BATCHES size name: environments} for a run of num_envs."""
+    fewer = int(round(np.exp(rng.uniform(np.log(2), np.log(num_envs - 1))))) if num_envs > 2 else 1
+    return {"run": num_envs, "fewer": fewer, "one": 1}
+
+
 def check_batches(num_envs: int, rng: np.random.Generator, robot=None, env_cfg=None, pool: StatePool | None = None):
-    """The check's batches in order: (label for messages, RewardState), all of num_envs environments."""
+    """The check's batches in order: (label for messages, RewardState), as BATCHES lists them for a run of
+    num_envs environments of env_cfg. pool: rollout rows to use at every period (None: recorded per period)."""
+    periods = training_gait_periods(env_cfg)
+    episode_s = float(_env_config(env_cfg).episode_length_s)
+    sizes = batch_sizes(num_envs, rng)
+
+    def rows(k: int) -> StatePool:
+        return pool or rollout_pool(robot, env_cfg, gait_period=periods[k % len(periods)])
+
     kinds = {
-        "rollout": lambda: (pool or rollout_pool(robot, env_cfg)).sample(num_envs, rng),
-        "plausible": lambda: random_reward_state(num_envs, rng, robot),
-        **{f"extreme-{k}": functools.partial(extreme_reward_state, num_envs, rng, k, robot)
-           for k in ("high", "low", "mixed")},
+        "rollout": lambda n, k: rows(k).sample(n, rng),
+        "late-episode": lambda n, k: late_episode_state(rows(k), n, rng, env_cfg),
+        "plausible": lambda n, k: random_reward_state(n, rng, robot),
+        **{f"extreme-{e}": functools.partial(lambda e, n, k: extreme_reward_state(n, rng, e, robot, episode_s), e)
+           for e in ("high", "low", "mixed")},
     }
-    for kind, calls in BATCHES:
+    for kind, calls, size in BATCHES:
         for call in range(calls):
-            yield f"{kind} batch {call + 1} of {calls}", kinds[kind]()
+            state = kinds[kind](sizes[size], call)
+            where = f" (gait period {state.gait_period:g} s)" if kind in ("rollout", "late-episode") else ""
+            yield f"{kind} batch {call + 1} of {calls}{where}", state

@@ -1,24 +1,29 @@
 """The worker process that runs one candidate's generated terms (the child side of isolation.py).
 
 Started as `python -I -c BOOT <package root> <socket fd>` in an empty directory with a minimal
-environment. It compiles the candidate itself, maps the state, loads every numpy module its
-wrappers may need, then limits itself before any term runs: no bytes written to files, no new
-file descriptor at all (every lower number is taken, so no file or socket can be opened), no
-processes, an address-space cap, and before each call a CPU-time limit a little above that
-call's deadline. The state arrives as a read-only mapping of shared memory (the parent writes
-it; here it cannot be written by any route); a batch of another shape means a new worker. The
-term outputs go back over the socket. Whatever a term does, the parent's deadline and these
+environment. It compiles the candidate itself (compiler warnings captured, never printed), maps
+the state, loads every numpy module its wrappers may need, then limits itself before any term
+runs: no bytes written to files, no new file descriptor at all (every lower number is taken, so
+no file or socket can be opened), no processes, an address-space cap, and before each call a
+CPU-time limit a little above that call's deadline; its stderr, which the parent reads only to
+say why a start failed, goes to /dev/null from then on. The state arrives as a read-only mapping
+of shared memory (the parent writes it; here it cannot be written by any route), sized for a
+batch of up to `capacity` environments: a call names how many rows it uses, and only a batch
+larger than the mapping, or of other fields, means a new worker. The term outputs and each
+term's CPU time go back over the socket. Whatever a term does, the parent's deadline and these
 limits end it; the worker never answers for the parent's state because it never holds it.
 
 Protocol. Start-up, as messages (an 8-byte header with the JSON and payload lengths, the JSON):
   parent -> {"op": "load", "source", "filename", "terms": [names], "memory_bytes", "cpu_s",
-             "layout": {"size", "fields": [[name, dtype, shape, offset]], "joint_names", "joint_roles"}}
+             "layout": {"size", "fields": [[name, dtype, shape, offset, per_env]], "joint_names",
+                        "joint_roles"}}   (a per-env field's shape has the capacity as its first dimension)
             + two file descriptors: a read-write 8-byte progress page (the index of the running
-            term, for the parent's message when it has to stop a call) and the state mapping, read-only
+            term, for the parent's message when it has to stop a call; a negative START_PHASES
+            value while starting) and the state mapping, read-only
   worker -> {"ok": true} | {"problems": [...]}
 Then per call, fixed binary records (no parsing on the training loop's path):
-  parent -> CALL (seq, dt, gait_period)
-  worker -> REPLY (seq, -1, K x N x 8) + the K x N float64 outputs
+  parent -> CALL (seq, dt, gait_period, N)
+  worker -> REPLY (seq, -1, K x N x 8 + K x 8) + the K x N float64 outputs + K float64 CPU seconds
           | REPLY (seq, k, length) + the JSON list of problems of term k
 """
 
@@ -34,9 +39,11 @@ import struct
 import time
 
 HEADER = struct.Struct("<II")
-CALL = struct.Struct("<Qdd")  # seq, dt, gait_period
+CALL = struct.Struct("<Qddq")  # seq, dt, gait_period, environments in this call
 REPLY = struct.Struct("<Qqq")  # seq, index of the failing term (-1: none), length of what follows
 MAX_FDS = 2
+START_PHASES = {-1: "compiling the candidate", -2: "loading numpy's modules", -3: "limiting itself"}
+"""Progress page values while a worker starts (what a start that overruns its deadline was doing)."""
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
         "from motionvl.rewards.sandbox.worker import main; main(int(sys.argv[2]))")
 
@@ -135,6 +142,8 @@ def _limit_cpu(seconds: float) -> None:
 
 
 def main(fd: int) -> None:
+    import warnings
+
     import numpy as np
 
     from motionvl.rewards.sandbox.errors import RewardCodeError, problem
@@ -150,17 +159,24 @@ def main(fd: int) -> None:
     mapping = mmap.mmap(fds[1], layout["size"], access=mmap.ACCESS_READ)
     for received in fds:
         os.close(received)
-    views = {name: np.frombuffer(mapping, dtype=np.dtype(dtype), count=math.prod(shape), offset=offset).reshape(shape)
-             for name, dtype, shape, offset in layout["fields"]}
+    views = {name: (np.frombuffer(mapping, dtype=np.dtype(dtype), count=math.prod(shape), offset=offset).reshape(shape),
+                    per_env) for name, dtype, shape, offset, per_env in layout["fields"]}
     joint_names = tuple(layout["joint_names"])
     joint_roles = tuple(tuple(r) for r in layout["joint_roles"])
+    progress[0] = -1
     try:
         compiled = compile_code(request["source"], filename=request["filename"])
         terms = [compiled.terms[name] for name in request["terms"]]
     except RewardCodeError as exc:
         send(sock, {"problems": exc.problems})
         return
+    progress[0] = -2
     warm_up()
+    progress[0] = -3
+    warnings.simplefilter("ignore")  # a term's run-time warnings are nobody's business: its output is checked
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # nothing a term does can fill the parent's stderr pipe and block on it
+    os.close(devnull)
     _limit_resources(int(request["memory_bytes"]))
     cpu_s = float(request["cpu_s"])
     send(sock, {"ok": True})
@@ -168,24 +184,29 @@ def main(fd: int) -> None:
     empty = {name: None for name in RewardState.__dataclass_fields__}
     while True:
         try:
-            seq, dt, gait_period = CALL.unpack(recv_exact(sock, CALL.size))
+            seq, dt, gait_period, n = CALL.unpack(recv_exact(sock, CALL.size))
         except ChannelClosed:
             return
         _limit_cpu(cpu_s)
-        state = RewardState(**{**empty, **views, "dt": dt, "gait_period": gait_period, "joint_names": joint_names,
+        fields = {name: view[:n] if per_env else view for name, (view, per_env) in views.items()}
+        state = RewardState(**{**empty, **fields, "dt": dt, "gait_period": gait_period, "joint_names": joint_names,
                                "joint_roles": joint_roles})
-        out = np.empty((len(terms), state.num_envs))
+        out = np.empty((len(terms), n))
+        cpu = np.zeros(len(terms))
         failed, problems = -1, []
-        for k, term in enumerate(terms):
-            progress[0] = k
-            try:
-                out[k] = evaluate_term(term, state)
-            except RewardCodeError as exc:
-                failed, problems = k, exc.problems
-                break
-            except MemoryError:
-                failed, problems = k, [problem(term.line, "memory", "the term ran out of the worker's memory; keep "
-                                               "arrays at (N,) or (N, J)")]
-                break
-        payload = out.tobytes() if failed < 0 else json.dumps(problems).encode()
+        with compiled.guard.call(n):  # all terms of the call share one work budget too
+            for k, term in enumerate(terms):
+                progress[0] = k
+                start = time.thread_time()
+                try:
+                    out[k] = evaluate_term(term, state)
+                except RewardCodeError as exc:
+                    failed, problems = k, exc.problems
+                    break
+                except MemoryError:
+                    failed, problems = k, [problem(term.line, "memory", "the term ran out of the worker's memory; "
+                                                   "keep arrays at (N,) or (N, J)")]
+                    break
+                cpu[k] = time.thread_time() - start
+        payload = out.tobytes() + cpu.tobytes() if failed < 0 else json.dumps(problems).encode()
         sock.sendall(REPLY.pack(seq, failed, len(payload)) + payload)
