@@ -207,8 +207,11 @@ def test_training_logs_the_terrain_level_and_a_resumed_run_keeps_each_envs_level
     from motionvl.rl.trainer import train_policy
     from rl_fixtures import PlaceholderReward, history_without_timings, tiny_config
 
+    from motionvl.rl.config import SelectionConfig
+
     cfg = tiny_config(terrain="stairs_up", terrain_curriculum=TerrainCurriculumConfig(start_level=5, up_distance_m=0.02))
     cfg.save_interval = 2
+    cfg.selection = SelectionConfig(iterations=4, every=4, episodes=1, seconds=0.2, seed=11)
     result = train_policy(tmp_path / "one_go", PlaceholderReward(), cfg, max_iterations=4, progress=False, robot=robot)
     stopped = tmp_path / "stopped"
     train_policy(stopped, PlaceholderReward(), cfg, max_iterations=4, progress=False, robot=robot,
@@ -219,6 +222,10 @@ def test_training_logs_the_terrain_level_and_a_resumed_run_keeps_each_envs_level
     assert all(0.0 <= lv <= 9.0 for lv in levels) and len(set(levels)) > 1, "the levels move as episodes end"
     assert history_without_timings(stopped) == one_go
     assert result.term_stats["terrain_level"]["last"] == levels[-1]
+    # the exported policy is chosen on the run's terrain, at the level evaluation uses
+    validated = json.loads((tmp_path / "one_go" / "selection.json").read_text())
+    assert (validated["config"]["terrain"], validated["config"]["terrain_level"]) == ("stairs_up", DEFAULT_LEVEL)
+    assert validated["candidates"]
 
 
 def test_nodes_build_the_tasks_terrain_at_its_level(ros_context):

@@ -341,7 +341,8 @@ class _Session:
         self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=self.start_it + 1 if resume else None,
                                     flush_secs=10)
         self.budget_s = cfg.minutes * 60.0
-        self.selection = (PolicySelection(cfg.selection, run_dir, robot, averaging=average is not None)
+        self.selection = (PolicySelection(cfg.selection, run_dir, robot, averaging=average is not None,
+                                          terrain=cfg.env.terrain, terrain_level=cfg.env.terrain_level)
                           if cfg.selection.enabled_for(cfg.max_iterations) else None)
         self.bar = _progress_bar(progress, cfg, self.elapsed0, self.start_it)
         self.session_t0 = time.perf_counter()
