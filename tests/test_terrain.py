@@ -226,6 +226,17 @@ def test_training_logs_the_terrain_level_and_a_resumed_run_keeps_each_envs_level
     validated = json.loads((tmp_path / "one_go" / "selection.json").read_text())
     assert (validated["config"]["terrain"], validated["config"]["terrain_level"]) == ("stairs_up", DEFAULT_LEVEL)
     assert validated["candidates"]
+    # a run warm-started from it goes on at the parent's terrain levels, not from its own start_level
+    import torch
+
+    parent = torch.load(tmp_path / "one_go" / "checkpoints" / "latest.pt", weights_only=False)["infos"]["terrain_levels"]
+    child_cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, terrain_curriculum=TerrainCurriculumConfig()))
+    child = train_policy(tmp_path / "child", PlaceholderReward(), child_cfg, max_iterations=1, progress=False,
+                         robot=robot, warm_start=tmp_path / "one_go")
+    reached = child.term_stats["terrain_level"]["last"]
+    # an env moves at most a level per episode, and no episode of 0.2 s ends twice in an iteration of 0.16 s:
+    # from level 0 the child could not pass level 1
+    assert abs(reached - np.mean(parent)) <= 1.0 and reached > 1.0
 
 
 def test_nodes_build_the_tasks_terrain_at_its_level(ros_context):

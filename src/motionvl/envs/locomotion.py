@@ -268,6 +268,15 @@ class LocomotionEnv:
         level[solved] = self.rng.integers(0, NUM_LEVELS, int(solved.sum()))
         self.terrain_level[ids] = np.maximum(level, 0)
 
+    def start_terrain_levels(self, levels) -> None:
+        """Put the curriculum's envs at `levels` (another run's: a batch of another size draws from them), before
+        the first step: the robots still stand on their start platforms, which every level has alike."""
+        levels = np.asarray(levels, dtype=np.int64)
+        if len(levels) != self.num_envs:
+            levels = self.rng.choice(levels, self.num_envs)
+        self.terrain_level[:] = np.clip(levels, 0, NUM_LEVELS - 1)
+        self._levels.select(np.arange(self.num_envs), self.terrain_level)
+
     @property
     def mean_terrain_level(self) -> float | None:
         """The mean terrain level over the envs (what training logs as terrain_level); None without levels."""

@@ -387,6 +387,7 @@ class _Session:
     def save(self) -> None:
         infos = {"iteration": self.it, "total_steps": self.total_steps, "elapsed_s": self.elapsed(),
                  "command_level": self.vec.env.command_level, "train_config": self.cfg.to_dict(),
+                 **({"terrain_levels": self.vec.env.terrain_level.tolist()} if self.vec.env.terrain_curriculum else {}),
                  "schedule_offset": self.schedule_offset,
                  **({"policy_average": self.average.state_dict()} if self.average is not None else {}),
                  **({"estimator_training": self.estimator.state_dict()} if self.estimator is not None else {})}
