@@ -176,10 +176,6 @@ class Terrain:
         j = np.clip(np.floor((y + TILE_HALF_M) / BLOCK_M).astype(int), 0, n - 1)
         return np.where(inside, self.bumps[i, j] * self._bump[level], 0.0)
 
-    def rise(self, level: int) -> float:
-        """Height of the ground beyond the tile above the start (negative: below)."""
-        return float(self.height(TILE_HALF_M + 1.0, 0.0, level))
-
     # ------------------------------------------------------------------ the geometry
     def pieces(self) -> list[Piece]:
         return {"flat": self._flat, "rough": self._rough, "stairs_up": self._stairs_up, "stairs_down": self._stairs_down,
