@@ -148,14 +148,16 @@ def test_every_node_gets_the_same_robot_and_world():
         raw = yaml.safe_load((ROOT / "config" / shipped).read_text())
         assert "/**" not in raw, f"config/{shipped} has a /** section"
         for name, section in raw.items():
-            assert not {"robot_config", "terrain", "terrain_seed"} & set(section["ros__parameters"]), name
+            world = {"robot_config", "terrain", "terrain_level", "terrain_seed"}
+            assert not world & set(section["ros__parameters"]), name
     node_sources = {p.stem: p.read_text() for p in (ROOT / "src" / "motionvl" / "ros").glob("*_node.py")}
     for name, source in node_sources.items():
         declared = set(re.findall(r'^\s+"(\w+)": \(', source, re.M))
         if "load_robot_config(" in source:
             assert "robot_config" in declared, f"{name} loads a robot but has no robot_config parameter"
-        if "TerrainConfig(" in source:
-            assert {"terrain", "terrain_seed"} <= declared, f"{name} builds a floor without terrain/terrain_seed"
+        if "TerrainConfig(" in source or "node_terrain(" in source:
+            assert "**TERRAIN_PARAMETERS" in source and "TerrainConfig(" not in source, \
+                f"{name} builds a floor without the terrain parameters (motionvl.ros.terrain)"
 
 
 def test_trainer_processes_get_the_graphs_robot_from_the_params_file(tmp_path):

@@ -485,3 +485,29 @@ def test_the_loop_carries_on_through_repaired_refused_and_garbage_answers_and_a_
     assert {k: v["outcome"] for k, v in replayed_choice["verdicts"].items()} == \
         {k: v["outcome"] for k, v in recorded_choice["verdicts"].items()}
     assert Ledger(replayed).get("synthesis", "i1")["candidates"][0]["spec"] == record["candidates"][0]["spec"]
+
+
+def test_table_i_shows_the_terrain_level_training_reached_and_the_level_evaluated(finished_run, tmp_path):
+    """On a terrain with levels each Table I row gives the mean level of the policy's last training iteration and
+    the terrain and level it was evaluated on; a run on flat ground has no such columns."""
+    import shutil
+
+    from motionvl.search.report import write_report
+
+    run_dir, _, _ = finished_run
+    assert "terrain level" not in (run_dir / "report.md").read_text()
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    records = [json.loads(line) for line in (copy / "ledger.jsonl").read_text().splitlines()]
+    for record in records:  # as a run on stairs would have recorded them
+        if record["kind"] == "trained" and record.get("outcome"):
+            record["outcome"]["term_stats"]["terrain_level"] = {"last": 3.5}
+            record["outcome"]["evaluation"].update(terrain="stairs_up", terrain_level=4)
+    (copy / "ledger.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_report(copy)
+    md = (copy / "report.md").read_text()
+    table = md[md.index("## Table I layout"):md.index("## Where the time went")]
+    header = next(line for line in table.splitlines() if line.startswith("| method"))
+    assert header.rstrip(" |").endswith("terrain level (training) | evaluated on")
+    rows = [line for line in table.splitlines() if line.startswith("| RL-Base")]
+    assert rows and rows[0].rstrip(" |").endswith("3.5 | stairs_up level 4")

@@ -90,13 +90,14 @@ def play(policy, *, seconds: float = 10.0, command=(0.5, 0.0, 0.0), path: str = 
             cycle()
             fell = fell or not sim.upright()
         rows.append(_sample(sim, 5.0))
-    cols = list(zip(*rows)) if rows else [[]] * 8
+    cols = list(zip(*rows)) if rows else [[]] * 9
     dt = robot.control_dt
     trajectory = Trajectory(dt=dt, joint_names=robot.joint_names, joint_roles=robot.joint_roles,
                             time=np.arange(len(rows)) * dt, qpos=np.array(cols[0]), qvel=np.array(cols[1]), foot_pos=np.array(cols[2]),
                             foot_vel=np.array(cols[3]), foot_contact=np.array(cols[4]),
                             command=np.tile(np.asarray(command, float), (len(rows), 1)), fell=np.array(cols[6]),
-                            joint_torque=np.array(cols[7])) if rows else None
+                            joint_torque=np.array(cols[7]),
+                            ground_height=None if cols[8][0] is None else np.array(cols[8])) if rows else None
     status = controller.status()
     return {
         "path": path, "seconds": float(seconds), "command": [float(c) for c in command],

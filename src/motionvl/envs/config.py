@@ -57,6 +57,22 @@ class CommandConfig:
         return lerp(self.start_vx, self.vx), lerp(self.start_vy, self.vy), lerp(self.start_yaw_rate, self.yaw_rate)
 
 
+@dataclasses.dataclass
+class TerrainCurriculumConfig:
+    """legged_gym's terrain curriculum: at the end of each episode an env moves a level up after walking out
+    of the terrain and a level down after failing; one past the top level goes to a random level, so the
+    solved envs keep visiting every level. Applies when `EnvConfig.terrain_level` is None."""
+
+    start_level: int = 0
+    """Envs start at a level drawn uniformly from 0 to this (inclusive)."""
+    up_distance_m: float = 4.0
+    """An episode ending farther than this from its start (horizontally) moves the env up: 4 m crosses the
+    tile's platform and its ten steps or its slope along an axis (sim.terrain.TILE_HALF_M)."""
+    down_fraction: float = 0.5
+    """An episode that fell, or ended nearer its start than this share of the distance its commands asked
+    for, moves the env down (a standing command asks for none)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Schedule:
     """How training reaches one of its settings over the run's PPO iterations: `start` until iteration
@@ -160,8 +176,16 @@ class EnvConfig:
     decimation: int | None = 4
     """Physics steps per policy step for training; None uses the robot config's."""
     terrain: str = "mixed"
-    """'flat', 'rough', or 'mixed' (training only): each reset puts an env on the rough height field with
-    probability `rough_fraction`, else on the flat plane (one MuJoCo model holds both)."""
+    """The ground: flat | rough | slope_up | slope_down | stairs_up | stairs_down (motionvl.sim.terrain: a tile
+    around the start, its difficulty by `terrain_level`), or 'mixed' (training only): each reset puts an env
+    on a rough height field with probability `rough_fraction`, else on the flat plane (one MuJoCo model
+    holds both). The policy is blind either way: no height scan in its observation."""
+    terrain_level: int | None = None
+    """fixed terrain difficulty level; None: the curriculum (`terrain_curriculum`). A level indexes
+    sim.terrain.LEVELS (0-9: steps 2-20 cm, slopes 2-20 deg, bumps 0.8-8 cm); flat and mixed have none.
+    Environments that do not train (evaluation, rendering) pass a level."""
+    terrain_curriculum: TerrainCurriculumConfig = dataclasses.field(default_factory=TerrainCurriculumConfig)
+    """How the levels move with terrain_level None."""
     rough_fraction: float = 0.5
     """With terrain 'mixed': the share of episodes on rough ground. Half: by 60 minutes the policy tracks
     commands on rough ground about as well as on flat."""
@@ -231,7 +255,7 @@ class EnvConfig:
     seed: int = 0
     """Seed of every random draw (resets, commands, randomisation)."""
     terrain_seed: int | None = None
-    """Seed of the rough height field; None: `seed`. Training sets the run's seed, so every session of a
+    """Seed of the random ground (rough blocks, mixed's height field); None: `seed`. Training sets the run's seed, so every session of a
     resumed run walks the same ground while its random draws move on."""
     commands: CommandConfig = dataclasses.field(default_factory=CommandConfig)
     randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)

@@ -24,7 +24,8 @@ from motionvl.rewards.state import RewardState
 from motionvl.robot import ConfigError, RobotConfig
 from motionvl.sim.backend import MujocoBatchBackend
 from motionvl.sim.math import projected_gravity, quat_from_yaw, quat_rotate_inverse, yaw_of
-from motionvl.sim.model import ROUGH_FLOOR, SOLE_SITES, TerrainConfig, build_model
+from motionvl.sim.model import FLOOR_CONTACT, ROUGH_FLOOR, SOLE_SITES, TerrainConfig, build_model
+from motionvl.sim.terrain import KINDS, NUM_LEVELS, LevelSelector, Terrain, check_level
 from motionvl.sim.trajectory import Trajectory
 
 RewardFn = Callable[[RewardState], "tuple[np.ndarray, dict[str, np.ndarray]]"]
@@ -77,7 +78,12 @@ class LocomotionEnv:
         self.rng = np.random.default_rng(cfg.seed)
 
         self.train_robot = dataclasses.replace(robot, sim_dt=self.sim_dt, decimation=self.decimation)
-        self.terrain = TerrainConfig(kind=cfg.terrain, seed=cfg.seed if cfg.terrain_seed is None else cfg.terrain_seed)
+        seed = cfg.seed if cfg.terrain_seed is None else cfg.terrain_seed
+        # terrain levels: a fixed one, or per env by the curriculum (a world of every level, LevelSelector)
+        leveled = cfg.terrain in KINDS and cfg.terrain != "flat"
+        self.terrain_curriculum = leveled and cfg.terrain_level is None
+        fixed = check_level(cfg.terrain_level) if leveled and cfg.terrain_level is not None else None
+        self.terrain = TerrainConfig(kind=cfg.terrain, level=fixed, every_level=self.terrain_curriculum, seed=seed)
         # latency is emulated by MuJoCo's actuator delay, which reads a ctrl history of up to one policy period
         history = self.decimation if cfg.randomization.latency else 0
         self.model = build_model(self.train_robot, self.terrain, ctrl_history=history)
@@ -96,10 +102,23 @@ class LocomotionEnv:
         self._foot_vel_idx = np.array([adr[f"{s}_vel"] + np.arange(3) for s in SOLE_SITES])
         # knees (the robot config's knee_bodies) near the ground count as a body collision (kneeling, falling)
         self._knee_bodies = np.array([m.body(n).id for n in robot.knee_bodies], dtype=int)
-        self._hfield = _HeightField(m) if cfg.terrain in ("rough", "mixed") else None
+        self._hfield = _HeightField(m) if cfg.terrain == "mixed" else None
+        self.ground = Terrain(cfg.terrain, seed) if leveled else None
+        """The ground's heights (sim.terrain.Terrain) of a terrain with levels, else None (flat, mixed)."""
+        self.terrain_level = np.full(N, -1 if fixed is None else fixed, dtype=np.int64)
+        """(N,) each env's terrain level (-1: a terrain without levels)."""
+        self.commanded_distance = np.zeros(N)  # metres the commands of each env's episode asked for so far
+        self._levels = None
+        if self.terrain_curriculum:
+            tc = cfg.terrain_curriculum
+            if not 0 <= tc.start_level < NUM_LEVELS or tc.up_distance_m <= 0 or not 0 <= tc.down_fraction <= 1:
+                raise ConfigError(f"env.terrain_curriculum: start_level in [0, {NUM_LEVELS - 1}], up_distance_m > 0 "
+                                  f"and down_fraction in [0, 1] expected, got {tc}")
+            self._levels = LevelSelector(self.sim, self.ground.pieces(), **FLOOR_CONTACT)
+            self.terrain_level[:] = self.rng.integers(0, tc.start_level + 1, N)
         if not 0.0 <= cfg.rough_fraction <= 1.0:
             raise ConfigError(f"env.rough_fraction must be in [0, 1], got {cfg.rough_fraction}")
-        self.on_rough = np.full(N, cfg.terrain == "rough")
+        self.on_rough = np.full(N, False)
         # the share of the resets on rough ground ('mixed') and the period (s) of the phase clock and gait terms;
         # an exported policy's clock runs at the period it trained at
         self.rough_fraction = self.gait_period = 0.0
@@ -238,6 +257,31 @@ class LocomotionEnv:
                 self.command_level = min(1.0, self.command_level + c.curriculum_step)
             self._tracking = [0.0, 0]
 
+    def _move_terrain_levels(self, ids: np.ndarray, fell: np.ndarray) -> None:
+        """The terrain curriculum at the end of the episodes of `ids` (EnvConfig.terrain_curriculum)."""
+        tc = self.cfg.terrain_curriculum
+        walked = np.linalg.norm(self.sim.qpos[ids, 0:2], axis=1)  # every episode starts at the tile's centre
+        up = walked > tc.up_distance_m
+        down = ~up & (fell | (walked < tc.down_fraction * self.commanded_distance[ids]))
+        level = self.terrain_level[ids] + up - down
+        solved = level >= NUM_LEVELS
+        level[solved] = self.rng.integers(0, NUM_LEVELS, int(solved.sum()))
+        self.terrain_level[ids] = np.maximum(level, 0)
+
+    def start_terrain_levels(self, levels) -> None:
+        """Put the curriculum's envs at `levels` (another run's: a batch of another size draws from them), before
+        the first step: the robots still stand on their start platforms, which every level has alike."""
+        levels = np.asarray(levels, dtype=np.int64)
+        if len(levels) != self.num_envs:
+            levels = self.rng.choice(levels, self.num_envs)
+        self.terrain_level[:] = np.clip(levels, 0, NUM_LEVELS - 1)
+        self._levels.select(np.arange(self.num_envs), self.terrain_level)
+
+    @property
+    def mean_terrain_level(self) -> float | None:
+        """The mean terrain level over the envs (what training logs as terrain_level); None without levels."""
+        return float(self.terrain_level.mean()) if self.ground is not None else None
+
     def _push_clock(self) -> np.ndarray:
         """Each env's push clock in policy steps: a push comes whenever it reaches a multiple of _push_steps."""
         return self.episode_length + self.push_offset
@@ -262,6 +306,8 @@ class LocomotionEnv:
         qvel = self.sim.qvel
         qvel[ids] = 0.0
         qvel[ids, 0:6] = self.rng.uniform(-cfg.reset_base_velocity_noise, cfg.reset_base_velocity_noise, (n, 6))
+        if self._levels is not None:
+            self._levels.select(ids, self.terrain_level[ids])
         if cfg.terrain == "mixed":
             rough = self.on_rough[ids] = self.rng.random(n) < self.rough_fraction
             self._geom_pos[ids, self._plane_geom, 2] = np.where(rough, -BURIED_M, 0.0)
@@ -274,6 +320,7 @@ class LocomotionEnv:
         self.sim.forward(ids)
         self.episode_length[ids] = 0
         self.last_push[ids] = 0.0
+        self.commanded_distance[ids] = 0.0
         self.action[ids] = 0.0
         self.last_action[ids] = 0.0
         self.feet_air_time[ids] = 0.0
@@ -306,6 +353,7 @@ class LocomotionEnv:
         self.sim.step(self.decimation)
         self.episode_length += 1
         self._heading_target += self._yaw_rate_input * self.dt
+        self.commanded_distance += np.linalg.norm(self.command[:, :2], axis=1) * self.dt
 
         if self.cfg.randomization.push:
             push = (self._push_clock() % self._push_steps) == 0
@@ -344,6 +392,8 @@ class LocomotionEnv:
             info["episode"] = dict(zip(self.episode_sums, means.tolist()))
             info["episode_length"] = float(np.mean(self.episode_length[ids]))
             self._term_sums[:, ids] = 0.0
+            if self.terrain_curriculum:
+                self._move_terrain_levels(ids, terminated[ids])
             self._reset_envs(ids)
         resample = (self.episode_length % self._resample_steps == 0) & (self.episode_length > 0)
         if resample.any():
@@ -392,7 +442,10 @@ class LocomotionEnv:
         force = sd[:, self._touch_idx]
         ground = self._ground_height(slice(None), qpos[:, 0], qpos[:, 1])
         base_height = qpos[:, 2] - ground
-        knee_low = (self.sim.xpos[:, self._knee_bodies, 2] - ground[:, None]) < 0.12
+        knees = self.sim.xpos[:, self._knee_bodies]
+        knee_ground = ground[:, None] if self.ground is None else \
+            self.ground.height(knees[..., 0], knees[..., 1], self.terrain_level[:, None])
+        knee_low = (knees[..., 2] - knee_ground) < 0.12
         body_collision = np.any(knee_low, axis=1)
         # a fall: pelvis too low, tilted too far, or a knee on the ground
         terminated = (base_height < cfg.min_base_height) | (-gravity[:, 2] < np.cos(cfg.max_tilt_rad)) | body_collision
@@ -436,9 +489,18 @@ class LocomotionEnv:
 
     def _ground_height(self, ids, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Height of the floor envs `ids` walk on under (x, y)."""
+        if self.ground is not None:
+            return self.ground.height(x, y, self.terrain_level[ids])
         if self._hfield is None:
             return np.zeros(len(x))
         return np.where(self.on_rough[ids], self._hfield.height(x, y), 0.0)
+
+    def ground_heights(self, index: int) -> np.ndarray | None:
+        """(3,) terrain height under env `index`'s base, left sole and right sole (None on flat ground)."""
+        if self.cfg.terrain == "flat":
+            return None
+        xy = np.concatenate([self.sim.qpos[index:index + 1, 0:2], self.sim.sensordata[index, self._foot_pos_idx][:, 0:2]])
+        return self._ground_height(np.full(3, index), xy[:, 0], xy[:, 1])
 
     def privileged_observations(self) -> np.ndarray:
         s = self.state
@@ -455,7 +517,7 @@ class LocomotionEnv:
     EPISODE_BUFFERS = ("episode_length", "action", "last_action", "command", "_yaw_rate_input", "_heading_target",
                        "feet_air_time", "last_contact", "last_joint_vel", "vel_avg", "latency", "ground_friction",
                        "gain_scale", "joint_friction_scale", "added_mass", "history", "push_offset", "last_push",
-                       "on_rough", "_obs")
+                       "on_rough", "terrain_level", "commanded_distance", "_obs")
     """Per-env arrays of the episodes in flight, restored in place (the reward terms' sums go separately)."""
 
     def episode_state(self) -> dict:
@@ -509,7 +571,7 @@ class LocomotionEnv:
 
 
 class _HeightField:
-    """Ground height under (x, y) for the rough-terrain height field (nearest-cell lookup)."""
+    """Ground height under (x, y) for mixed's rough height field (nearest-cell lookup)."""
 
     def __init__(self, model: mujoco.MjModel):
         hid = 0
@@ -540,7 +602,8 @@ class TrajectoryRecorder:
     def capture(self, env: LocomotionEnv) -> None:
         i, s = self.index, env.state
         self.rows.append((env.sim.qpos[i].copy(), env.sim.qvel[i].copy(), s.foot_pos[i].copy(), s.foot_vel[i].copy(),
-                          s.foot_contact[i].copy(), s.command[i].copy(), bool(s.terminated[i]), s.joint_torque[i].copy()))
+                          s.foot_contact[i].copy(), s.command[i].copy(), bool(s.terminated[i]), s.joint_torque[i].copy(),
+                          env.ground_heights(i)))
 
     def trajectory(self) -> Trajectory:
         cols = list(zip(*self.rows))
@@ -549,4 +612,5 @@ class TrajectoryRecorder:
                           time=np.arange(n) * self.dt,
                           qpos=np.array(cols[0]), qvel=np.array(cols[1]), foot_pos=np.array(cols[2]),
                           foot_vel=np.array(cols[3]), foot_contact=np.array(cols[4]), command=np.array(cols[5]),
-                          fell=np.array(cols[6]), joint_torque=np.array(cols[7]))
+                          fell=np.array(cols[6]), joint_torque=np.array(cols[7]),
+                          ground_height=None if cols[8][0] is None else np.array(cols[8]))

@@ -8,6 +8,9 @@ How a `Trajectory` is read before anything is measured:
   (`debounce`): a one- or two-sample blip neither ends a stance nor makes a step. A *stance phase*
   of a leg is a run of contact samples of its foot, a *swing* a run without contact between two
   stance phases, a *touchdown* the first sample of a stance phase that follows a swing;
+* heights are above the terrain: a sole's height is its z minus the ground under it, the base's its z
+  minus the ground under the pelvis (`Trajectory.ground_height`; z itself on level ground at 0), so that
+  clearance over a step is measured from the step, not from z = 0;
 * the *window* is the rollout from `warmup_s` on, leaving out the start from the standing pose, when
   at least max(1 s, 2 x warmup_s) remain; otherwise the whole rollout. Every number below is
   measured on the window (a swing or stance phase cut by the window's start counts as cut).
@@ -39,7 +42,8 @@ step_frequency_hz              1/s        touchdowns (either foot) per second: (
 step_length_m                  m          at each touchdown, the landing sole ahead of the other
                                           along the heading (negative when stepping backward)
 swing_clearance_m              m          peak sole height of each swing above the mean height of
-                                          that sole over min_phase_s before and after it
+                                          that sole over min_phase_s before and after it (heights
+                                          above the terrain under the sole)
 stance_slip_mps                m/s        horizontal sole speed over stance samples, leaving out
                                           the first and last sample of each stance phase longer
                                           than two (they carry the swing's own speed)
@@ -226,9 +230,11 @@ def analyse_gait(traj: Trajectory, *, warmup_s: float = WARMUP_S, min_phase_s: f
         v["lateral_sway_m"] = nan
 
     # ---------------------------------------------------------------- feet
-    foot_z = np.asarray(tr.foot_pos[:, :, 2], dtype=float)
-    ground = float(np.median(foot_z[contact])) if contact.any() else float(foot_z.min())
-    v["base_height_m"] = float(np.mean(tr.base_pos[:, 2] - ground))
+    # heights above the terrain: under each sole and under the base (level ground at 0 when not recorded)
+    terrain = np.zeros((T, 3)) if tr.ground_height is None else np.asarray(tr.ground_height, dtype=float)
+    foot_z = np.asarray(tr.foot_pos[:, :, 2], dtype=float) - terrain[:, 1:3]
+    sole_rest = float(np.median(foot_z[contact])) if contact.any() else float(foot_z.min())
+    v["base_height_m"] = float(np.mean(tr.base_pos[:, 2] - terrain[:, 0] - sole_rest))
     between = np.asarray(tr.foot_pos[:, 0, :2] - tr.foot_pos[:, 1, :2], dtype=float)  # left minus right
     v["stance_width_m"] = float(np.mean(np.abs(to_heading_frame(between, heading)[:, 1])))
     v["double_support_fraction"] = float(np.mean(contact.all(axis=1)))

@@ -21,6 +21,8 @@ from pathlib import Path
 if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
     os.environ["MUJOCO_GL"] = "egl"  # headless rendering (see motionvl.render.camera)
 
+from motionvl.sim.terrain import KINDS  # noqa: E402 - no mujoco import
+
 
 def add_common_rollout_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by `render` and `critique`: what to roll out and how."""
@@ -29,7 +31,9 @@ def add_common_rollout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="rollout length in seconds (default 10)")
     parser.add_argument("--command", type=float, nargs=3, metavar=("VX", "VY", "YAW_RATE"), default=None,
                         help="fixed velocity command (default: 0.5 0 0 for a policy, 0 0 0 for 'stand')")
-    parser.add_argument("--terrain", choices=("flat", "rough"), default="flat")
+    parser.add_argument("--terrain", choices=KINDS, default="flat", help="the ground (a tile of it around the start)")
+    parser.add_argument("--terrain-level", type=int, default=None, metavar="0-9",
+                        help="the terrain's difficulty (steps 2-20 cm, slopes 2-20 deg, bumps 0.8-8 cm; default 4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--robot-config", default=None, help="robot YAML (default: the package's config/robot.yaml)")
     parser.add_argument("--width", type=int, default=320, help="frame width in pixels (default 320)")
@@ -66,8 +70,16 @@ def rollout_from_args(args):
     robot = load_robot_config(args.robot_config)
     policy, name = load_policy_arg(args.policy, robot)
     command = tuple(args.command) if args.command is not None else ((0.5, 0.0, 0.0) if policy is not None else (0.0, 0.0, 0.0))
-    traj = rollout_policy(policy, robot, seconds=args.seconds, command=command, terrain=args.terrain, seed=args.seed)
+    traj = rollout_policy(policy, robot, seconds=args.seconds, command=command, terrain=terrain_from_args(args),
+                          seed=args.seed)
     return robot, traj, name, command
+
+
+def terrain_from_args(args):
+    """The TerrainConfig of --terrain, --terrain-level and --seed (the rollout's and the film's ground)."""
+    from motionvl.sim.model import TerrainConfig
+
+    return TerrainConfig(kind=args.terrain, level=args.terrain_level, seed=args.seed)
 
 
 def render_settings_from_args(args):
@@ -81,9 +93,9 @@ def render_settings_from_args(args):
 def render_from_args(args, robot, traj):
     """(frames, times, seconds spent rendering) of the trajectory with the tracking camera."""
     from motionvl.render.camera import render_trajectory
-    from motionvl.sim.model import TerrainConfig, build_model
+    from motionvl.sim.model import build_model
 
-    model = build_model(robot, TerrainConfig(kind=args.terrain, seed=args.seed))
+    model = build_model(robot, terrain_from_args(args))
     t0 = time.perf_counter()
     frames, times = render_trajectory(model, traj, every_s=args.every, width=args.width, height=args.height,
                                       settings=render_settings_from_args(args))

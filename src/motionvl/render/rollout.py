@@ -23,19 +23,22 @@ from motionvl.envs.locomotion import LocomotionEnv
 from motionvl.policy_io import PolicyContract
 from motionvl.robot import ConfigError, RobotConfig
 from motionvl.sim.math import quat_rotate_inverse
-from motionvl.sim.model import SOLE_HALF_SIZE, SOLE_SITES, TerrainConfig
+from motionvl.sim.model import SOLE_SITES, TerrainConfig, terrain_geom_ids
+from motionvl.sim.terrain import fixed_level, ground_height
 from motionvl.sim.trajectory import Trajectory
 
 Policy = Callable[[np.ndarray], np.ndarray]
 
 
 def evaluation_env_config(seconds: float, command=(0.0, 0.0, 0.0), terrain: str = "flat", seed: int = 0,
-                          **overrides) -> EnvConfig:
-    """EnvConfig for one deterministic evaluation rollout at the robot config's own dt. A policy without a
-    contract gets the plain policy interface unless `overrides` say otherwise: no observation history, no
-    stepping feedforward (a PD stand stands still)."""
+                          terrain_level: int | None = None, **overrides) -> EnvConfig:
+    """EnvConfig for one deterministic evaluation rollout at the robot config's own dt, on `terrain` at
+    `terrain_level` (None: sim.terrain.DEFAULT_LEVEL). A policy without a contract gets the plain policy
+    interface unless `overrides` say otherwise: no observation history, no stepping feedforward (a PD
+    stand stands still)."""
     cfg = EnvConfig(num_envs=1, num_threads=1, episode_length_s=float(seconds) + 10.0, sim_dt=None,
-                    decimation=None, terrain=terrain, random_heading=False, reset_joint_noise=0.0, reset_base_velocity_noise=0.0,
+                    decimation=None, terrain=terrain, terrain_level=fixed_level(terrain, terrain_level),
+                    random_heading=False, reset_joint_noise=0.0, reset_base_velocity_noise=0.0,
                     obs_history=0, gait_feedforward=0.0, gait_stride_feedforward=0.0,
                     seed=int(seed), commands=CommandConfig(fixed=tuple(float(c) for c in command),
                                                            resample_s=float(seconds) + 10.0, standing_fraction=0.0),
@@ -69,7 +72,8 @@ def rollout_policy(policy: Policy | None, robot: RobotConfig, seconds: float = 1
     where the fall condition holds (that sample has `fell` True) instead of being reset.
     """
     kind = terrain.kind if isinstance(terrain, TerrainConfig) else str(terrain)
-    cfg = evaluation_env_config(seconds, command, kind, seed, **(env_overrides or {}))
+    level = terrain.level if isinstance(terrain, TerrainConfig) else None
+    cfg = evaluation_env_config(seconds, command, kind, seed, level, **(env_overrides or {}))
     contract = getattr(policy, "contract", None)
     env = LocomotionEnv(robot, cfg, contract=contract if isinstance(contract, PolicyContract) else None)
     expected = getattr(policy, "num_obs", None)
@@ -107,7 +111,7 @@ class PoseKinematics:
         self.site_ids = [model.site(s).id for s in SOLE_SITES]
         foot_bodies = [model.body(n).id for n in robot.feet]
         self.foot_geoms = [set(np.flatnonzero(model.geom_bodyid == b).tolist()) for b in foot_bodies]
-        self.floor = model.geom("floor").id
+        self.floor = terrain_geom_ids(model)
         self.qpos_adr = np.array([model.jnt_qposadr[model.joint(n).id] for n in robot.joint_names])
 
     def qpos(self, base_pos, base_quat_wxyz, joint_pos) -> np.ndarray:
@@ -116,6 +120,10 @@ class PoseKinematics:
         q[3:7] = np.asarray(base_quat_wxyz, dtype=np.float64) / max(np.linalg.norm(base_quat_wxyz), 1e-12)
         q[self.qpos_adr] = joint_pos
         return q
+
+    def ground(self, points) -> np.ndarray:
+        """Terrain height under each (x, y, ...) of `points` (after `feet`, which runs the kinematics)."""
+        return np.array([ground_height(self.model, self.data, p[0], p[1]) for p in points])
 
     def feet(self, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(2, 3) sole-site world positions and (2,) bool contact with the floor for a pose."""
@@ -130,7 +138,7 @@ class PoseKinematics:
             if c.dist > self.contact_margin:
                 continue
             g1, g2 = int(c.geom1), int(c.geom2)
-            other = g2 if g1 == self.floor else g1 if g2 == self.floor else None
+            other = g2 if g1 in self.floor else g1 if g2 in self.floor else None
             if other is None:
                 continue
             for k in range(2):
@@ -160,6 +168,8 @@ def trajectory_from_poses(model: mujoco.MjModel, robot: RobotConfig, time, base_
     feet = [kin.feet(q) for q in qpos]
     foot_pos = np.stack([f[0] for f in feet])
     foot_contact = np.stack([f[1] for f in feet])
+    # the terrain under the base and the soles (the world's static geoms: one pose's kinematics serves all)
+    ground = np.stack([kin.ground(np.concatenate([base_pos[i:i + 1], foot_pos[i]])) for i in range(n)])
     qvel = np.zeros((n, model.nv))
     for i in range(1, n):
         h = max(time[i] - time[i - 1], 1e-9)
@@ -171,9 +181,8 @@ def trajectory_from_poses(model: mujoco.MjModel, robot: RobotConfig, time, base_
     foot_vel = np.gradient(foot_pos, t_rel, axis=0) if n > 1 else np.zeros_like(foot_pos)
     gravity = quat_rotate_inverse(base_quat / np.linalg.norm(base_quat, axis=1, keepdims=True),
                                   np.tile([0.0, 0.0, -1.0], (n, 1)))
-    ground = np.median(foot_pos[foot_contact][:, 2]) - SOLE_HALF_SIZE[2] if foot_contact.any() else 0.0
-    fell = (base_pos[:, 2] - ground < limits.min_base_height) | (-gravity[:, 2] < np.cos(limits.max_tilt_rad))
+    fell = (base_pos[:, 2] - ground[:, 0] < limits.min_base_height) | (-gravity[:, 2] < np.cos(limits.max_tilt_rad))
     cmd = np.zeros((n, 3)) if command is None else np.broadcast_to(np.asarray(command, dtype=np.float64), (n, 3)).copy()
     return Trajectory(dt=dt, joint_names=robot.joint_names, joint_roles=robot.joint_roles, time=np.arange(n) * dt,
                       qpos=qpos, qvel=qvel, foot_pos=foot_pos, foot_vel=foot_vel, foot_contact=foot_contact,
-                      command=cmd, fell=fell)
+                      command=cmd, fell=fell, ground_height=None if not ground.any() else ground)

@@ -88,7 +88,10 @@ def run(args: argparse.Namespace) -> int:
     summary = {"run_dir": str(result.run_dir), "iterations": result.iterations, "total_steps": result.total_steps,
                "train_steps_per_s": round(result.steps_per_s, 1), "train_minutes": round(result.elapsed_s / 60, 2)}
     if a.eval_episodes > 0:
-        summary.update(evaluate(result.policy_path, seconds=a.eval_seconds, episodes=a.eval_episodes, robot=robot))
+        # on the ground the run trained on (mixed: flat), at its fixed level or evaluation's default one
+        terrain = "flat" if cfg.env.terrain == "mixed" else cfg.env.terrain
+        summary.update(evaluate(result.policy_path, seconds=a.eval_seconds, episodes=a.eval_episodes, robot=robot,
+                                terrain=terrain, terrain_level=cfg.env.terrain_level))
         (out / "eval.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
     return 0

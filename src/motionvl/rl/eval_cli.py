@@ -11,6 +11,7 @@ import json
 import sys
 
 from motionvl.rl.config import add_dataclass_arguments, args_to_dataclass
+from motionvl.sim.terrain import KINDS
 
 
 @dataclasses.dataclass
@@ -19,8 +20,10 @@ class EvalArgs:
     """Exported policy to evaluate."""
     seconds: float = 10.0
     """Length of each episode in seconds."""
-    terrain: str = dataclasses.field(default="flat", metadata={"choices": ("flat", "rough")})
-    """Ground to walk on."""
+    terrain: str = dataclasses.field(default="flat", metadata={"choices": KINDS})
+    """Ground to walk on (a tile of it around the start; the policy is blind to it)."""
+    terrain_level: int | None = dataclasses.field(default=None, metadata={"type": int, "metavar": "0-9"})
+    """Its difficulty level, 0-9 (steps 2-20 cm, slopes 2-20 deg, bumps 0.8-8 cm; default: level 4, 10 cm steps)."""
     episodes: int = 16
     """Parallel episodes (noisy starts, random headings)."""
     randomize: bool = False
@@ -53,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
     a = args_to_dataclass(args, EvalArgs)
     try:
-        result = evaluate(a.policy, seconds=a.seconds, terrain=a.terrain, episodes=a.episodes, randomize=a.randomize,
+        result = evaluate(a.policy, seconds=a.seconds, terrain=a.terrain, terrain_level=a.terrain_level,
+                          episodes=a.episodes, randomize=a.randomize,
                           command=tuple(a.command), robot_dt=a.robot_dt, seed=a.seed, heading_gain=a.heading_gain,
                           pushes=a.pushes,
                           robot=load_robot_config(a.robot_config) if a.robot_config else None)

@@ -18,6 +18,7 @@ from motionvl.gait.metrics import EVAL_KEYS, gait_metrics, truncate_at_fall
 from motionvl.rl.export import OnnxPolicy, load_policy
 from motionvl.robot import ConfigError, RobotConfig, load_robot_config
 from motionvl.sim.math import to_heading_frame, yaw_of
+from motionvl.sim.terrain import fixed_level
 from motionvl.sim.trajectory import Trajectory
 
 # Transients left out of the steady-state tracking error, measured on the 60-minute policy at
@@ -53,6 +54,8 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=(),
     heading_error_deg: |heading turned - commanded yaw rate x time| at the end (or the fall): how far
     the robot has turned off the course its command asked for.
     success: no fall and at least `success_fraction` of the commanded distance.
+    ground_rise_m: the height of the terrain under the base at the end (or the fall) above the start's (0 on
+    flat ground): how far up stairs or a slope the episode came (negative: down).
     """
     cmd = np.asarray(command, dtype=float)
     traj = truncate_at_fall(traj)
@@ -81,6 +84,7 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=(),
         "time_upright_s": duration if fell else seconds,
         "success": (not fell) and distance >= success_fraction * target,
         "task_score": float(np.clip(distance / target, 0.0, 1.0) if target > 0 else 1.0) * (duration if fell else seconds) / seconds,
+        "ground_rise_m": 0.0 if traj.ground_height is None else float(traj.ground_height[-1, 0] - traj.ground_height[0, 0]),
         **gait_metrics(traj),
     }
 
@@ -88,7 +92,8 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=(),
 def batch_evaluation_env(policy: OnnxPolicy, seconds: float = 10.0, terrain: str = "flat", episodes: int = 16,
                          randomize: bool = False, command=(0.5, 0.0, 0.0), robot_dt: bool = True, seed: int = 0,
                          robot: RobotConfig | None = None, heading_gain: float = 0.0,
-                         randomization: RandomizationConfig | None = None) -> LocomotionEnv:
+                         randomization: RandomizationConfig | None = None,
+                         terrain_level: int | None = None) -> LocomotionEnv:
     """The environment `evaluate` runs `policy` in (arguments as there): one episode per env, a fixed
     command, after its first reset. The env supplies the physics; the observations and joint targets
     come from motionvl.policy_io driven by the policy's own contract (checked against `robot`), as on
@@ -98,7 +103,8 @@ def batch_evaluation_env(policy: OnnxPolicy, seconds: float = 10.0, terrain: str
     contract.check_robot(robot)
     dt_kw = {"sim_dt": None, "decimation": None} if robot_dt else {
         "sim_dt": contract.train_sim_dt, "decimation": contract.train_decimation}
-    cfg = EnvConfig(num_envs=int(episodes), episode_length_s=float(seconds) + 1.0, terrain=terrain, seed=seed,
+    cfg = EnvConfig(num_envs=int(episodes), episode_length_s=float(seconds) + 1.0, terrain=terrain,
+                    terrain_level=fixed_level(terrain, terrain_level), seed=seed,
                     commands=CommandConfig(fixed=tuple(float(c) for c in command), resample_s=1e9,
                                            heading_gain=float(heading_gain)),
                     randomization=randomization or (RandomizationConfig.for_evaluation() if randomize
@@ -110,9 +116,11 @@ def batch_evaluation_env(policy: OnnxPolicy, seconds: float = 10.0, terrain: str
 def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: str = "flat", episodes: int = 16,
              randomize: bool = False, command=(0.5, 0.0, 0.0), robot_dt: bool = True, seed: int = 0,
              robot: RobotConfig | None = None, return_trajectories: bool = False, heading_gain: float = 0.0,
-             pushes: bool = True, success_fraction: float = SUCCESS_FRACTION) -> dict:
+             pushes: bool = True, success_fraction: float = SUCCESS_FRACTION, terrain_level: int | None = None) -> dict:
     """Run `episodes` parallel episodes of `seconds` and return the summary dict (means over episodes).
 
+    terrain, terrain_level: the ground (motionvl.sim.terrain) at a fixed level (None: DEFAULT_LEVEL), its
+    random ground drawn with `seed`, so another seed than training's is held-out ground.
     heading_gain: 0 gives the policy the command as is; > 0 holds the heading the command asks for
     (CommandConfig.heading_gain), as an operator steering the robot would.
     pushes: with `randomize`, push every RandomizationConfig.push_interval_s; False keeps the rest of
@@ -135,7 +143,7 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
     randomization = RandomizationConfig.for_evaluation(pushes) if randomize else None
     env = batch_evaluation_env(policy, seconds=seconds, terrain=terrain, episodes=episodes, randomize=randomize,
                                command=command, robot_dt=robot_dt, seed=seed, robot=robot, heading_gain=heading_gain,
-                               randomization=randomization)
+                               randomization=randomization, terrain_level=terrain_level)
     obs = env.observations()  # the state after the constructor's reset
     recorders = [env.record(i) for i in range(env.num_envs)]
     clip = policy.contract.action_clip
@@ -156,7 +164,8 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
         return round(float(values.mean()), 4) if values.size else None
 
     result = {
-        "policy": str(policy.path), "terrain": terrain, "episodes": int(episodes), "seconds": float(seconds),
+        "policy": str(policy.path), "terrain": terrain, "terrain_level": env.cfg.terrain_level,
+        "episodes": int(episodes), "seconds": float(seconds),
         "command": [float(c) for c in command], "sim_dt": env.sim_dt, "decimation": env.decimation,
         "randomize": bool(randomize), "pushes": bool(randomize and pushes), "heading_gain": float(heading_gain),
         "success_fraction": float(success_fraction),
@@ -167,6 +176,7 @@ def evaluate(policy: OnnxPolicy | str | Path, seconds: float = 10.0, terrain: st
         "yaw_rate_error_rps": mean("yaw_rate_error_rps"), "heading_error_deg": mean("heading_error_deg"),
         "fell_fraction": mean("fell"),
         "time_upright_s": mean("time_upright_s"), "success_rate": mean("success"), "task_score": mean("task_score"),
+        "ground_rise_m": mean("ground_rise_m"),
         **{k: mean(k) for k in EVAL_KEYS},
         # share of policy steps each joint's action sits at the clip: the joint asks for more than its range
         "action_at_clip": {n: round(float(v / max(steps, 1)), 4) for n, v in zip(env.robot.joint_names, at_clip)},

@@ -4,8 +4,9 @@ The walking quality of consecutive PPO iterates swings by tens of points within 
 training (experiment log, bench/RESULTS.md in git history: "Held-out selection"), so the policy a run happens to end on can
 be a poor one. The trainer exports the policy it would export at that point (the moving average,
 or the iterate) every `selection.every` iterations of the budget's final stretch, runs it through
-the ONNX evaluation users run (`motionvl eval`, randomised episodes at `selection.command`, at the
-robot's PD rate, or the training physics with `selection.training_physics`), and
+the ONNX evaluation users run (`motionvl eval`, randomised episodes at `selection.command`, on the
+terrain the run trains on at a fixed level, at the robot's PD rate, or the training physics with
+`selection.training_physics`), and
 policy.onnx becomes the candidate with the best score. The stretch is the last `selection.minutes`
 of a time budget (validation time is part of the budget) or the last `selection.iterations` PPO
 iterations of an iteration budget (`max_iterations`; the choice is then the same on any machine).
@@ -32,6 +33,7 @@ from pathlib import Path
 from motionvl.policy_io import PolicyContract
 from motionvl.rl.config import SelectionConfig
 from motionvl.rl.evaluate import evaluate
+from motionvl.sim.terrain import fixed_level
 from motionvl.rl.export import export_policy
 
 EXPORTED, LAST_ITERATE = "exported", "last_iterate"
@@ -43,8 +45,13 @@ SCORE_KEYS = ("success_rate", "task_score", "fell_fraction", "forward_distance_m
 class PolicySelection:
     """Validates candidates as training reaches them and remembers the best one."""
 
-    def __init__(self, cfg: SelectionConfig, run_dir: Path, robot=None, averaging: bool = False):
+    def __init__(self, cfg: SelectionConfig, run_dir: Path, robot=None, averaging: bool = False,
+                 terrain: str = "flat", terrain_level: int | None = None):
+        """terrain, terrain_level: the ground the candidates are validated on (a level: the one evaluation uses,
+        sim.terrain.fixed_level), as the run trains on it."""
         self.cfg, self.robot = cfg, robot
+        self.terrain = "flat" if terrain == "mixed" else terrain  # mixed's rough half has no evaluation world
+        self.terrain_level = fixed_level(self.terrain, terrain_level)
         self.averaging = bool(averaging)
         """Whether the exported policy averages iterates (then the last iterate is a candidate of its own)."""
         self.run_dir = Path(run_dir)
@@ -62,8 +69,9 @@ class PolicySelection:
 
     def _episodes_config(self) -> dict:
         """What decides the validation episodes (JSON-shaped, as selection.json records it)."""
+        ground = {} if self.terrain == "flat" else {"terrain": self.terrain, "terrain_level": self.terrain_level}
         return {"episodes": self.cfg.episodes, "seconds": self.cfg.seconds, "command": list(self.cfg.command),
-                "seed": self.cfg.seed, "training_physics": bool(self.cfg.training_physics)}
+                "seed": self.cfg.seed, "training_physics": bool(self.cfg.training_physics), **ground}
 
     def stretch_s(self, budget_s: float) -> float:
         """Seconds at the end of the budget in which candidates are validated: selection.minutes,
@@ -133,7 +141,8 @@ class PolicySelection:
         suffix = "" if kind == EXPORTED else "_iterate"
         path = export_policy(actor, self.dir / f"policy_{iteration}{suffix}.onnx", contract)
         r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=c.command,
-                     seed=c.seed, robot=self.robot, robot_dt=not c.training_physics)
+                     seed=c.seed, robot=self.robot, robot_dt=not c.training_physics, terrain=self.terrain,
+                     terrain_level=self.terrain_level)
         # the path relative to the run directory: a moved run directory still finds its candidates
         candidate = {"iteration": int(iteration), "actor": kind, "elapsed_s": round(float(elapsed_s), 2),
                      "onnx": str(path.relative_to(self.run_dir)), "sim_dt": r["sim_dt"],

@@ -18,7 +18,8 @@ entropy, symmetry with the mirror options, estimator with the velocity estimator
 action_std, command_level (curriculum),
 command_tracking_error (the env's last windowed |command_xy - v_xy|, None before the first window),
 gait_period_s (the phase clock's period) and, with terrain 'mixed', rough_fraction (the share of resets
-on rough ground): the settings EnvConfig.SCHEDULES move by iteration.
+on rough ground): the settings EnvConfig.SCHEDULES move by iteration; on a terrain with levels,
+terrain_level (the mean level over the envs: the curriculum's progress, or the fixed level).
 Values are None when no episode finished.
 """
 
@@ -227,7 +228,7 @@ def term_stats(records: list[dict], series_points: int = 10) -> dict:
 
     For every reward term: mean, min, max and last of the per-iteration mean episode reward
     (per second of episode), and a short series sampled over training; the same for the mean
-    episode length (s) and return.
+    episode length (s) and return, and on a terrain with levels for the mean terrain level.
     """
     def summary(points: list[tuple[int, float]]) -> dict:
         if not points:
@@ -250,6 +251,7 @@ def term_stats(records: list[dict], series_points: int = 10) -> dict:
         "episode_length_s": summary(pick("mean_episode_length_s")),
         "episode_return": summary(pick("mean_return")),
         "fall_fraction": summary(pick("fall_fraction")),
+        **({"terrain_level": summary(pick("terrain_level"))} if any("terrain_level" in r for r in records) else {}),
     }
 
 
@@ -356,7 +358,8 @@ class _Session:
         self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=self.start_it + 1 if resume else None,
                                     flush_secs=10)
         self.budget_s = cfg.minutes * 60.0
-        self.selection = (PolicySelection(cfg.selection, run_dir, robot, averaging=average is not None)
+        self.selection = (PolicySelection(cfg.selection, run_dir, robot, averaging=average is not None,
+                                          terrain=cfg.env.terrain, terrain_level=cfg.env.terrain_level)
                           if cfg.selection.enabled_for(cfg.max_iterations) else None)
         self.bar = _progress_bar(progress, cfg, self.elapsed0, self.start_it)
         self.session_t0 = time.perf_counter()
@@ -401,6 +404,7 @@ class _Session:
     def save(self) -> None:
         infos = {"iteration": self.it, "total_steps": self.total_steps, "elapsed_s": self.elapsed(),
                  "command_level": self.vec.env.command_level, "train_config": self.cfg.to_dict(),
+                 **({"terrain_levels": self.vec.env.terrain_level.tolist()} if self.vec.env.terrain_curriculum else {}),
                  "schedule_offset": self.schedule_offset,
                  **({"policy_average": self.average.state_dict()} if self.average is not None else {}),
                  **({"estimator_training": self.estimator.state_dict()} if self.estimator is not None else {})}
@@ -459,6 +463,8 @@ class _Session:
         record["command_tracking_error"] = env.window_tracking_error
         if self.cfg.env.terrain == "mixed":
             record["rough_fraction"] = env.rough_fraction
+        if env.mean_terrain_level is not None:
+            record["terrain_level"] = env.mean_terrain_level
         record["gait_period_s"] = env.gait_period
         if threads is not None:
             record["update_threads"] = threads
@@ -622,7 +628,8 @@ def _log_tensorboard(writer, r: dict) -> None:
                "Perf/learning_time": r["learn_s"], "Loss/learning_rate": r["learning_rate"],
                "Policy/mean_std": r["action_std"], "Train/command_level": r.get("command_level"),
                "Train/command_tracking_error": r.get("command_tracking_error"),
-               "Train/rough_fraction": r.get("rough_fraction"), "Train/gait_period_s": r.get("gait_period_s")}
+               "Train/rough_fraction": r.get("rough_fraction"), "Train/gait_period_s": r.get("gait_period_s"),
+               "Train/terrain_level": r.get("terrain_level")}
     scalars.update({f"Loss/{k}": v for k, v in r["losses"].items()})
     scalars.update({f"Episode_Reward/{k}": v for k, v in r["terms"].items()})
     for key, value in scalars.items():
@@ -647,7 +654,8 @@ def _update_bar(bar, r: dict, cfg: TrainConfig, last_iter_s: float) -> None:
     bar.update(1 if cfg.max_iterations is not None else max(0, round(r["elapsed_s"]) - bar.n))
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     bar.set_postfix_str(f"it={r['iteration']} steps/s={r['steps_per_s']:.0f} rew={fmt(r['mean_return'], '.2f')} "
-                        f"len={fmt(r['mean_episode_length'], '.0f')} cmd_level={r.get('command_level', 1.0):.1f}",
+                        f"len={fmt(r['mean_episode_length'], '.0f')} cmd_level={r.get('command_level', 1.0):.1f}"
+                        + (f" terrain={r['terrain_level']:.1f}" if "terrain_level" in r else ""),
                         refresh=False)
 
 

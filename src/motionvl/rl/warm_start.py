@@ -17,7 +17,7 @@ What carries over, and why:
   whatever its gradient, which is a large jolt to a trained policy;
 - the iteration the parent stopped at, for the schedules only (gait period, rough ground): they
   continue from there, so the child trains in the setting the parent ended in; and the command
-  curriculum's level, for the same reason.
+  curriculum's level and the terrain curriculum's level of each env, for the same reason.
 What does not: the reward spec (the point of a warm start), the budgets (minutes, max_iterations
 count this run's own iterations, from 1), the seed's random streams and episodes (a new run), the
 history and term statistics, the policy average (it starts at the parent's last iterate).
@@ -99,7 +99,7 @@ class WarmStart:
 
     def apply(self, runner, estimator=None, env=None) -> None:
         """Load the parent's networks and optimiser state into a freshly built runner (and estimator
-        training, env curriculum level); the runner's own iteration count stays at 0."""
+        training, env command curriculum level and terrain levels); the runner's own iteration count stays at 0."""
         try:
             runner.alg.load(self.saved, {"actor": True, "critic": True, "optimizer": True, "iteration": False},
                             strict=True)
@@ -110,6 +110,8 @@ class WarmStart:
             estimator.load_state_dict(self.infos["estimator_training"])
         if env is not None and env.cfg.commands.curriculum:
             env.command_level = float(self.infos.get("command_level", 0.0))
+        if env is not None and env.terrain_curriculum and "terrain_levels" in self.infos:
+            env.start_terrain_levels(self.infos["terrain_levels"])  # the curriculum goes on where the parent was
 
 
 def interface_differences(parent: dict, child: dict) -> list[str]:

@@ -40,15 +40,15 @@ from motionvl.render.camera import FrameRenderer, RenderError, RenderSettings, c
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node  # noqa: E402
-from motionvl.sim.model import TRACKING_CAMERA, TerrainConfig, build_model, single_floor  # noqa: E402
+from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain  # noqa: E402
+from motionvl.sim.model import TRACKING_CAMERA, build_model  # noqa: E402
 
 NODE_NAME = "camera_renderer"
 
 # name -> (default, description); read-only after start
 PARAMETERS = {
     "robot_config": ("", "Robot YAML; empty = the package's config/robot.yaml."),
-    "terrain": ("flat", "'flat' or 'rough': the floor drawn (match the simulator's)."),
-    "terrain_seed": (0, "Seed of the rough height field (match the simulator's)."),
+    **TERRAIN_PARAMETERS,
     "frame_interval_s": (0.1, "Seconds between frames in ROS time (0.1 s as in the MotionVL paper)."),
     "width": (320, "Image width in pixels (at most 1280)."),
     "height": (240, "Image height in pixels (at most 720)."),
@@ -66,8 +66,7 @@ class CameraRendererNode(Node):
         if p["frame_interval_s"] <= 0:
             raise ConfigError("parameter frame_interval_s must be > 0")
         self.robot = load_robot_config(p["robot_config"] or None)
-        terrain = single_floor(TerrainConfig(kind=p["terrain"], seed=int(p["terrain_seed"])))
-        self.model = build_model(self.robot, terrain)
+        self.model = build_model(self.robot, node_terrain(p))
         self.settings = RenderSettings(width=int(p["width"]), height=int(p["height"]), camera=p["camera"],
                                        shadows=bool(p["shadows"]))
         if not (0 < self.settings.width <= self.model.vis.global_.offwidth

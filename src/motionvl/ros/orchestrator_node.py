@@ -51,6 +51,7 @@ from std_srvs.srv import Trigger
 from motionvl.robot import ConfigError
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import abandon_work, request_stop, run_node, time_left
+from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain
 from motionvl.search.dispatch import SlotState
 
 NODE_NAME = "orchestrator"
@@ -84,8 +85,7 @@ PARAMETERS = {
     "playback_step_timeout_s": (15.0, "ros playback: the longest one step may take (a service answer, the STAND "
                                       "ramp); a node missing fails that candidate's playback, not the search."),
     "critic_timeout_s": (600.0, "ros playback: seconds to wait for vlm_critic's feedback on a rollout or a comparison."),
-    "terrain": ("flat", "ros playback: the simulator's floor, 'flat' or 'rough' (feet contacts of its rollouts)."),
-    "terrain_seed": (0, "ros playback: seed of the simulator's rough height field."),
+    **TERRAIN_PARAMETERS,  # ros playback: the simulator's ground (foot contacts and heights of its rollouts)
     "shutdown_when_done": (True, "Shut this process's ROS context down when the search ends."),
 }
 
@@ -220,10 +220,9 @@ class OrchestratorNode(Node):
         self.graph_playback = None
         if p["playback"] == "ros":
             from motionvl.ros.graph_playback import GraphCritic, GraphPlayback
-            from motionvl.sim.model import TerrainConfig
 
             self.graph_playback = GraphPlayback(self, self.cfg.playback, self.robot,
-                                                terrain=TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]),
+                                                terrain=node_terrain(p),
                                                 step_timeout_s=p["playback_step_timeout_s"],
                                                 critic_timeout_s=p["critic_timeout_s"])
             self.critic = GraphCritic(self.graph_playback, self.settings.critic) if self.settings.mode == "synth+critic" \

@@ -72,7 +72,8 @@ from motionvl.deploy.mapping import JointMapping
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.runtime import run_node
 from motionvl.ros.params import declare_parameters
-from motionvl.sim.model import SOLE_SITES, TerrainConfig
+from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain
+from motionvl.sim.model import SOLE_SITES
 from motionvl.sim.single import MODES, CommandError, SingleSim
 
 try:  # not on PyPI; present in a ROS 2 distribution install
@@ -91,8 +92,7 @@ PARAMETERS = {
     "realtime_factor": (1.0, "Simulated seconds per wall second when realtime is true."),
     "mode": ("position", "'position': commands are PD joint targets (the deployment law in the model's actuators); "
                          "'effort': hardware emulation, commands are joint torques."),
-    "terrain": ("flat", "'flat' or 'rough' (height field)."),
-    "terrain_seed": (0, "Seed of the rough height field."),
+    **TERRAIN_PARAMETERS,
     "command_timeout": (0.5, "Seconds (simulated) after which cmd_vel is zeroed and, in effort mode, the emulated "
                              "driver falls back to damping; 0 disables. Position targets are held."),
     "odom_frame": ("odom", "Frame id of odom and the /tf parent."),
@@ -137,7 +137,7 @@ class SimulatorNode(Node):
                                       "its timer waits for /clock; leave use_sim_time false here")
 
         self.robot = load_robot_config(p["robot_config"] or None)
-        self.sim = SingleSim(self.robot, TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]), mode=p["mode"],
+        self.sim = SingleSim(self.robot, node_terrain(p), mode=p["mode"],
                              command_timeout=p["command_timeout"], gantry=p["gantry"])
         self.randomization = RandomizationConfig.for_evaluation() if p["randomize"] else None
         self._rng = np.random.default_rng(p["randomization_seed"])

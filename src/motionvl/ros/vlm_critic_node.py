@@ -70,7 +70,8 @@ from motionvl.critic.service import BACKENDS, CriticService, backend_factory, pa
 from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
 from motionvl.ros.params import declare_parameters  # noqa: E402
 from motionvl.ros.runtime import run_node  # noqa: E402
-from motionvl.sim.model import TerrainConfig, build_model, single_floor  # noqa: E402
+from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain  # noqa: E402
+from motionvl.sim.model import build_model  # noqa: E402
 
 NODE_NAME = "vlm_critic"
 
@@ -91,8 +92,7 @@ PARAMETERS = {
     "rollout_dir": ("", "Save every critiqued rollout (frames + trajectory) under this directory; its path goes in "
                         "the feedback's meta.rollout_path. Empty = do not save."),
     "robot_config": ("", "Robot YAML; empty = the package's config/robot.yaml."),
-    "terrain": ("flat", "'flat' or 'rough' (the floor used to find foot contacts; match the simulator's)."),
-    "terrain_seed": (0, "Seed of the rough height field (match the simulator's)."),
+    **TERRAIN_PARAMETERS,  # the ground its rollouts' foot contacts and heights are found against
 }
 
 FEEDBACK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
@@ -144,7 +144,7 @@ class VlmCriticNode(Node):
         self.p = p
         self.backend = p["backend"]
         self.robot = load_robot_config(p["robot_config"] or None)
-        floor = single_floor(TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]))
+        floor = node_terrain(p)
         self.service = CriticService(critic_factory, model=build_model(self.robot, floor), robot=self.robot,
                                      default_task=p["task"], merge_kinematics=p["merge_kinematics"],
                                      keep_rollouts=p["keep_rollouts"], rollout_dir=p["rollout_dir"] or None)

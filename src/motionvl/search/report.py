@@ -279,6 +279,12 @@ def _md_cell(x) -> str:
     return str(x).replace("|", "\\|").replace("\n", " ")
 
 
+def _terrain_level_reached(candidate: dict) -> float | None:
+    """The mean terrain level of a candidate's last training iteration (None on a terrain without levels)."""
+    stats = (((candidate.get("trained") or {}).get("outcome") or {}).get("term_stats") or {}).get("terrain_level")
+    return (stats or {}).get("last")
+
+
 def _fmt(value, kind: str = "f3") -> str:
     if value is None:
         return "-"
@@ -423,11 +429,19 @@ def write_report(run_dir: str | Path) -> dict:
         for t in tables.values():
             terms += [k for k in t["terms"] if k not in terms]
         header = ["method", *terms, "task score", "success", "stance knee (deg)"]
-        rows = []
+        rows, levels = [], {}
         for key, t in tables.items():
-            ev = (view.candidates.get(key) or {}).get("evaluation") or {}
+            c = view.candidates.get(key) or {}
+            ev = c.get("evaluation") or {}
             rows.append([t["label"], *[_fmt(t["terms"].get(k)) for k in terms], _fmt(ev.get("task_score")),
                          _fmt(ev.get("success_rate"), "pct"), _fmt(ev.get("knee_angle_stance_deg"), "f1")])
+            levels[key] = (_terrain_level_reached(c), ev.get("terrain"), ev.get("terrain_level"))
+        if any(reached is not None or level is not None for reached, _, level in levels.values()):
+            # the paper's Table I reports the terrain level: the one training reached and the one evaluated at
+            header += ["terrain level (training)", "evaluated on"]
+            for row, (reached, terrain, level) in zip(rows, levels.values()):
+                row += [_fmt(reached, "f1"), "-" if terrain is None else f"{terrain} level {level}" if level is not None
+                        else terrain]
         doc.table(header, rows)
 
     # -- time

@@ -17,6 +17,7 @@ process CPU time, which other jobs on the machine disturb less. The last printed
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -34,6 +35,10 @@ def add_sim_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--robot-config", default=None, help="robot YAML (default: the package's config/robot.yaml)")
     parser.add_argument("--warmup", type=float, default=1.0,
                         help="simulated seconds the env runs before measuring (default 1.0)")
+    parser.add_argument("--terrain", default=None,
+                        help="the env's terrain (default: EnvConfig's); raw steps the same world at one level")
+    parser.add_argument("--terrain-level", type=int, default=None,
+                        help="a fixed terrain level (default: the curriculum's world of every level)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -65,13 +70,14 @@ def run_sim_benchmark(args: argparse.Namespace) -> dict:
 
     robot = load_robot_config(args.robot_config)
     reward_fn, reward_note = _reward_fn(args.no_reward)
-    cfg = EnvConfig(num_envs=args.envs, num_threads=args.threads, seed=args.seed)
+    cfg = EnvConfig(num_envs=args.envs, num_threads=args.threads, seed=args.seed,
+                    **({"terrain": args.terrain} if args.terrain else {}), terrain_level=args.terrain_level)
     if args.randomization == "off":
         cfg.randomization = RandomizationConfig.disabled()
     env = LocomotionEnv(robot, cfg, reward_fn=reward_fn, iteration=0)  # the training env as a run starts it
     n, dec, threads = env.num_envs, env.decimation, env.sim.num_threads
     # the env's model without its ctrl history (latency emulation is the env's cost, not raw's)
-    raw = MujocoBatchBackend(build_model(env.train_robot, env.terrain), n, threads)
+    raw = MujocoBatchBackend(build_model(env.train_robot, dataclasses.replace(env.terrain, every_level=False)), n, threads)
     raw.reset(keyframe=0)
     raw.ctrl[:] = robot.default_pose
     raw.forward()
@@ -125,6 +131,7 @@ def run_sim_benchmark(args: argparse.Namespace) -> dict:
         "cpu_ratio": round((counts["env"] / cpu["env"]) / (counts["raw"] / cpu["raw"]), 3),
         "actions": args.actions,
         "randomization": args.randomization,
+        "terrain": env.cfg.terrain, "terrain_level": args.terrain_level,
         "reward": reward_note,
         "resets_per_s": round(resets / elapsed["env"], 1),
         "raw_upright_fraction": round(raw_upright, 3),

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from motionvl.robot import ConfigError, load_robot_config
+from motionvl.sim.terrain import KINDS
 
 # mujoco (via motionvl.sim.*) is imported inside run(), after the renderer had its chance to
 # choose a headless OpenGL backend.
@@ -20,7 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="simulated seconds to stand (default 5)")
     parser.add_argument("--out", type=Path, default=None, help="directory for summary.json, trajectory.npz and a video")
     parser.add_argument("--robot-config", type=Path, default=None, help="robot YAML (default: the package's config/robot.yaml)")
-    parser.add_argument("--terrain", choices=("flat", "rough"), default="flat")
+    parser.add_argument("--terrain", choices=KINDS, default="flat", help="the ground (a tile of it around the start)")
+    parser.add_argument("--terrain-level", type=int, default=None, metavar="0-9",
+                        help="the terrain's difficulty (steps 2-20 cm, slopes 2-20 deg, bumps 0.8-8 cm; default 4)")
     parser.add_argument("--no-video", action="store_true", help="do not render a video even when the renderer exists")
 
 
@@ -33,9 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from motionvl.sim.model import TerrainConfig
     from motionvl.sim.single import stand
 
+    terrain = TerrainConfig(kind=args.terrain, level=args.terrain_level)
     try:
         robot = load_robot_config(args.robot_config)
-        summary, traj = stand(robot, args.seconds, TerrainConfig(kind=args.terrain))
+        summary, traj = stand(robot, args.seconds, terrain)
     except ConfigError as exc:
         print(f"motionvl sim: {exc}", flush=True)
         return 2
@@ -46,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         traj.save(out / "trajectory.npz")
         summary["trajectory"] = str(out / "trajectory.npz")
         if not args.no_video:
-            summary["video"] = write_video(robot, traj, out / "stand.mp4", TerrainConfig(kind=args.terrain))
+            summary["video"] = write_video(robot, traj, out / "stand.mp4", terrain)
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary), flush=True)
     return 0 if summary["upright"] else 1

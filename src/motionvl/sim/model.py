@@ -4,7 +4,7 @@ The URDF carries geometry, inertials and limits; the robot config (motionvl.robo
 joints' dynamics, overriding the URDF's <dynamics>: armature, passive damping and friction loss.
 This module adds what URDF cannot say: a floating base, PD position actuators (tau = Kp (target -
 q) - Kd dq, clipped to the effort limit, evaluated every physics step), the IMU and sole sites and
-sensors, contact filtering, a floor (flat or rough height field), lights and a tracking camera.
+sensors, contact filtering, the terrain (motionvl.sim.terrain), lights and a tracking camera.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import mujoco
 import numpy as np
 
 from motionvl.robot import ConfigError, RobotConfig
+from motionvl.sim.terrain import DEFAULT_LEVEL, KINDS, TERRAIN_GROUP, Terrain, add_terrain, check_level
 
 # Contact groups: feet touch the ground and each other; other body parts touch only the ground
 # (to detect falls and knee/torso strikes) so upright walking costs few contacts.
@@ -28,23 +29,50 @@ SOLE_SITES = ("left_sole", "right_sole")
 SOLE_HALF_SIZE = (0.11, 0.05, 0.015)
 ROUGH_CELLS = 201
 ROUGH_FLOOR = "rough_floor"  # the height field's geom when the plane is "floor" too (terrain "mixed")
+FLOOR_CONTACT = _FLOOR
+"""contype and conaffinity of every terrain geom."""
 
 
 @dataclasses.dataclass(frozen=True)
 class TerrainConfig:
-    kind: str = "flat"  # "flat", "rough", or "mixed" (both floors; a batch buries one of them per env)
+    kind: str = "flat"
+    """One of motionvl.sim.terrain.KINDS, or 'mixed' (batched training only: the plane and a rough height
+    field in one model, a batch burying one of them per env)."""
+    level: int | None = None
+    """The difficulty level (sim.terrain.LEVELS) the world is built at; None: DEFAULT_LEVEL."""
+    every_level: bool = False
+    """Build every level's pieces instead, each simulation of a batch selecting its own
+    (sim.terrain.LevelSelector): the terrain curriculum's world."""
     friction: float = 1.0
-    rough_height: float = 0.04  # peak-to-peak bump height of the rough height field, metres
-    rough_size: float = 20.0  # half-extent of the terrain square, metres
+    rough_height: float = 0.04  # 'mixed': peak-to-peak bump height of the rough height field, metres
+    rough_size: float = 20.0  # 'mixed': half-extent of the height field's square, metres
     seed: int = 0
+    """Seed of the random ground (rough blocks, 'mixed''s height field)."""
+
+
+    def world_level(self) -> int | None:
+        """The level the world is built at (None: every level, or a kind without levels)."""
+        if self.every_level or self.kind in ("flat", "mixed"):
+            return None
+        return DEFAULT_LEVEL if self.level is None else check_level(self.level)
+
+
+def ground_surface(terrain: TerrainConfig | None):
+    """(x, y) -> ground height (m) of a world with one robot built from `terrain`; None for level ground at 0."""
+    terrain = single_floor(terrain)
+    if terrain is None or terrain.kind == "flat":
+        return None
+    ground, level = Terrain(terrain.kind, terrain.seed), terrain.world_level()
+    return lambda x, y: ground.height(x, y, level)
 
 
 def single_floor(terrain: TerrainConfig | None) -> TerrainConfig | None:
-    """terrain, checked for a world with one robot (simulator, renderer, critic): 'mixed' keeps
-    both floors in one place and relies on a batch burying one of them per env, so one robot on
-    it would stand on two overlapping floors."""
-    if terrain is not None and terrain.kind == "mixed":
-        raise ConfigError("terrain 'mixed' is for batched training (one floor per env); use 'flat' or 'rough'")
+    """terrain, checked for a world with one robot (simulator, renderer, critic): 'mixed' keeps both
+    floors in one place and relies on a batch burying one of them per env, so one robot on it would
+    stand on two overlapping floors; a world of every level likewise."""
+    if terrain is not None and (terrain.kind == "mixed" or terrain.every_level):
+        raise ConfigError(f"terrain {'mixed' if terrain.kind == 'mixed' else 'of every level'} is for batched "
+                          f"training (one floor per env); use one of {', '.join(KINDS)} at one level")
     return terrain
 
 
@@ -144,19 +172,20 @@ def _add_scene(spec: mujoco.MjSpec, robot: RobotConfig, terrain: TerrainConfig) 
                      markrgb=[0.7, 0.7, 0.7])
     mat = spec.add_material(name="floor", texrepeat=[1, 1], texuniform=True, reflectance=0.05)
     mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "grid"
-    if terrain.kind not in ("flat", "rough", "mixed"):
-        raise ConfigError(f"unknown terrain kind {terrain.kind!r} (use 'flat', 'rough' or 'mixed')")
     friction = [terrain.friction, 0.005, 0.0001]
-    if terrain.kind in ("flat", "mixed"):  # with "mixed", LocomotionEnv buries the floor an env does not walk on
+    if terrain.kind == "mixed":  # LocomotionEnv buries the floor an env does not walk on
         world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], material="floor",
-                       friction=friction, **_FLOOR)
-    if terrain.kind in ("rough", "mixed"):
+                       friction=friction, group=TERRAIN_GROUP, **_FLOOR)
         spec.add_hfield(name="terrain", nrow=ROUGH_CELLS, ncol=ROUGH_CELLS,
                         size=[terrain.rough_size, terrain.rough_size, terrain.rough_height, 0.1],
                         userdata=_rough_heights(terrain.seed).ravel().tolist())
-        world.add_geom(name="floor" if terrain.kind == "rough" else ROUGH_FLOOR, type=mujoco.mjtGeom.mjGEOM_HFIELD,
-                       hfieldname="terrain", material="floor", pos=[0, 0, -terrain.rough_height / 2],
-                       friction=friction, **_FLOOR)
+        world.add_geom(name=ROUGH_FLOOR, type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname="terrain", material="floor",
+                       pos=[0, 0, -terrain.rough_height / 2], friction=friction, group=TERRAIN_GROUP, **_FLOOR)
+    else:
+        if terrain.kind not in KINDS:
+            raise ConfigError(f"unknown terrain {terrain.kind!r} (use one of {', '.join(KINDS)}, or 'mixed' to train)")
+        add_terrain(spec, Terrain(terrain.kind, terrain.seed), terrain.world_level(), material="floor",
+                    friction=friction, **_FLOOR)
     world.add_light(name="sun", pos=[0, 0, 4], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, diffuse=[0.7, 0.7, 0.7], castshadow=1)
     world.add_light(name="fill", pos=[2, -2, 3], dir=[-0.5, 0.5, -0.7], diffuse=[0.3, 0.3, 0.3], castshadow=0)
     # three-quarter front-side view that follows the pelvis
@@ -167,7 +196,7 @@ def _add_scene(spec: mujoco.MjSpec, robot: RobotConfig, terrain: TerrainConfig) 
 
 
 def _rough_heights(seed: int) -> np.ndarray:
-    """(ROUGH_CELLS, ROUGH_CELLS) height field in [0, 1]: uniform noise smoothed over 3 cells (0.2 m apart on the
+    """'mixed''s (ROUGH_CELLS, ROUGH_CELLS) height field in [0, 1]: uniform noise smoothed over 3 cells (0.2 m apart on the
     default 40 m square, so bumps ~0.6 m across), with a level patch at the start."""
     n = ROUGH_CELLS
     heights = np.random.default_rng(seed).uniform(0.0, 1.0, size=(n, n))
@@ -207,7 +236,8 @@ class ModelIndex:
     sensor: dict  # sensor name -> slice into sensordata
     foot_body_ids: tuple
     base_body_id: int
-    floor_geom_id: int
+    terrain_geom_ids: frozenset
+    """The world's terrain geoms (sim.terrain.TERRAIN_GROUP): what a foot touches when it is on the ground."""
 
     @classmethod
     def from_model(cls, model: mujoco.MjModel, robot: RobotConfig) -> "ModelIndex":
@@ -219,4 +249,9 @@ class ModelIndex:
             s = model.sensor(i)
             sensors[s.name] = slice(int(model.sensor_adr[i]), int(model.sensor_adr[i] + model.sensor_dim[i]))
         return cls(qpos, qvel, acts, sensors, tuple(model.body(n).id for n in robot.feet),
-                   model.body(robot.base_link).id, model.geom("floor").id)
+                   model.body(robot.base_link).id, terrain_geom_ids(model))
+
+
+def terrain_geom_ids(model: mujoco.MjModel) -> frozenset:
+    """Ids of the terrain geoms of `model` (the world's floor, steps, blocks and slopes)."""
+    return frozenset(np.flatnonzero((model.geom_group == TERRAIN_GROUP) & (model.geom_bodyid == 0)).tolist())

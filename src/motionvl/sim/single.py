@@ -38,7 +38,7 @@ import numpy as np
 
 from motionvl.robot import RobotConfig
 from motionvl.sim.math import quat_rotate_inverse, tilt_of
-from motionvl.sim.model import SOLE_SITES, ModelIndex, TerrainConfig, build_model, build_spec, single_floor
+from motionvl.sim.model import SOLE_SITES, ModelIndex, TerrainConfig, build_model, build_spec, ground_surface, single_floor
 from motionvl.sim.trajectory import Trajectory
 
 MODES = ("position", "effort")
@@ -122,6 +122,7 @@ class SingleSim:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.robot = robot
         self.model = _build(robot, single_floor(terrain), gantry)
+        self._ground = ground_surface(terrain)
         self.data = mujoco.MjData(self.model)
         self._gantry = self.model.equality(GANTRY).id if gantry else None
         self.index = ModelIndex.from_model(self.model, robot)
@@ -334,8 +335,21 @@ class SingleSim:
         """Angle between the pelvis z axis and the world z axis, rad."""
         return float(tilt_of(self.data.qpos[3:7]))
 
+    def ground_heights(self) -> np.ndarray | None:
+        """(3,) terrain height under the base, the left sole and the right sole (None on flat ground)."""
+        if self._ground is None:
+            return None
+        sd, sens = self.data.sensordata, self.index.sensor
+        xy = np.stack([self.data.qpos[0:2]] + [sd[sens[f"{s}_pos"]][0:2] for s in SOLE_SITES])
+        return self._ground(xy[:, 0], xy[:, 1])
+
+    def base_height(self) -> float:
+        """Pelvis height above the terrain under it."""
+        q = self.data.qpos
+        return float(q[2] - (0.0 if self._ground is None else self._ground(q[0], q[1])))
+
     def upright(self) -> bool:
-        return bool(self.data.qpos[2] >= self.min_base_height and self.tilt() <= self.max_tilt_rad)
+        return bool(self.base_height() >= self.min_base_height and self.tilt() <= self.max_tilt_rad)
 
 
 GANTRY = "gantry"
@@ -368,7 +382,7 @@ def stand(robot: RobotConfig, seconds: float, terrain: TerrainConfig | None = No
     min_height, max_tilt, first_fall = np.inf, 0.0, None
     for k in range(1, int(round(seconds / dt)) + 1):
         sim.step(1)
-        min_height = min(min_height, float(sim.data.qpos[2]))
+        min_height = min(min_height, sim.base_height())
         max_tilt = max(max_tilt, sim.tilt())
         if first_fall is None and not sim.upright():
             first_fall = float(sim.data.time)
@@ -379,12 +393,13 @@ def stand(robot: RobotConfig, seconds: float, terrain: TerrainConfig | None = No
                       time=np.arange(len(rows)) * every * dt,
                       qpos=np.array(cols[0]), qvel=np.array(cols[1]), foot_pos=np.array(cols[2]),
                       foot_vel=np.array(cols[3]), foot_contact=np.array(cols[4]), command=np.array(cols[5]),
-                      fell=np.array(cols[6]), joint_torque=np.array(cols[7]))
+                      fell=np.array(cols[6]), joint_torque=np.array(cols[7]),
+                      ground_height=None if cols[8][0] is None else np.array(cols[8]))
     summary = {
         "upright": first_fall is None,
         "time": round(float(sim.data.time), 6),
         "fell_at": first_fall,
-        "base_height": round(float(sim.data.qpos[2]), 4),
+        "base_height": round(sim.base_height(), 4),
         "min_base_height": round(float(min_height), 4),
         "max_tilt_rad": round(float(max_tilt), 4),
         "sim_dt": dt,
@@ -398,4 +413,4 @@ def _sample(sim: SingleSim, contact_threshold: float) -> tuple:
     foot_vel = np.stack([sd[sens[f"{s}_vel"]] for s in SOLE_SITES])
     contact = np.array([sd[sens[f"{s}_touch"]][0] > contact_threshold for s in SOLE_SITES])
     return (sim.data.qpos.copy(), sim.data.qvel.copy(), foot_pos, foot_vel, contact, sim.command.copy(),
-            not sim.upright(), sim.data.actuator_force[sim.index.actuators].copy())
+            not sim.upright(), sim.data.actuator_force[sim.index.actuators].copy(), sim.ground_heights())

@@ -40,6 +40,8 @@ class Trajectory:
     """(T, J) applied joint torques, N m (optional)."""
     joint_roles: tuple = ()
     """(side, kind) of each joint as the robot config declares them (RobotConfig.joint_roles)."""
+    ground_height: np.ndarray | None = None
+    """(T, 3) terrain height (m) under the base, the left sole and the right sole; None: level ground at z = 0."""
 
     @property
     def base_pos(self) -> np.ndarray:
