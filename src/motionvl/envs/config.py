@@ -24,6 +24,14 @@ class CommandConfig:
     """Fraction of commands that are exactly zero (learn to stand still)."""
     fixed: tuple | None = None
     """If set, (vx, vy, yaw_rate) used for every env instead of sampling (evaluation)."""
+    task: tuple | None = None
+    """(vx, vy, yaw_rate) the run's task asks for (motionvl.task; set by the search): a share `task_share` of the
+    sampled commands is drawn within `task_spread` of it, outside the curriculum; the rest over the ranges above.
+    None: every command over the ranges."""
+    task_share: float = 0.0
+    """Share of the sampled commands drawn around `task` (the search's `task_share` setting, default 0.5)."""
+    task_spread: tuple = (0.1, 0.05, 0.1)
+    """Half-width (vx, vy, yaw_rate) of the commands drawn around `task`; zeros: `task` itself (standing)."""
     heading_gain: float = 0.0
     """0: the yaw-rate command goes to the policy as sampled (open loop: a small yaw-rate error
     turns the robot off its course over time). > 0: heading hold, as an operator steering with a
@@ -162,6 +170,8 @@ class EnvConfig:
     terrain: str = "mixed"
     """'flat', 'rough', or 'mixed' (training only): each reset puts an env on the rough height field with
     probability `rough_fraction`, else on the flat plane (one MuJoCo model holds both)."""
+    terrain_level: int | None = None
+    """fixed terrain difficulty level; None: the curriculum"""
     rough_fraction: float = 0.5
     """With terrain 'mixed': the share of episodes on rough ground. Half: by 60 minutes the policy tracks
     commands on rough ground about as well as on flat."""

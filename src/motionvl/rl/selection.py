@@ -43,8 +43,11 @@ SCORE_KEYS = ("success_rate", "task_score", "fell_fraction", "forward_distance_m
 class PolicySelection:
     """Validates candidates as training reaches them and remembers the best one."""
 
-    def __init__(self, cfg: SelectionConfig, run_dir: Path, robot=None, averaging: bool = False):
-        self.cfg, self.robot = cfg, robot
+    def __init__(self, cfg: SelectionConfig, run_dir: Path, robot=None, averaging: bool = False,
+                 task: dict | None = None):
+        """task: the run's task (TrainConfig.task): validated at its command, terrain and criterion, recorded in
+        every exported candidate; None: selection.command, walking distance on flat ground."""
+        self.cfg, self.robot, self.task = cfg, robot, task
         self.averaging = bool(averaging)
         """Whether the exported policy averages iterates (then the last iterate is a candidate of its own)."""
         self.run_dir = Path(run_dir)
@@ -62,8 +65,12 @@ class PolicySelection:
 
     def _episodes_config(self) -> dict:
         """What decides the validation episodes (JSON-shaped, as selection.json records it)."""
-        return {"episodes": self.cfg.episodes, "seconds": self.cfg.seconds, "command": list(self.cfg.command),
-                "seed": self.cfg.seed, "training_physics": bool(self.cfg.training_physics)}
+        out = {"episodes": self.cfg.episodes, "seconds": self.cfg.seconds, "command": list(self.cfg.command),
+               "seed": self.cfg.seed, "training_physics": bool(self.cfg.training_physics)}
+        if self.task:
+            out.update(command=list(self.task["command"]), terrain=self.task.get("terrain", "flat"),
+                       terrain_level=self.task.get("terrain_level"), criterion=self.task.get("criterion"))
+        return out
 
     def stretch_s(self, budget_s: float) -> float:
         """Seconds at the end of the budget in which candidates are validated: selection.minutes,
@@ -131,9 +138,13 @@ class PolicySelection:
         c = self.cfg
         kind = actor_kind or EXPORTED
         suffix = "" if kind == EXPORTED else "_iterate"
-        path = export_policy(actor, self.dir / f"policy_{iteration}{suffix}.onnx", contract)
-        r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=c.command,
-                     seed=c.seed, robot=self.robot, robot_dt=not c.training_physics)
+        path = export_policy(actor, self.dir / f"policy_{iteration}{suffix}.onnx", contract,
+                             extra_metadata={"task": self.task} if self.task else None)
+        episodes = self._episodes_config()
+        r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=tuple(episodes["command"]),
+                     seed=c.seed, robot=self.robot, robot_dt=not c.training_physics,
+                     terrain=episodes.get("terrain", "flat"), terrain_level=episodes.get("terrain_level"),
+                     criterion=episodes.get("criterion"))
         # the path relative to the run directory: a moved run directory still finds its candidates
         candidate = {"iteration": int(iteration), "actor": kind, "elapsed_s": round(float(elapsed_s), 2),
                      "onnx": str(path.relative_to(self.run_dir)), "sim_dt": r["sim_dt"],

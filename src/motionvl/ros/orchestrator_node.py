@@ -84,7 +84,8 @@ PARAMETERS = {
     "playback_step_timeout_s": (15.0, "ros playback: the longest one step may take (a service answer, the STAND "
                                       "ramp); a node missing fails that candidate's playback, not the search."),
     "critic_timeout_s": (600.0, "ros playback: seconds to wait for vlm_critic's feedback on a rollout or a comparison."),
-    "terrain": ("flat", "ros playback: the simulator's floor, 'flat' or 'rough' (feet contacts of its rollouts)."),
+    "terrain": ("flat", "ros playback: the simulator's floor, 'flat' or 'rough' (feet contacts of its rollouts); "
+                        "the task's terrain is used where they differ (with a warning)."),
     "terrain_seed": (0, "ros playback: seed of the simulator's rough height field."),
     "shutdown_when_done": (True, "Shut this process's ROS context down when the search ends."),
 }
@@ -222,8 +223,12 @@ class OrchestratorNode(Node):
             from motionvl.ros.graph_playback import GraphCritic, GraphPlayback
             from motionvl.sim.model import TerrainConfig
 
+            terrain = self.settings.task_object().terrain  # the task's ground, which the graph gives the simulator
+            if terrain != p["terrain"]:
+                self.get_logger().warning(f"the task is on {terrain!r} ground; the parameter terrain says "
+                                          f"{p['terrain']!r}: the playback judges contacts on the task's")
             self.graph_playback = GraphPlayback(self, self.cfg.playback, self.robot,
-                                                terrain=TerrainConfig(kind=p["terrain"], seed=p["terrain_seed"]),
+                                                terrain=TerrainConfig(kind=terrain, seed=p["terrain_seed"]),
                                                 step_timeout_s=p["playback_step_timeout_s"],
                                                 critic_timeout_s=p["critic_timeout_s"])
             self.critic = GraphCritic(self.graph_playback, self.settings.critic) if self.settings.mode == "synth+critic" \
