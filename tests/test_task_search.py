@@ -178,3 +178,31 @@ def test_a_sentence_nothing_can_be_commanded_from_stops_before_training(tmp_path
                      "--no-ros", "--out", out, timeout=60)
     assert proc.returncode == 2 and "no rule understands 'dance the tango'" in proc.stderr
     assert not out.exists(), "nothing ran"
+
+
+def test_the_task_suite_judges_each_task_by_its_own_goal():
+    sys.path.insert(0, str(ROOT / "bench"))  # bench/ scripts are not installed
+    import task_suite
+    from motionvl.task import make_task
+
+    assert len(task_suite.SUITE) >= 8
+    for sentence, _, _ in task_suite.SUITE.values():
+        make_task(sentence)  # every sentence reads
+    base = {"knee_angle_stance_deg": 15.0, "success_rate": 0.95}
+    knees = task_suite.verdict("style", "knee_angle_stance_deg", make_task("walk with straight knees"),
+                               {"knee_angle_stance_deg": 10.0, "success_rate": 0.92}, base)
+    assert knees["met"] and knees["figure"] == pytest.approx(100 / 3)
+    small = task_suite.verdict("style", "knee_angle_stance_deg", make_task("walk with straight knees"),
+                               {"knee_angle_stance_deg": 6.0, "success_rate": 0.92}, {"knee_angle_stance_deg": 8.0})
+    assert not small["met"], "25 % and 2 deg: short of both the share and the 3 deg"
+    turn = make_task("turn left in place")
+    assert task_suite.verdict("turn", "yaw_rate_error_rel", turn, {"yaw_rate_error_rel": 0.1, "yaw_rate_steady_rps": 0.45,
+                                                                   "drift_mps": 0.05, "success_rate": 1.0}, {})["met"]
+    assert not task_suite.verdict("turn", "yaw_rate_error_rel", turn, {"yaw_rate_error_rel": 0.1, "drift_mps": 0.2,
+                                                                       "yaw_rate_steady_rps": 0.45, "success_rate": 1.0},
+                                  {})["met"], "drifting"
+    stand = {"double_support_fraction": 0.95, "falls": 1, "episodes": 64, "success_rate": 0.98}
+    assert not task_suite.verdict("stand", "double_support_fraction", make_task("stand still"), stand, {})["met"]
+    slow = task_suite.verdict("speed", "mean_speed_mps", make_task("walk slowly"), {"mean_speed_mps": 0.33,
+                                                                                     "success_rate": 1.0}, {})
+    assert slow["met"] and slow["near"], "10 % off the asked 0.3 m/s: met, within 10 points of the 15 % goal"
