@@ -70,13 +70,12 @@ def run_base(args, seed: int, run_dir: Path, iterations: int, loop_dir: Path) ->
     from motionvl.rewards.spec import load_reward_spec
     from motionvl.rl.config import TrainConfig
     from motionvl.rl.trainer import train_policy
-    from motionvl.search.config import SearchConfig
     from motionvl.search.ledger import Ledger
-    from motionvl.search.loop import training_overrides
+    from motionvl.search.loop import recorded_training_overrides
 
     settings = Ledger(loop_dir).get("run", "settings")
     cfg = TrainConfig.from_yaml(settings.get("train_config") or None,
-                                overrides=tuple(training_overrides(SearchConfig.from_dict(settings["config"]))))
+                                overrides=tuple(recorded_training_overrides(loop_dir)))
     spec = load_reward_spec(settings["reference_spec"]) if settings.get("reference_spec") else None
     resume = (run_dir / "checkpoints" / "latest.pt").exists()
     start = loop_dir / "candidates" / "start"
@@ -106,8 +105,8 @@ def measure(policy: Path, spec, args) -> dict:
     # the success: >= 5 m of the 10 s at 0.6 m/s without a fall (success_rate asks 90 % of 6 m)
     figures["success_5m_rate"] = sum((not e["fell"]) and e["forward_distance_m"] >= SUCCESS_M for e in episodes) / len(episodes)
     terms = episode_term_rewards(policy, spec, EvaluationConfig(episodes=args.episodes, seconds=SECONDS,
-                                                                 command=COMMAND, seed=args.eval_seed,
-                                                                 training_physics=False))
+                                                                 seed=args.eval_seed, training_physics=False),
+                                 command=COMMAND)
     return {"evaluation": figures, "terms": terms}
 
 

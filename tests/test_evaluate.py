@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from motionvl.rl.evaluate import episode_metrics, evaluate
+from motionvl.rl.evaluate import episode_metrics, evaluate, push_free_mask
 from motionvl.rl.export import OnnxPolicy
 from motionvl.robot import ConfigError
+from motionvl.task import Criterion
 from gait_fixtures import synthetic_gait
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,3 +101,54 @@ def test_success_asks_the_given_share_of_the_commanded_distance():
     assert episode_metrics(traj, (0.6, 0.0, 0.0), 10.0, success_fraction=5 / 6)["success"]
     with pytest.raises(ConfigError, match="success_fraction"):
         evaluate("never_loaded.onnx", success_fraction=0.0)
+
+
+# ----------------------------------------------------------------------------- the task's success criteria
+def _turning(rate: float, seconds: float = 10.0, dt: float = 0.02):
+    traj = synthetic_gait(T=int(round(seconds / dt)) + 1, dt=dt)
+    heading = rate * traj.time
+    traj.qpos[:, 3:7] = 0.0
+    traj.qpos[:, 3], traj.qpos[:, 6] = np.cos(heading / 2), np.sin(heading / 2)
+    traj.qvel[:, 5] = rate
+    return traj
+
+
+def test_push_free_seconds_are_the_ones_before_each_push():
+    t = np.arange(0, 10.001, 0.02)
+    assert np.array_equal(push_free_mask(t, [8.0]), (t >= 1.0) & (t < 8.0))
+    assert np.array_equal(push_free_mask(t, [3.0, 8.0]), ((t >= 1.0) & (t < 3.0)) | ((t >= 4.5) & (t < 8.0)))
+    assert np.array_equal(push_free_mask(t, []), t >= 1.0), "no push: everything after the settle"
+
+
+def test_turning_in_place_succeeds_on_heading_yaw_rate_and_drift_in_the_push_free_seconds():
+    turn = Criterion("turn")
+    good = episode_metrics(_turning(0.5), (0.0, 0.0, 0.5), 10.0, push_times=[8.0], criterion=turn)
+    assert good["success"] and good["task_score"] == pytest.approx(1.0, abs=0.01)
+    assert good["yaw_rate_steady_rps"] == pytest.approx(0.5) and good["drift_mps"] == pytest.approx(0.0)
+    assert good["heading_turned_deg"] == pytest.approx(np.degrees(5.0))
+    slow = episode_metrics(_turning(0.3), (0.0, 0.0, 0.5), 10.0, criterion=turn)
+    assert not slow["success"] and slow["yaw_rate_error_steady_rps"] == pytest.approx(0.2)
+    drifting = _turning(0.5)
+    drifting.qvel[:, 0] = 0.2  # travels 0.2 m/s (world x) while turning
+    m = episode_metrics(drifting, (0.0, 0.0, 0.5), 10.0, push_times=[8.0], criterion=turn)
+    assert not m["success"] and m["drift_mps"] == pytest.approx(0.2) and m["task_score"] == pytest.approx(0.5, abs=0.01)
+    pushed = _turning(0.5)
+    pushed.qvel[pushed.time >= 8.0, 0] = 1.0  # knocked away by the push at 8 s: not drift
+    assert episode_metrics(pushed, (0.0, 0.0, 0.5), 10.0, push_times=[8.0], criterion=turn)["success"]
+    assert not episode_metrics(pushed, (0.0, 0.0, 0.5), 10.0, criterion=turn)["success"], "without the push it is"
+
+
+def test_standing_needs_both_feet_down_and_stepping_in_place_no_drift():
+    stand = Criterion("stand")
+    planted = synthetic_gait(T=501)
+    planted.foot_contact[:] = True
+    m = episode_metrics(planted, (0.0, 0.0, 0.0), 10.0, criterion=stand)
+    assert m["success"] and m["double_support_fraction"] == pytest.approx(1.0) and m["task_score"] == pytest.approx(1.0)
+    stepping = episode_metrics(synthetic_gait(T=501), (0.0, 0.0, 0.0), 10.0, criterion=stand)
+    assert not stepping["success"] and stepping["task_score"] < 0.5, "20 % double support is no stand"
+    in_place = episode_metrics(synthetic_gait(T=501), (0.0, 0.0, 0.0), 10.0)  # a zero command: stepping in place
+    assert in_place["success"]
+    fallen = synthetic_gait(T=501)
+    fallen.foot_contact[:] = True
+    fallen.fell[300:] = True
+    assert not episode_metrics(fallen, (0.0, 0.0, 0.0), 10.0, criterion=stand)["success"]

@@ -174,6 +174,26 @@ def test_command_curriculum_starts_forward_and_widens_only_while_tracking(robot)
     assert without.ranges(0.0) == (without.vx, without.vy, without.yaw_rate), "no curriculum: full ranges"
 
 
+def test_a_share_of_the_commands_is_drawn_around_the_tasks_and_the_rest_over_the_ranges(robot):
+    """The task's share (motionvl.task, CommandConfig.task_share) is drawn within task_spread of its command, outside
+    the forward-first curriculum; without a task the draws are what they were."""
+    task = (0.0, 0.0, 0.5)
+    commands = CommandConfig(task=task, task_share=0.5, task_spread=(0.1, 0.05, 0.1), standing_fraction=0.0)
+    env = LocomotionEnv(robot, EnvConfig(num_envs=256, seed=2, commands=commands,
+                                         randomization=RandomizationConfig.disabled()))
+    near = np.all(np.abs(env.command - task) <= np.array(commands.task_spread) + 1e-9, axis=1)
+    assert 0.35 < near.mean() < 0.65, near.mean()
+    assert np.all(env.command[~near, 0] >= commands.start_vx[0]), "the rest: the curriculum's forward start"
+    exact = LocomotionEnv(robot, EnvConfig(num_envs=64, seed=2, randomization=RandomizationConfig.disabled(),
+                                           commands=CommandConfig(task=(0.0, 0.0, 0.0), task_share=1.0,
+                                                                  task_spread=(0.0, 0.0, 0.0))))
+    assert np.all(exact.command == 0.0), "a standing task trains at its command exactly"
+    plain = dict(num_envs=64, seed=2, randomization=RandomizationConfig.disabled())
+    assert np.array_equal(LocomotionEnv(robot, EnvConfig(**plain)).command,
+                          LocomotionEnv(robot, EnvConfig(**plain, commands=CommandConfig(task=task))).command), \
+        "share 0 draws exactly what no task draws"
+
+
 def test_push_times_are_when_step_pushes(robot):
     only_push = dataclasses.replace(RandomizationConfig.disabled(), push=True, push_interval_s=0.1, push_velocity=1.0)
     env = LocomotionEnv(robot, EnvConfig(num_envs=2, seed=5, terrain="flat", gait_feedforward=0.0,

@@ -487,9 +487,9 @@ def test_the_loop_carries_on_through_repaired_refused_and_garbage_answers_and_a_
     assert Ledger(replayed).get("synthesis", "i1")["candidates"][0]["spec"] == record["candidates"][0]["spec"]
 
 
-def test_table_i_shows_the_terrain_level_training_reached_and_the_level_evaluated(finished_run, tmp_path):
-    """On a terrain with levels each Table I row gives the mean level of the policy's last training iteration and
-    the terrain and level it was evaluated on; a run on flat ground has no such columns."""
+def test_table_i_shows_the_terrain_level_training_reached(finished_run, tmp_path):
+    """On a terrain with levels each Table I row gives the mean level of the policy's last training iteration
+    (beside the terrain and level it was evaluated on, as every row does); a run on flat ground has no such column."""
     import shutil
 
     from motionvl.search.report import write_report
@@ -508,6 +508,6 @@ def test_table_i_shows_the_terrain_level_training_reached_and_the_level_evaluate
     md = (copy / "report.md").read_text()
     table = md[md.index("## Table I layout"):md.index("## Where the time went")]
     header = next(line for line in table.splitlines() if line.startswith("| method"))
-    assert header.rstrip(" |").endswith("terrain level (training) | evaluated on")
+    assert header.rstrip(" |").endswith("terrain level (training)") and "terrain (level)" in header
     rows = [line for line in table.splitlines() if line.startswith("| RL-Base")]
-    assert rows and rows[0].rstrip(" |").endswith("3.5 | stairs_up level 4")
+    assert rows and rows[0].rstrip(" |").endswith("3.5")

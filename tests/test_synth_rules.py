@@ -166,6 +166,46 @@ def test_nothing_to_act_on_rejects_every_candidate_with_the_reason():
     assert "found nothing to change" in candidates[0].rejection and "dance the tango" in candidates[0].rejection
 
 
+@pytest.mark.parametrize("task, move, terms", [
+    ("walk backward slowly", "walk backward at 0.15 m/s", {"lin_vel_error", "lin_vel_drift"}),
+    ("walk sideways", "walk sideways at 0.20 m/s", {"lin_vel_error", "lin_vel_drift"}),
+    ("turn left in place", "turn in place at +0.50 rad/s", {"yaw_rate_error", "lin_vel_drift"}),
+    ("stand still", "stand still", {"lin_vel_drift", "orientation"}),
+])
+def test_a_motion_away_from_the_reference_walk_gets_real_proposals(task, move, terms):
+    """The rules read the task's command (motionvl.task): backward, sideways, turning in place, standing."""
+    candidates = propose(task=task, k=2)
+    assert all(c.ok for c in candidates), [c.rejection for c in candidates]
+    assert move in candidates[0].rationale
+    assert terms <= {e["term"] for e in candidates[0].edits}
+
+
+def test_a_slower_walk_than_the_references_is_read_from_its_speed_and_measured_against_its_command():
+    slow = propose(task="walk forward at 0.3 m/s", k=1,
+                   parent_scores={"success_rate": 0.9, "mean_speed_mps": 0.55, "command": [0.3, 0.0, 0.0]})
+    assert slow[0].ok and "0.30 m/s" in slow[0].rationale
+    backward = propose(task="walk backward", k=3, parent_scores={"success_rate": 0.95, "mean_speed_mps": 0.05,
+                                                                  "command": [-0.3, 0.0, 0.0]})
+    assert any("against its 0.30" in c.rationale for c in backward if c.ok), "the speed is along the command"
+
+
+def test_a_start_from_scratch_is_the_composed_one():
+    from motionvl.synth.compose import compose_start
+    from motionvl.task import make_task
+
+    synth = make_synthesizer("rules")
+    request = SynthesisRequest("stand still", iteration=0, num_candidates=2, from_scratch=True)
+    first, second = synth.propose(request)
+    assert first.ok and first.spec.to_dict() == compose_start(make_task("stand still")).to_dict()
+    assert not second.ok and "one start" in second.rejection
+    with pytest.raises(SynthesisError, match="no parent"):
+        SynthesisRequest("stand still", iteration=0, num_candidates=1, from_scratch=True,
+                         parent=load_reward_spec()).checked()
+    assert "from_scratch" not in SynthesisRequest(TASK, 0, 1).to_dict(), "older requests keep their keys (replay)"
+    prompt = build_prompt(request.checked())
+    assert "No reference reward fits this task" in prompt.user and "reference reward (RL-Base" not in prompt.user
+
+
 def test_fewer_distinct_edits_than_asked_are_padded_with_rejections():
     candidates = propose(task="walk forward without slipping", k=8)
     assert candidates[-1].ok is False and candidates[-1].rejection.startswith("no further distinct edit")

@@ -17,6 +17,8 @@ import json
 import time
 from pathlib import Path
 
+from motionvl.task import DEFAULT_COMMAND
+
 DEFAULT_TASK = "walk forward at 0.6 m/s with an upright torso"
 DEFAULT_MINUTES = 10.0
 DEFAULT_OUT = Path("out/demo")
@@ -36,8 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "full-speed machine's 10 minutes)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the evaluation and video rollouts")
-    parser.add_argument("--command", type=float, nargs=3, default=(0.6, 0.0, 0.0), metavar=("VX", "VY", "YAW"),
-                        help="velocity command of the evaluation and video (default 0.6 0 0)")
+    parser.add_argument("--command", type=float, nargs=3, default=DEFAULT_COMMAND, metavar=("VX", "VY", "YAW"),
+                        help="velocity command of the evaluation and video (default: motionvl.task.DEFAULT_COMMAND, "
+                             "0.6 0 0)")
 
 
 def run(args: argparse.Namespace) -> int:

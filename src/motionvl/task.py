@@ -11,9 +11,13 @@ could not judge instead of guessing.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from typing import Any
+
+from motionvl.robot import ConfigError
+from motionvl.sim.terrain import KINDS
 
 
 @dataclasses.dataclass
@@ -51,6 +55,10 @@ class TaskSpec:
     """"wide" or "narrow"."""
     in_place: bool = False
     """No net travel asked ("in place", "on the spot")."""
+    terrain: str | None = None
+    """The ground named: one of TERRAINS ("rough", "stairs_up", ...); None: none named (flat)."""
+    terrain_level: int | None = None
+    """A terrain difficulty level named ("at level 3"); None: none."""
     understood: list = dataclasses.field(default_factory=list)
     """The phrases the rules matched."""
     unjudged: list = dataclasses.field(default_factory=list)
@@ -74,7 +82,21 @@ def _speed_unit(u: str) -> float:
 
 # (field, value, pattern); applied in order, each match blanks its text so later rules and the
 # "unjudged" leftovers do not see it again.
+_STAIRS = r"(?:stairs?|staircase|stairway|steps|flights?\s+of\s+stairs)"
+_SLOPE = r"(?:slopes?|ramps?|inclines?|hills?|hillside)"
+_GROUND = r"(?:ground|terrain|floor|surfaces?|paths?|road|trail)"
 _RULES: list[tuple[str, Any, str]] = [
+    # terrain first: "up the steps" must not read as a gait or a step style
+    ("terrain", "stairs_down", r"\b(?:down|descend(?:s|ing)?)\s+(?:the\s+|a\s+|some\s+)?" + _STAIRS + r"\b|\bdownstairs\b"),
+    ("terrain", "stairs_up", r"\b(?:up|climb(?:s|ing)?|ascend(?:s|ing)?|onto|on|over)\s+(?:the\s+|a\s+|some\s+)?"
+                             + _STAIRS + r"\b|\bupstairs\b|\bstair[- ]?climbing\b|\bstairs\b|\bstaircase\b"),
+    ("terrain", "slope_down", r"\bdown\s+(?:the\s+|a\s+)?" + _SLOPE + r"\b|\bdownhill\b|\bdown\s+(?:an?\s+)?(?:decline|gradient)\b"),
+    ("terrain", "slope_up", r"\b(?:up|climb(?:s|ing)?|ascend(?:s|ing)?|on|onto)\s+(?:the\s+|a\s+|an\s+)?" + _SLOPE
+                            + r"\b|\buphill\b|\b" + _SLOPE + r"\b"),
+    ("terrain", "rough", r"\b(?:rough|uneven|bumpy|rocky|irregular|broken|rugged)\s+" + _GROUND + r"\b"
+                         r"|\b(?:rough|uneven|bumpy|rocky|rugged)\b"),
+    ("terrain", "flat", r"\b(?:flat|level|even|smooth)\s+" + _GROUND + r"\b"),
+    ("terrain_level", None, r"\b(?:(?:terrain|difficulty)\s+)?level\s+(\d+)\b|\bdifficulty\s+(\d+)\b"),
     ("gait", "step", r"\b(?:step(?:s|ping)?|walk(?:s|ing)?|march(?:es|ing)?|jog(?:s|ging)?)\s+in\s+place\b|\bstep(?:s|ping)?\s+on\s+the\s+spot\b"),
     ("speed", None, _NUM + r"\s*(m\s*/\s*s(?:ec)?|mps|met(?:er|re)s?\s+per\s+second|km\s*/\s*h|kph|cm\s*/\s*s)\b"),
     ("speed", None, r"\bspeed\s+(?:of\s+)?" + _NUM + r"\b"),
@@ -113,7 +135,7 @@ _RULES: list[tuple[str, Any, str]] = [
     ("gait", "hop", r"\bhop(?:s|ping)?\b|\bjump(?:s|ing)?\b"),
     ("gait", "run", r"\brun(?:s|ning)?\b|\bjog(?:s|ging)?\b|\bsprint(?:s|ing)?\b|\btrot(?:s|ting)?\b"),
     ("gait", "walk", r"\bwalk(?:s|ing)?\b|\bstroll(?:s|ing)?\b|\bmov(?:e|es|ing)\b|\bgo(?:es|ing)?\b|\btravel(?:s|ling|ing)?\b"
-                     r"|\bproceed(?:s|ing)?\b|\bstep(?:s|ping)?\b|\blocomot\w*\b|\bgait\b"),
+                     r"|\bproceed(?:s|ing)?\b|\bclimb(?:s|ing)?\b|\bstep(?:s|ping)?\b|\blocomot\w*\b|\bgait\b"),
     ("direction", "sideways", r"\bside\s*-?\s*step(?:s|ping)?\b|\bsideways\b|\blaterally\b|\bstrafe\w*\b"),
     ("direction", "forward", r"\bforwards?\b|\bahead\b|\bstraight\s+ahead\b"),
     ("direction", "backward", r"\bbackwards?\b|\bin\s+reverse\b|\breverse\b|\bback\b"),
@@ -156,6 +178,11 @@ def parse_task(task: str) -> TaskSpec:
                 rate = math.radians(num) if m.group(2).startswith("deg") else num
                 if spec.turn_rate is None:
                     spec.turn_rate = rate
+            elif field == "terrain_level":
+                if spec.terrain_level is None:
+                    spec.terrain_level = int(m.group(1) or m.group(2))
+            elif field == "terrain":
+                spec.terrain = spec.terrain or value
             elif field == "steps":
                 if value not in spec.steps:
                     spec.steps.append(value)
@@ -184,7 +211,8 @@ def parse_task(task: str) -> TaskSpec:
         spec.in_place = True
     if spec.in_place and spec.gait in (None, "walk"):
         spec.gait = "step"
-    if spec.gait is None and (spec.speed is not None or spec.direction is not None):
+    if spec.gait is None and (spec.speed is not None or spec.direction is not None
+                              or spec.terrain not in (None, "flat")):
         spec.gait = "walk"
     if spec.gait in ("walk", "run") and spec.direction is None and spec.turn is None:
         spec.direction = "forward"
@@ -206,3 +234,320 @@ def _original_phrase(task: str, chunk: str) -> str:
     m = re.search(r"\s+".join(re.escape(w) for w in norm.split()), task, flags=re.IGNORECASE)
     return m.group(0) if m else norm
 
+
+
+# ============================================================================ the task object
+# The one table of defaults a parsed motion is commanded with. Speeds are magnitudes along the motion's
+# direction; a speed word scales them; a speed or turn rate in the sentence replaces them.
+SPEEDS = {"forward": 0.6, "backward": 0.3, "sideways": 0.2}
+"""Default speed (m/s) of a walk in each direction: forward 0.6 (the reference reward's walk), backward 0.3,
+sideways (left or right) 0.2."""
+TURN_RATE = 0.5
+"""Default yaw rate (rad/s) of a turn, in place or while walking."""
+SPEED_WORDS = {"slow": 0.5, "fast": 1.5}
+"""Factor on the direction's default speed (or, turning in place, on TURN_RATE) for a speed word: slow forward
+0.3 m/s, fast forward 0.9 m/s, slow backward 0.15 m/s, a slow turn 0.25 rad/s. A run is fast unless told."""
+DEFAULT_COMMAND = (SPEEDS["forward"], 0.0, 0.0)
+"""The command of a walk the sentence gives no direction or speed for, and of every tool run without a task
+(`motionvl eval`, `render`, `deploy-sim`, the trainer's selection): walking forward at 0.6 m/s."""
+MAX_COMMAND = (1.5, 1.0, 2.0)
+"""Largest |vx| (m/s), |vy| (m/s), |yaw rate| (rad/s) a task may ask: beyond them a sentence is refused."""
+COMMAND_SPREAD = (0.1, 0.05, 0.1)
+"""Half-width (vx, vy, yaw rate) of the training commands drawn around a moving task's command
+(EnvConfig.commands.task_spread); a task that stands or steps in place is trained at its command exactly."""
+TERRAINS = KINDS
+"""The ground a task may name (motionvl.sim.terrain's kinds, EnvConfig.terrain); "stairs" alone is stairs up, a
+slope alone a slope up."""
+STAND_BELOW = 0.1
+"""A standing task rests the stepping feed-forward at commands within this (EnvConfig.gait_stand_below; the gait
+reward terms' default stand_below, `motionvl.rewards.terms.STAND_BELOW`)."""
+
+CRITERIA = ("distance", "turn", "stand", "in_place", "progress")
+
+
+class TaskError(ConfigError):
+    """The sentence gives nothing to command or judge (or asks what the robot cannot be commanded to do)."""
+
+
+@dataclasses.dataclass
+class Criterion:
+    """When an evaluation episode of a task succeeds (`motionvl.rl.evaluate.episode_metrics` applies it).
+
+    distance   walking: no fall and at least `success_fraction` of the commanded distance along the commanded
+               direction (the path integral when the command also turns);
+    progress   a terrain task: the same, measured over the task's terrain;
+    turn       turning in place: no fall, at least `success_fraction` of the commanded heading turned, the mean
+               yaw rate within `yaw_tolerance` of the command and at most `max_drift_mps` of drift;
+    stand      standing: no fall and both feet in contact at least `min_contact` of the time;
+    in_place   stepping or hopping in place: no fall and at most `max_drift_mps` of drift.
+
+    Drift and the yaw-rate error are measured in the push-free seconds before each evaluation push (from the
+    start-up settle, or the end of the previous push's recovery, to the push; the whole episode without pushes).
+    Drift: the norm of the mean horizontal base velocity minus the commanded one (world frame) there."""
+
+    kind: str = "distance"
+    """One of CRITERIA."""
+    success_fraction: float = 5.0 / 6.0
+    """distance, progress, turn: share of the commanded distance (or heading) to cover: 5 m of 6 m at 0.6 m/s."""
+    yaw_tolerance: float = 0.2
+    """turn: largest |mean yaw rate - command| as a share of the commanded yaw rate."""
+    max_drift_mps: float = 0.1
+    """turn, in_place: largest drift (m/s)."""
+    min_contact: float = 0.9
+    """stand: least share of the time with both feet in contact."""
+
+    def __post_init__(self):
+        if self.kind not in CRITERIA:
+            raise TaskError(f"unknown success criterion {self.kind!r}; criteria: {list(CRITERIA)}")
+        for name in ("success_fraction", "yaw_tolerance", "min_contact"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+                raise TaskError(f"criterion {name} must be in (0, 1], got {value!r}")
+        if isinstance(self.max_drift_mps, bool) or not isinstance(self.max_drift_mps, (int, float)) \
+                or not self.max_drift_mps > 0:
+            raise TaskError(f"criterion max_drift_mps must be > 0, got {self.max_drift_mps!r}")
+
+    @classmethod
+    def from_dict(cls, raw) -> "Criterion":
+        if isinstance(raw, Criterion):
+            return raw
+        if not isinstance(raw, dict):
+            raise TaskError(f"a criterion must be a mapping, got {type(raw).__name__}")
+        unknown = set(raw) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise TaskError(f"unknown criterion keys {sorted(unknown)}")
+        return cls(**raw)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def describe(self, command, seconds: float = 10.0) -> str:
+        """What an episode of `seconds` at `command` must do, as a reader sees it."""
+        vx, vy, yaw = (float(c) for c in command)
+        if self.kind in ("distance", "progress"):
+            ground = " over the terrain" if self.kind == "progress" else ""
+            return (f"no fall and >= {self.success_fraction * math.hypot(vx, vy) * seconds:.2f} m of the commanded "
+                    f"{math.hypot(vx, vy) * seconds:.2f} m in {seconds:g} s{ground}")
+        if self.kind == "turn":
+            return (f"no fall, >= {math.degrees(self.success_fraction * abs(yaw) * seconds):.0f} deg of the commanded "
+                    f"{math.degrees(abs(yaw) * seconds):.0f} deg turned in {seconds:g} s, yaw rate within "
+                    f"{self.yaw_tolerance:.0%} of {yaw:+.2f} rad/s, drift <= {self.max_drift_mps:g} m/s")
+        if self.kind == "stand":
+            return f"no fall and both feet in contact >= {self.min_contact:.0%} of the time"
+        return f"no fall and drift <= {self.max_drift_mps:g} m/s"
+
+
+def criterion_for_command(command, success_fraction: float = Criterion.success_fraction) -> Criterion:
+    """The criterion of a bare command (a tool run without a task): walking when it moves, turning in place for a
+    yaw rate alone, stepping in place for zero (the default policy steps at a standing command)."""
+    vx, vy, yaw = (float(c) for c in command)
+    if math.hypot(vx, vy) > 1e-9:
+        return Criterion("distance", success_fraction=success_fraction)
+    if abs(yaw) > 1e-9:
+        return Criterion("turn", success_fraction=success_fraction)
+    return Criterion("in_place", success_fraction=success_fraction)
+
+
+@dataclasses.dataclass
+class Task:
+    """A task sentence read once: what is commanded, on which ground, judged how, trained with which settings.
+
+    Built by `make_task`; every stage reads it (the trainers' command distribution and terrain, the reward-free
+    evaluation, the playback, the gates, the report, `motionvl eval/render/critique/deploy-sim --task`)."""
+
+    sentence: str
+    """The task sentence as given."""
+    motion: str
+    """What the motion is: "walk", "run", "hop", "turn in place", "stand", "step in place", "hop in place"."""
+    command: tuple
+    """(vx m/s, vy m/s, yaw rate rad/s) the task is evaluated, played back and trained around."""
+    command_source: str
+    """"sentence" (from the table of defaults and what the sentence says), "style" (a style alone: the default
+    walk), "given" (--command or the settings' `command`)."""
+    criterion: Criterion
+    """When an evaluation episode succeeds."""
+    terrain: str = "flat"
+    """One of TERRAINS."""
+    terrain_level: int | None = None
+    """A fixed terrain difficulty level; None: the terrain's curriculum in training, its default in evaluation."""
+    reference_fits: bool = True
+    """A shipped reference reward fits the task (walking, running, stepping on flat, rough or sloped ground): the
+    search starts from it. False (standing, turning in place, stairs): the paper's category (ii), a start composed
+    for the task (rules) or sampled from scratch (model backends)."""
+    spread: tuple = COMMAND_SPREAD
+    """Half-width of the training commands drawn around `command` (zero: exactly the command)."""
+    env: dict = dataclasses.field(default_factory=dict)
+    """Env and contract settings the task needs ({dotted training key: value}); its base trains with them too.
+    Empty for walking tasks, which train with today's defaults."""
+    understood: list = dataclasses.field(default_factory=list)
+    """The phrases the rules read."""
+    unjudged: list = dataclasses.field(default_factory=list)
+    """The parts of the sentence no rule understood."""
+    spec: TaskSpec | None = dataclasses.field(default=None, repr=False, compare=False)
+    """What the keyword rules read (None for a task rebuilt from a dict)."""
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spec"}
+        out["command"] = [float(c) for c in self.command]
+        out["spread"] = [float(c) for c in self.spread]
+        out["criterion"] = self.criterion.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "Task":
+        """A task from its to_dict() (an ONNX policy's metadata, a ledger record), the keyword rules re-read."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("sentence"), str) or "command" not in raw:
+            raise TaskError(f"not a task record: {raw!r:.200}")
+        known = {f.name for f in dataclasses.fields(cls)} - {"spec"}
+        fields = {k: v for k, v in raw.items() if k in known}
+        fields["command"] = _command_tuple(fields["command"])
+        fields["spread"] = tuple(float(c) for c in fields.get("spread", COMMAND_SPREAD))
+        fields["criterion"] = Criterion.from_dict(fields.get("criterion") or {})
+        return cls(**fields, spec=parse_task(raw["sentence"]))
+
+    def describe(self, seconds: float = 10.0) -> str:
+        """One line: the motion, its command, the ground and the success criterion."""
+        vx, vy, yaw = self.command
+        level = "" if self.terrain_level is None else f" (level {self.terrain_level})"
+        return (f"{self.motion}: command vx {vx:+.2f} m/s, vy {vy:+.2f} m/s, yaw {yaw:+.2f} rad/s"
+                f"{' (given)' if self.command_source == 'given' else ''}; {self.terrain.replace('_', ' ')} ground"
+                f"{level}; success: {self.criterion.describe(self.command, seconds)}")
+
+    def training_overrides(self, share: float, base_ranges: tuple | None = None) -> list[str]:
+        """"dotted.key=value" overrides of the training config for this task: its env settings, a share `share`
+        of the trained commands around its command (the rest over the base's ranges, `base_ranges` = (vx, vy,
+        yaw_rate) ranges, widened to hold the command where it lies outside), its terrain and the task itself
+        (for the trainer's held-out selection and the exported policy's metadata)."""
+        out = [f"{key}={json.dumps(value)}" for key, value in self.env.items()]
+        if base_ranges is not None:
+            for axis, (lo, hi), c in zip(("vx", "vy", "yaw_rate"), base_ranges, self.command):
+                if not lo <= c <= hi:
+                    out.append(f"env.commands.{axis}={json.dumps([min(lo, c), max(hi, c)])}")
+        if share > 0:
+            out += [f"env.commands.task={json.dumps(list(map(float, self.command)))}",
+                    f"env.commands.task_share={float(share)}",
+                    f"env.commands.task_spread={json.dumps(list(map(float, self.spread)))}"]
+        if self.terrain != "flat":
+            out.append(f"env.terrain={self.terrain}")
+        if self.terrain_level is not None:
+            out.append(f"env.terrain_level={int(self.terrain_level)}")
+        out.append(f"task={json.dumps(self.to_dict())}")
+        return out
+
+
+def _command_tuple(command) -> tuple:
+    if not isinstance(command, (list, tuple)) or len(command) != 3 or not all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in command):
+        raise TaskError(f"a command is three numbers (vx m/s, vy m/s, yaw rate rad/s), got {command!r}")
+    return tuple(float(c) for c in command)
+
+
+def _sentence_command(spec: TaskSpec) -> tuple[tuple, str]:
+    """(command, motion) from the table of defaults and what the sentence says."""
+    factor = SPEED_WORDS.get(spec.speed_word, 1.0)
+    if spec.gait == "stand":
+        return (0.0, 0.0, 0.0), "stand"
+    if spec.gait == "step" or (spec.gait == "hop" and spec.in_place):
+        return (0.0, 0.0, 0.0), "hop in place" if spec.gait == "hop" else "step in place"
+    yaw = 0.0
+    travels = spec.gait != "turn" or spec.direction is not None
+    if spec.turn is not None:
+        rate = spec.turn_rate if spec.turn_rate is not None else TURN_RATE * (1.0 if travels else factor)
+        yaw = -rate if spec.turn == "right" else rate  # "any" turns left
+    if not travels:
+        return (0.0, 0.0, yaw), "turn in place"
+    direction = spec.direction or "forward"
+    if spec.gait == "hop" and spec.direction is None:
+        return (0.0, 0.0, yaw), "hop in place"
+    axis = "sideways" if direction in ("left", "right", "sideways") else direction
+    speed = spec.speed if spec.speed is not None else SPEEDS[axis] * factor
+    vx, vy = {"forward": (speed, 0.0), "backward": (-speed, 0.0), "left": (0.0, speed), "right": (0.0, -speed),
+              "sideways": (0.0, speed)}[direction]
+    return (vx, vy, yaw), spec.gait if spec.gait in ("run", "hop") else "walk"
+
+
+def commanded(spec: TaskSpec) -> tuple:
+    """The command (vx, vy, yaw rate) the table of defaults gives what the keyword rules read (`spec`)."""
+    return _sentence_command(spec)[0]
+
+
+def make_task(sentence: str, *, command=None, allow_unjudged: bool = False,
+              success_fraction: float = Criterion.success_fraction) -> Task:
+    """The task object of a sentence (see `Task`); `command` (vx, vy, yaw rate) replaces the sentence's.
+
+    A sentence the rules understand nothing of is a TaskError naming it, unless `allow_unjudged` (a model
+    synthesizer proposes for it) and a command is given. A sentence with a style alone ("with straight knees")
+    asks it of the default walk (DEFAULT_COMMAND)."""
+    if not isinstance(sentence, str) or not sentence.strip():
+        raise TaskError("the task sentence is empty: say what the robot should do, e.g. 'walk forward with straight knees'")
+    spec = parse_task(sentence)
+    given = None if command is None else _command_tuple(command)
+    if not spec.understood:
+        if given is None or not allow_unjudged:
+            what = "; ".join(f"'{u}'" for u in spec.unjudged) or f"'{sentence}'"
+            need = ("or give the command it asks for (--command VX VY YAW, or `command:` in the search settings)"
+                    if allow_unjudged else "or run a model synthesizer (--synthesizer openai|transformers) with "
+                    "--command VX VY YAW")
+            raise TaskError(f"nothing in the task {sentence!r} can be commanded or judged: no rule understands {what}. "
+                            f"Say what to do (walk forward/backward/sideways, turn left in place, stand still, "
+                            f"climb the stairs, ... with a style such as straight knees), {need}")
+    motion_words = (spec.gait, spec.direction, spec.turn, spec.speed, spec.speed_word, spec.turn_rate)
+    source = "sentence" if any(v is not None for v in motion_words) or spec.in_place else "style"
+    cmd, motion = _sentence_command(spec) if spec.understood else (DEFAULT_COMMAND, "walk")
+    if given is not None:
+        cmd, source = given, "given"
+        if not spec.understood:
+            motion = "walk" if math.hypot(*given[:2]) > 1e-9 else ("turn in place" if abs(given[2]) > 1e-9 else "stand")
+    for axis, value, limit in zip(("vx", "vy", "yaw rate"), cmd, MAX_COMMAND):
+        if abs(value) > limit:
+            raise TaskError(f"the task {sentence!r} asks {axis} {value:+.2f}, beyond the {limit:g} this robot is "
+                            "trained for; ask for less")
+    terrain = spec.terrain or "flat"
+    moving = math.hypot(cmd[0], cmd[1]) > 1e-9
+    if motion == "stand":
+        criterion = Criterion("stand", success_fraction=success_fraction)
+    elif motion in ("step in place", "hop in place") or (not moving and abs(cmd[2]) < 1e-9):
+        criterion = Criterion("in_place", success_fraction=success_fraction)
+    elif not moving:
+        criterion = Criterion("turn", success_fraction=success_fraction)
+    else:
+        criterion = Criterion("progress" if terrain != "flat" else "distance", success_fraction=success_fraction)
+    env = {"env.gait_stand_below": STAND_BELOW} if motion == "stand" else {}
+    still = motion in ("stand", "step in place", "hop in place")
+    fits = motion not in ("stand", "turn in place") and not terrain.startswith("stairs")
+    return Task(sentence=sentence, motion=motion, command=tuple(round(float(c), 4) + 0.0 for c in cmd), command_source=source,
+                criterion=criterion, terrain=terrain, terrain_level=spec.terrain_level, reference_fits=fits,
+                spread=(0.0, 0.0, 0.0) if still else COMMAND_SPREAD, env=env, understood=list(spec.understood),
+                unjudged=list(spec.unjudged), spec=spec)
+
+
+def policy_task(metadata: dict | None) -> Task | None:
+    """The task an exported policy's metadata records (`task`: a Task.to_dict(), or a sentence in older files),
+    None without one."""
+    raw = (metadata or {}).get("task")
+    try:
+        if isinstance(raw, dict):
+            return Task.from_dict(raw)
+        if isinstance(raw, str) and raw.strip():
+            return make_task(raw)
+    except TaskError:
+        return None
+    return None
+
+
+def tool_task(sentence: str | None, metadata: dict | None = None, command=None, strict: bool = True) -> Task | None:
+    """The task a tool (`motionvl eval`, `render`, `critique`, `deploy-sim`) runs a policy for: the sentence given
+    (`--task`), else the policy's own (its metadata), else None (the tool's default command); `command` (the tool's
+    `--command`) replaces the task's. A sentence the rules understand nothing of is a TaskError unless `command` is
+    given, or None when not `strict` (a VLM critic judges what the rules cannot read)."""
+    if sentence:
+        try:
+            return make_task(sentence, command=command, allow_unjudged=command is not None)
+        except TaskError:
+            if strict:
+                raise
+            return None
+    task = policy_task(metadata)
+    if task is not None and command is not None:
+        task = dataclasses.replace(task, command=_command_tuple(command), command_source="given")
+    return task

@@ -1,6 +1,7 @@
 """`motionvl critique`: roll out a policy, film it and run a motion critic; the feedback JSON is the last line.
 
     motionvl critique --policy stand --task "stand still with an upright torso"
+    motionvl critique --policy runs/s1/policy.onnx     # judged against the task the policy was trained for
     motionvl critique --policy p.onnx --task "walk forward at 0.6 m/s" --critic transformers --model /models/vlm
     motionvl critique --policy p.onnx --task "..." --critic openai --base-url http://127.0.0.1:8000 --model NAME
 
@@ -28,7 +29,6 @@ CRITICS = ("kinematic", "transformers", "openai")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_rollout_arguments(parser)
-    parser.add_argument("--task", required=True, help='the task sentence, e.g. "walk forward with straight knees at 0.6 m/s"')
     parser.add_argument("--critic", choices=CRITICS, default="kinematic",
                         help="kinematic (offline gait analysis, default), transformers (local VLM) or openai (HTTP endpoint)")
     parser.add_argument("--model", default=None,
@@ -59,8 +59,19 @@ def run(args: argparse.Namespace) -> int:
     from motionvl.critic.schema import merge_measurements
     from motionvl.render.cli import render_from_args, rollout_from_args, write_outputs
 
+    from motionvl.robot import ConfigError
+
     t0 = time.perf_counter()
-    robot, traj, name, command = rollout_from_args(args)
+    args.task_strict = False  # a sentence the rules cannot read still goes to the critic (a VLM may read it)
+    try:
+        robot, traj, name, command = rollout_from_args(args)
+    except ConfigError as exc:
+        print(f"motionvl critique: {exc}", file=sys.stderr)
+        return 2
+    task = args.task or (args.task_object.sentence if args.task_object else None)
+    if not task:
+        print(f"motionvl critique: --task is needed: {name} records no task to judge it against", file=sys.stderr)
+        return 2
     timings = {"rollout_s": round(time.perf_counter() - t0, 3)}
     previous = None
     if args.previous_best:
@@ -72,13 +83,13 @@ def run(args: argparse.Namespace) -> int:
         timings["render_s"] = round(t_render, 3)
     t1 = time.perf_counter()
     if args.critic == "kinematic":
-        fb = kinematic.critique(traj, args.task, previous_best=previous)
+        fb = kinematic.critique(traj, task, previous_best=previous)
     else:
-        fb = make_vlm_critic(args).critique(frames, times, args.task, previous_best=previous)
+        fb = make_vlm_critic(args).critique(frames, times, task, previous_best=previous)
         if fb.valid:
             fb = merge_measurements(fb, kinematic.measure(traj))
     timings["critique_s"] = round(time.perf_counter() - t1, 3)
-    fb.meta.update(policy=name, command=list(command), seconds=args.seconds, **timings)
+    fb.meta.update(policy=name, command=list(command), terrain=args.terrain, seconds=args.seconds, **timings)
     if args.out:
         files = write_outputs(Path(args.out), frames, times, traj, args.every)
         (Path(args.out) / "feedback.json").write_text(fb.to_json(indent=2))

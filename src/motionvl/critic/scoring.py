@@ -13,7 +13,7 @@ import math
 
 from motionvl.critic.schema import Suggestion
 from motionvl.gait.metrics import GaitAnalysis
-from motionvl.task import TaskSpec
+from motionvl.task import TURN_RATE, TaskSpec, commanded
 
 SUGGEST_BELOW = 0.7
 """A criterion scoring below this suggests a reward-term change."""
@@ -61,25 +61,27 @@ def score_task(spec: TaskSpec, a: GaitAnalysis) -> tuple[list[Criterion], list[s
                  "right": (-lat, "to the right"), "sideways": (abs(lat), "sideways")}
         along, words = signs.get(spec.direction or "forward", (fwd, "forward"))
         cmd_speed = abs(a.command[1] if spec.direction in ("left", "right", "sideways") else a.command[0])
+        table_speed = max(math.hypot(*commanded(spec)[:2]), 0.05)
         if spec.speed is not None:
             target = spec.speed
             s = _speed_score(along, target)
             tgt = f"{target:.2f} m/s {words}"
-        elif spec.speed_word == "slow":
-            target, s = 0.3, _clip01(along / 0.05) * _clip01(1 - (along - 0.45) / 0.3)
-            tgt = f"slow (0.05-0.45 m/s) {words}"
-        elif spec.speed_word == "fast":
-            target = 1.0 if gait == "run" else 0.8
+        elif spec.speed_word == "slow":  # the task table's slow speed in this direction (motionvl.task)
+            target = table_speed
+            s = _clip01(along / 0.05) * _clip01(1 - (along - 1.5 * target) / 0.3)
+            tgt = f"slow (0.05-{1.5 * target:.2f} m/s) {words}"
+        elif spec.speed_word == "fast" or gait == "run":
+            target = table_speed
             s = _clip01(along / target)
-            tgt = f">= {target:.1f} m/s {words}"
+            tgt = f">= {target:.2f} m/s {words}"
         elif cmd_speed > 0.05:
             target = cmd_speed
             s = _speed_score(along, target)
             tgt = f"{target:.2f} m/s {words} (the command)"
         else:
-            target = 0.3
+            target = table_speed
             s = _clip01(along / target)
-            tgt = f"moving {words}"
+            tgt = f"moving {words} (>= {target:.2f} m/s)"
         sug = None
         if s < 0.7:
             sug = ("tracking_lin_vel", "increase",
@@ -118,7 +120,7 @@ def score_task(spec: TaskSpec, a: GaitAnalysis) -> tuple[list[Criterion], list[s
         s_step = _clip01(cadence / 60.0)
         crit.append(Criterion("stepping", s_step, 1.5, ">= 60 steps/min", f"{cadence:.0f} steps/min",
                               ("feet_air_time", "increase", f"only {cadence:.0f} steps/min") if s_step < SUGGEST_BELOW else None))
-    if spec.in_place and gait == "turn":
+    if gait == "turn" and not spec.direction:  # turning without travel: in place
         speed = math.hypot(fwd, lat)
         s = math.exp(-(speed / 0.15) ** 2)
         crit.append(Criterion("in place", s, 1.0, "no net travel", f"{speed:.2f} m/s",
@@ -127,11 +129,12 @@ def score_task(spec: TaskSpec, a: GaitAnalysis) -> tuple[list[Criterion], list[s
     if spec.turn is not None:
         sign = {"left": 1.0, "right": -1.0}.get(spec.turn)
         along = yaw_rate * sign if sign is not None else abs(yaw_rate)
-        target = spec.turn_rate or 0.5
-        s = _speed_score(along, target) if spec.turn_rate else _clip01(along / 0.3)
+        cmd_rate = abs(a.command[2]) if len(a.command) > 2 else 0.0
+        target = spec.turn_rate or (cmd_rate if cmd_rate > 0.05 else abs(commanded(spec)[2]) or TURN_RATE)
+        s = _speed_score(along, target) if spec.turn_rate or cmd_rate > 0.05 else _clip01(along / 0.3)
         words = f"turning {spec.turn}" if sign is not None else "turning"
-        crit.append(Criterion("turning", s, 2.0 if gait == "turn" else 1.0, f"{words} ({target:.2f} rad/s)" if spec.turn_rate
-                              else words, f"{math.degrees(yaw_rate):+.0f} deg/s",
+        crit.append(Criterion("turning", s, 2.0 if gait == "turn" else 1.0, f"{words} ({target:.2f} rad/s)"
+                              if spec.turn_rate or cmd_rate > 0.05 else words, f"{math.degrees(yaw_rate):+.0f} deg/s",
                               ("tracking_ang_vel", "increase", f"yaw rate {yaw_rate:+.2f} rad/s, task asks {words}")
                               if s < SUGGEST_BELOW else None))
 

@@ -220,7 +220,11 @@ class Controller:
         else:
             policy = policy_or_path
         self.policy = policy
-        return True, f"loaded {policy.path}"
+        from motionvl.task import policy_task
+
+        task = policy_task(getattr(policy, "metadata", None))
+        return True, f"loaded {policy.path}" + (f" for the task {task.sentence!r} ({task.describe()})" if task else
+                                                 " (it records no task)")
 
     # ------------------------------------------------------------------ the cycle
     def cycle(self, trigger_time: float | None = None) -> Command | None:

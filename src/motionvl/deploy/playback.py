@@ -21,6 +21,7 @@ from motionvl.deploy.controller import Controller
 from motionvl.deploy.modes import Mode
 from motionvl.robot import RobotConfig, load_robot_config
 from motionvl.sim.math import to_heading_frame, yaw_of
+from motionvl.task import DEFAULT_COMMAND
 
 SETTLE_S = 0.5
 """Seconds of STAND on the ground after the gantry lets go, before RUN."""
@@ -36,7 +37,7 @@ def forward_distance(base_pos: np.ndarray, base_quat: np.ndarray, command) -> fl
     return float(to_heading_frame(np.asarray(base_pos)[-1, :2] - np.asarray(base_pos)[0, :2], heading) @ direction)
 
 
-def play(policy, *, seconds: float = 10.0, command=(0.5, 0.0, 0.0), path: str = "pd",
+def play(policy, *, seconds: float = 10.0, command=DEFAULT_COMMAND, path: str = "pd",
          robot: RobotConfig | None = None, config: DeployConfig | None = None, stand_seconds: float = 1.0,
          gantry: bool = True, terrain=None) -> dict:
     """Play `policy` (an ONNX path or a DeployedPolicy) for `seconds` of RUN; returns a JSON-able summary

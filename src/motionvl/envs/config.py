@@ -24,6 +24,14 @@ class CommandConfig:
     """Fraction of commands that are exactly zero (learn to stand still)."""
     fixed: tuple | None = None
     """If set, (vx, vy, yaw_rate) used for every env instead of sampling (evaluation)."""
+    task: tuple | None = None
+    """(vx, vy, yaw_rate) the run's task asks for (motionvl.task; set by the search): a share `task_share` of the
+    sampled commands is drawn within `task_spread` of it, outside the curriculum; the rest over the ranges above.
+    None: every command over the ranges."""
+    task_share: float = 0.0
+    """Share of the sampled commands drawn around `task` (the search's `task_share` setting, default 0.5)."""
+    task_spread: tuple = (0.1, 0.05, 0.1)
+    """Half-width (vx, vy, yaw_rate) of the commands drawn around `task`; zeros: `task` itself (standing)."""
     heading_gain: float = 0.0
     """0: the yaw-rate command goes to the policy as sampled (open loop: a small yaw-rate error
     turns the robot off its course over time). > 0: heading hold, as an operator steering with a

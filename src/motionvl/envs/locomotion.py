@@ -235,6 +235,12 @@ class LocomotionEnv:
             lo, hi = np.array(c.ranges(self.command_level), dtype=float).T
             cmd = np.stack([self.rng.uniform(lo[k], hi[k], n) for k in range(3)], 1)
             cmd[self.rng.random(n) < c.standing_fraction] = 0.0
+            if c.task is not None and c.task_share > 0:  # the task's share, around its command (motionvl.task)
+                near = self.rng.random(n) < c.task_share
+                spread = np.asarray(c.task_spread, dtype=float)
+                drawn = np.asarray(c.task, dtype=float) + self.rng.uniform(-spread, spread, (int(near.sum()), 3))
+                full = np.array([c.vx, c.vy, c.yaw_rate], dtype=float)  # the contract clips to these ranges
+                cmd[near] = np.clip(drawn, full[:, 0], full[:, 1])
             self.command[ids] = cmd
         self._yaw_rate_input[ids] = self.command[ids, 2]
         self._heading_target[ids] = yaw_of(self.sim.qpos[ids, 3:7])

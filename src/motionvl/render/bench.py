@@ -62,7 +62,9 @@ def run_render_benchmark(args: argparse.Namespace) -> dict:
 
     robot = load_robot_config()
     policy, name = load_policy_arg(args.policy, robot)
-    command = (0.5, 0.0, 0.0) if policy is not None else (0.0, 0.0, 0.0)
+    from motionvl.task import DEFAULT_COMMAND
+
+    command = DEFAULT_COMMAND if policy is not None else (0.0, 0.0, 0.0)
     t0 = time.perf_counter()
     traj = rollout_policy(policy, robot, seconds=args.seconds, command=command)
     rollout_s = time.perf_counter() - t0

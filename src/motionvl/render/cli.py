@@ -29,11 +29,16 @@ def add_common_rollout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="stand",
                         help="exported ONNX policy file, or 'stand' for the PD standing controller (default)")
     parser.add_argument("--seconds", type=float, default=10.0, help="rollout length in seconds (default 10)")
+    parser.add_argument("--task", default=None,
+                        help="the task sentence the policy is run for: its command and terrain (motionvl.task); "
+                             "default: the task the policy's metadata records")
     parser.add_argument("--command", type=float, nargs=3, metavar=("VX", "VY", "YAW_RATE"), default=None,
-                        help="fixed velocity command (default: 0.5 0 0 for a policy, 0 0 0 for 'stand')")
-    parser.add_argument("--terrain", choices=KINDS, default="flat", help="the ground (a tile of it around the start)")
+                        help="fixed velocity command (default: the task's, else 0.6 0 0 for a policy; 0 0 0 for 'stand')")
+    parser.add_argument("--terrain", choices=KINDS, default=None,
+                        help="the ground, a tile of it around the start (default: the task's, else flat)")
     parser.add_argument("--terrain-level", type=int, default=None, metavar="0-9",
-                        help="the terrain's difficulty (steps 2-20 cm, slopes 2-20 deg, bumps 0.8-8 cm; default 4)")
+                        help="the terrain's difficulty (steps 2-20 cm, slopes 2-20 deg, bumps 0.8-8 cm; default: the "
+                             "task's, else 4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--robot-config", default=None, help="robot YAML (default: the package's config/robot.yaml)")
     parser.add_argument("--width", type=int, default=320, help="frame width in pixels (default 320)")
@@ -63,13 +68,25 @@ def load_policy_arg(spec: str | None, robot):
 
 
 def rollout_from_args(args):
-    """(robot, trajectory, policy name, command) for the rollout the arguments describe."""
+    """(robot, trajectory, policy name, command) for the rollout the arguments describe. The task (--task, else the
+    policy's own) decides the command and terrain the arguments leave open; it is left in `args.task_object`
+    (None without one) and the terrain in `args.terrain`."""
     from motionvl.render.rollout import rollout_policy
     from motionvl.robot import load_robot_config
+    from motionvl.task import DEFAULT_COMMAND, tool_task
 
     robot = load_robot_config(args.robot_config)
     policy, name = load_policy_arg(args.policy, robot)
-    command = tuple(args.command) if args.command is not None else ((0.5, 0.0, 0.0) if policy is not None else (0.0, 0.0, 0.0))
+    task = args.task_object = tool_task(getattr(args, "task", None), getattr(policy, "metadata", None), args.command,
+                                        strict=getattr(args, "task_strict", True))
+    if task is not None:
+        command = task.command
+    else:
+        command = tuple(args.command) if args.command is not None else (DEFAULT_COMMAND if policy is not None
+                                                                          else (0.0, 0.0, 0.0))
+    args.terrain = args.terrain or (task.terrain if task else "flat")
+    if getattr(args, "terrain_level", None) is None:
+        args.terrain_level = task.terrain_level if task else None
     traj = rollout_policy(policy, robot, seconds=args.seconds, command=command, terrain=terrain_from_args(args),
                           seed=args.seed)
     return robot, traj, name, command
@@ -121,14 +138,21 @@ def run(args: argparse.Namespace) -> int:
     if args.every <= 0 or args.seconds <= 0:
         print("motionvl render: --every and --seconds must be > 0", file=sys.stderr)
         return 2
+    from motionvl.robot import ConfigError
+
     t0 = time.perf_counter()
-    robot, traj, name, command = rollout_from_args(args)
+    try:
+        robot, traj, name, command = rollout_from_args(args)
+    except ConfigError as exc:
+        print(f"motionvl render: {exc}", file=sys.stderr)
+        return 2
     t_roll = time.perf_counter() - t0
     frames, times, t_render = render_from_args(args, robot, traj)
     files = write_outputs(Path(args.out), frames, times, traj, args.every, args.cols, args.max_tiles)
     fell = bool(traj.fell.any())
     summary = {
-        "policy": name, "seconds": args.seconds, "command": list(command), "samples": int(len(traj.time)),
+        "policy": name, "task": args.task_object.sentence if args.task_object else None, "terrain": args.terrain,
+        "seconds": args.seconds, "command": list(command), "samples": int(len(traj.time)),
         "fell": fell, "fall_time_s": float(traj.time[int(traj.fell.argmax())]) if fell else None,
         "frames": len(frames), "width": args.width, "height": args.height, "every_s": args.every,
         "gl": gl_backend(), "rollout_s": round(t_roll, 3), "render_s": round(t_render, 3),

@@ -21,6 +21,7 @@ from motionvl.device import resolve_device
 from motionvl.envs.config import EnvConfig, dataclass_from_dict, is_count, is_number
 from motionvl.rewards.spec import DEFAULT_COST_LIMIT
 from motionvl.robot import ConfigError, package_root
+from motionvl.task import DEFAULT_COMMAND
 
 DEFAULT_TRAINING_CONFIG = "config/training.yaml"
 
@@ -118,8 +119,9 @@ class SelectionConfig:
     """Randomised validation episodes per candidate (all candidates see the same episodes)."""
     seconds: float = 10.0
     """Length of each validation episode."""
-    command: tuple = (0.6, 0.0, 0.0)
-    """Velocity command (vx, vy, yaw rate) of the validation episodes: the task the policy is chosen for."""
+    command: tuple = DEFAULT_COMMAND
+    """Velocity command (vx, vy, yaw rate) of the validation episodes: the task the policy is chosen for (a run
+    with a `task` uses the task's)."""
     seed: int = 7000
     """Evaluation seed of the validation episodes; keep it apart from the seeds the policy is tested
     with afterwards (bench/time_to_walk.py: its --seed S and S + 1000 upwards), or the choice is
@@ -182,6 +184,10 @@ class TrainConfig:
     reward's (config/rewards/reference.yaml) on the same batches, judged over windows of 24 steps: a candidate
     over it fails in training within a window, with the reason (rewards/sandbox/cost.py). null: no bound
     beyond the sandbox's per-call deadline and work budget. Why 8: rewards.spec.DEFAULT_COST_LIMIT."""
+    task: dict | None = None
+    """The task this run trains for (motionvl.task.Task.to_dict(): sentence, command, terrain, criterion; the search
+    sets it): the held-out selection validates at its command, terrain and criterion instead of selection.command,
+    and the exported policies' metadata records it. None: no task."""
     warm_start: str | None = None
     """Start the networks from another run: its run directory (the checkpoint it stopped at) or one
     checkpoint file of it; the reward spec may differ (motionvl.rl.warm_start says what carries over).
@@ -230,6 +236,12 @@ class TrainConfig:
         checks = [
             (env.num_envs >= 1, "env.num_envs must be >= 1"),
             (env.commands.heading_gain >= 0, "env.commands.heading_gain must be >= 0"),
+            (env.commands.task is None or len(env.commands.task) == 3, "env.commands.task must be [vx, vy, yaw_rate]"),
+            (is_number(env.commands.task_share) and 0.0 <= env.commands.task_share <= 1.0,
+             "env.commands.task_share must be in [0, 1]"),
+            (len(env.commands.task_spread) == 3 and all(is_number(v) and v >= 0 for v in env.commands.task_spread),
+             "env.commands.task_spread must be three numbers >= 0"),
+            (self.task is None or isinstance(self.task, dict), "task must be a mapping (motionvl.task.Task.to_dict())"),
             (p.num_steps_per_env >= 1 and p.num_learning_epochs >= 1, "ppo.num_steps_per_env and num_learning_epochs must be >= 1"),
             (1 <= p.num_mini_batches <= batch, f"ppo.num_mini_batches must be in [1, num_envs*num_steps_per_env={batch}]"),
             (p.schedule in ("adaptive", "fixed"), "ppo.schedule must be 'adaptive' or 'fixed'"),

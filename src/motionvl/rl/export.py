@@ -97,9 +97,11 @@ REUSE_TOLERANCE = 1e-5
 """Max abs difference between ONNX Runtime on a reused graph and the torch actor, else a full export."""
 
 
-def export_policy(actor, path: str | Path, contract: PolicyContract, action_clip: float | None = None) -> Path:
+def export_policy(actor, path: str | Path, contract: PolicyContract, action_clip: float | None = None,
+                  extra_metadata: dict | None = None) -> Path:
     """Write `actor` (an rsl_rl MLPModel) to ONNX at `path` with `contract` in the metadata props;
-    the graph clips its actions at `action_clip` (None: the contract's).
+    the graph clips its actions at `action_clip` (None: the contract's). `extra_metadata`: further props
+    (e.g. the run's `task`, motionvl.task.Task.to_dict()), never one of the contract's.
 
     The first actor of an architecture goes through torch.onnx.export; a later one of the same
     architecture gets its weights written into a copy of that graph, kept only if ONNX Runtime then
@@ -117,6 +119,10 @@ def export_policy(actor, path: str | Path, contract: PolicyContract, action_clip
     metadata = contract.to_metadata()
     if wrapper.estimator is not None:
         metadata = {**metadata, "velocity_estimator": estimator_metadata(actor)}
+    clash = set(extra_metadata or {}) & set(metadata)
+    if clash:
+        raise ContractError(f"extra metadata may not replace the contract's {sorted(clash)}")
+    metadata = {**metadata, **(extra_metadata or {})}
     key = wrapper.architecture()
     model = _with_weights(_GRAPHS[key], wrapper) if key in _GRAPHS else None
     if model is None:

@@ -19,7 +19,8 @@ Request payload (JSON object):
      "run_dir": "/abs/path",              # optional: train here instead of <runs_dir>/<candidate_id>
      "evaluate": true,                    # optional: run the reward-free task evaluation after
      "evaluation": {"episodes": 64, ...}, # optional keyword arguments of motionvl.rl.evaluate.evaluate
-                                          # (episodes, seconds, command, randomize, seed, robot_dt, pushes)
+                                          # (episodes, seconds, command, randomize, seed, robot_dt, pushes,
+                                          # success_fraction, criterion, terrain, terrain_level)
      "request_id": "iter2-k3@5f3a"}       # optional: echoed in every message about this request
 
 A finished job leaves its outcome (what run_job returns) in <run dir>/outcome.json as well.
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Callable
 
 from motionvl.rewards import validate_spec
 from motionvl.rewards.spec import RewardSpec
+from motionvl.task import DEFAULT_COMMAND
 
 if TYPE_CHECKING:
     from motionvl.rl.config import TrainConfig
@@ -50,7 +52,8 @@ _ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 
 REQUEST_KEYS = ("candidate_id", "spec", "minutes", "max_iterations", "iterations", "warm_start", "overrides",
                 "run_dir", "evaluate", "evaluation", "request_id")
-EVALUATION_KEYS = ("episodes", "seconds", "command", "randomize", "seed", "robot_dt", "pushes", "success_fraction")
+EVALUATION_KEYS = ("episodes", "seconds", "command", "randomize", "seed", "robot_dt", "pushes", "success_fraction",
+                   "criterion", "terrain", "terrain_level")
 """What a request's "evaluation" may set of motionvl.rl.evaluate.evaluate's arguments."""
 OUTCOME_FILE = "outcome.json"
 """In a job's run directory once it finished: run_job's outcome (JSON)."""
@@ -206,7 +209,7 @@ class TrainingQueue:
     """Trains queued jobs one after another on a worker thread."""
 
     def __init__(self, runs_dir: str | Path, *, train_config=None, default_minutes: float = 2.0,
-                 eval_seconds: float = 10.0, eval_episodes: int = 8, eval_command=(0.6, 0.0, 0.0),
+                 eval_seconds: float = 10.0, eval_episodes: int = 8, eval_command=DEFAULT_COMMAND,
                  on_status: StatusFn | None = None, on_progress: StatusFn | None = None,
                  on_statistics: StatusFn | None = None, on_policy: StatusFn | None = None, progress_bar: bool = False,
                  robot=None):

@@ -46,10 +46,14 @@ class PolicySelection:
     """Validates candidates as training reaches them and remembers the best one."""
 
     def __init__(self, cfg: SelectionConfig, run_dir: Path, robot=None, averaging: bool = False,
-                 terrain: str = "flat", terrain_level: int | None = None):
+                 terrain: str = "flat", terrain_level: int | None = None, task: dict | None = None):
         """terrain, terrain_level: the ground the candidates are validated on (a level: the one evaluation uses,
-        sim.terrain.fixed_level), as the run trains on it."""
-        self.cfg, self.robot = cfg, robot
+        sim.terrain.fixed_level), as the run trains on it. task: the run's task (TrainConfig.task): validated at
+        its command, terrain and criterion, recorded in every exported candidate; None: selection.command,
+        walking distance on the run's ground."""
+        self.cfg, self.robot, self.task = cfg, robot, task
+        if task:
+            terrain, terrain_level = task.get("terrain", "flat"), task.get("terrain_level")
         self.terrain = "flat" if terrain == "mixed" else terrain  # mixed's rough half has no evaluation world
         self.terrain_level = fixed_level(self.terrain, terrain_level)
         self.averaging = bool(averaging)
@@ -70,8 +74,11 @@ class PolicySelection:
     def _episodes_config(self) -> dict:
         """What decides the validation episodes (JSON-shaped, as selection.json records it)."""
         ground = {} if self.terrain == "flat" else {"terrain": self.terrain, "terrain_level": self.terrain_level}
-        return {"episodes": self.cfg.episodes, "seconds": self.cfg.seconds, "command": list(self.cfg.command),
-                "seed": self.cfg.seed, "training_physics": bool(self.cfg.training_physics), **ground}
+        out = {"episodes": self.cfg.episodes, "seconds": self.cfg.seconds, "command": list(self.cfg.command),
+               "seed": self.cfg.seed, "training_physics": bool(self.cfg.training_physics), **ground}
+        if self.task:
+            out.update(command=list(self.task["command"]), criterion=self.task.get("criterion"))
+        return out
 
     def stretch_s(self, budget_s: float) -> float:
         """Seconds at the end of the budget in which candidates are validated: selection.minutes,
@@ -139,10 +146,12 @@ class PolicySelection:
         c = self.cfg
         kind = actor_kind or EXPORTED
         suffix = "" if kind == EXPORTED else "_iterate"
-        path = export_policy(actor, self.dir / f"policy_{iteration}{suffix}.onnx", contract)
-        r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=c.command,
+        path = export_policy(actor, self.dir / f"policy_{iteration}{suffix}.onnx", contract,
+                             extra_metadata={"task": self.task} if self.task else None)
+        episodes = self._episodes_config()
+        r = evaluate(path, seconds=c.seconds, episodes=c.episodes, randomize=True, command=tuple(episodes["command"]),
                      seed=c.seed, robot=self.robot, robot_dt=not c.training_physics, terrain=self.terrain,
-                     terrain_level=self.terrain_level)
+                     terrain_level=self.terrain_level, criterion=episodes.get("criterion"))
         # the path relative to the run directory: a moved run directory still finds its candidates
         candidate = {"iteration": int(iteration), "actor": kind, "elapsed_s": round(float(elapsed_s), 2),
                      "onnx": str(path.relative_to(self.run_dir)), "sim_dt": r["sim_dt"],

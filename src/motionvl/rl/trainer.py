@@ -359,7 +359,7 @@ class _Session:
                                     flush_secs=10)
         self.budget_s = cfg.minutes * 60.0
         self.selection = (PolicySelection(cfg.selection, run_dir, robot, averaging=average is not None,
-                                          terrain=cfg.env.terrain, terrain_level=cfg.env.terrain_level)
+                                          terrain=cfg.env.terrain, terrain_level=cfg.env.terrain_level, task=cfg.task)
                           if cfg.selection.enabled_for(cfg.max_iterations) else None)
         self.bar = _progress_bar(progress, cfg, self.elapsed0, self.start_it)
         self.session_t0 = time.perf_counter()
@@ -396,6 +396,10 @@ class _Session:
         """What policy.onnx would hold now: the moving average with averaging on, else the last iterate."""
         actor = self.runner.alg.get_policy()
         return self.average.averaged_actor(actor) if self.average is not None else actor
+
+    def task_metadata(self) -> dict | None:
+        """The run's task (TrainConfig.task) for the exported policies' metadata; None without one."""
+        return {"task": self.cfg.task} if self.cfg.task else None
 
     def metadata(self) -> PolicyContract:
         """The contract of the iterate just trained, with the gait period it trained at."""
@@ -534,8 +538,9 @@ class _Session:
         last_iterate_path = None
         if self.average is not None:
             last_iterate_path = export_policy(self.runner.alg.get_policy(), self.run_dir / "policy_last_iterate.onnx",
-                                              self.metadata())
-        policy_path = export_policy(self.exported_actor(), self.run_dir / "policy.onnx", self.metadata())
+                                              self.metadata(), extra_metadata=self.task_metadata())
+        policy_path = export_policy(self.exported_actor(), self.run_dir / "policy.onnx", self.metadata(),
+                                    extra_metadata=self.task_metadata())
         selected = (self.selection.install(policy_path, self.budget_s, self._ended_on_iterations(stop_reason))
                     if self.selection is not None else None)
         return TrainResult(run_dir=self.run_dir, policy_path=policy_path, iterations=self.it,

@@ -27,8 +27,11 @@ COMMAND_PUBLISH_HZ = 10.0
 def add_arguments(parser) -> None:
     parser.add_argument("--policy", required=True, help="exported ONNX policy")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds of RUN (simulated time)")
-    parser.add_argument("--command", type=float, nargs=3, default=(0.5, 0.0, 0.0), metavar=("VX", "VY", "YAW"),
-                        help="velocity command (m/s, m/s, rad/s)")
+    parser.add_argument("--task", default=None,
+                        help="the task sentence the policy runs for: its command and terrain (motionvl.task); "
+                             "default: the task the policy's metadata records")
+    parser.add_argument("--command", type=float, nargs=3, default=None, metavar=("VX", "VY", "YAW"),
+                        help="velocity command (m/s, m/s, rad/s); default: the task's, else 0.6 0 0")
     parser.add_argument("--path", choices=("pd", "torque"), default="pd",
                         help="pd: drive-side PD commands at the policy rate; torque: host torques at the PD rate")
     parser.add_argument("--randomize", action="store_true",
@@ -59,6 +62,13 @@ def run(args) -> int:
     if not Path(args.policy).is_file():
         print(f"motionvl deploy-sim: no policy at {args.policy}", file=sys.stderr)
         return 2
+    try:
+        task = resolve_task(args)
+    except (ConfigError, ValueError) as exc:  # a bad sentence; a file that is no MotionVL policy (ContractError)
+        print(f"motionvl deploy-sim: {exc}", file=sys.stderr)
+        return 2
+    if task is not None:
+        print(f"motionvl deploy-sim: task {task.sentence!r}: {task.describe(args.seconds)}", file=sys.stderr)
     context = rclpy.Context()
     rclpy.init(context=context)
     nodes, executors, threads = [], [], []
@@ -87,12 +97,26 @@ def run(args) -> int:
         for node in reversed(nodes):  # the monitor, recorder, deployment (its last action: damping), simulator
             node.destroy_node()
         rclpy.try_shutdown(context=context)
+    result["task"] = task.sentence if task is not None else None
     if any(f.startswith("fall") for f in result.get("faults", [])):
         result["falls"] = 1
     if args.record:
         result["bag"] = str(Path(args.record).resolve())
     print(json.dumps(result))
     return 0 if result["reached_run"] else 1
+
+
+def resolve_task(args):
+    """The task (--task, else the policy's metadata; None without either), with `args.command` and `args.terrain`
+    (the simulator's floor) filled in from it where the arguments leave them open."""
+    from motionvl.rl.export import load_policy
+    from motionvl.task import DEFAULT_COMMAND, tool_task
+
+    task = tool_task(args.task, load_policy(args.policy).metadata, args.command)
+    args.command = task.command if task is not None else tuple(args.command or DEFAULT_COMMAND)
+    args.terrain = task.terrain if task is not None else "flat"
+    args.terrain_level = task.terrain_level if task is not None else None
+    return task
 
 
 def build_nodes(args, robot, context) -> list:
@@ -111,7 +135,8 @@ def build_nodes(args, robot, context) -> list:
     simulator = SimulatorNode(context=context, parameter_overrides=params(
         robot_config=config, mode="effort", publish_rate_hz=1.0 / period, gantry=True,
         emulate_hardware=not robot.hardware.identity, realtime=True, randomize=bool(args.randomize),
-        randomization_seed=int(args.seed), lockstep=bool(args.lockstep)))
+        randomization_seed=int(args.seed), lockstep=bool(args.lockstep), terrain=getattr(args, "terrain", "flat"),
+        **({"terrain_level": int(args.terrain_level)} if getattr(args, "terrain_level", None) is not None else {})))
     deployment = DeploymentNode(context=context, parameter_overrides=params(
         robot_config=config, policy=str(Path(args.policy).resolve()), path=args.path, autostart="run",
         stand_seconds=float(args.stand_seconds), realtime_priority=int(args.realtime_priority),

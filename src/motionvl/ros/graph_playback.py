@@ -52,6 +52,7 @@ from std_srvs.srv import Trigger
 from motionvl.critic.rollouts import Boundary, CollectLimits, RolloutCollector
 from motionvl.search.config import PlaybackConfig
 from motionvl.search.playback import SUMMARY_FILE, CritiqueRequest, PlaybackResult, clipped_share, deployment_fault
+from motionvl.task import DEFAULT_COMMAND
 
 COMMAND_PUBLISH_HZ = 10.0
 RETRY_PERIOD_S = 0.1
@@ -75,7 +76,7 @@ class GraphPlayback:
 
     Args:
         node: the host node (its executor must spin while play() runs on another thread).
-        cfg: the playback's length, command and frame interval (the search's PlaybackConfig).
+        cfg: the playback's length and frame interval (the search's PlaybackConfig).
         robot: the robot config (the rollout's trajectory is rebuilt with its model).
         terrain: the simulator's floor (a TerrainConfig; default flat): foot contacts are found against it.
         deployment, simulator: the two nodes' names (relative: resolved in the host's namespace).
@@ -249,11 +250,14 @@ class GraphPlayback:
 
     # ------------------------------------------------------------------ the playback
     def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True,
-             critique: CritiqueRequest | None = None) -> PlaybackResult:
+             critique: CritiqueRequest | None = None, command=DEFAULT_COMMAND, terrain: str = "flat",
+             terrain_level: int | None = None) -> PlaybackResult:
+        """`command`: the task's velocity command. The floor is the simulator node's (its `terrain` parameter,
+        which the graph sets from the task): `terrain` and `terrain_level` are only recorded."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         policy_path = str(Path(policy_path).resolve())
-        cfg, command = self.cfg, [float(c) for c in self.cfg.command]
+        cfg, command = self.cfg, [float(c) for c in command]
         rollout_id = f"{candidate_id}@{uuid.uuid4().hex[:8]}"
         self._command = Twist()
         self._command.linear.x, self._command.linear.y, self._command.angular.z = command
@@ -316,7 +320,8 @@ class GraphPlayback:
         rollout = collected.rollout(self.model, self.robot) if run.success else None
         traj = rollout.trajectory if rollout is not None else None
         frames, times = (rollout.frames, rollout.times) if rollout is not None else ([], [])
-        summary = {"path": "ros graph", "seconds": float(cfg.seconds), "command": command,
+        summary = {"path": "ros graph", "seconds": float(cfg.seconds), "command": command, "terrain": terrain,
+                   "terrain_level": terrain_level,
                    "reached_run": bool(run.success), "refusal": None if run.success else run.message,
                    "run_started_at_s": started_at, "rollout_id": rollout_id,
                    "faults": sorted({f for s in statuses for f in s.get("faults") or []}),

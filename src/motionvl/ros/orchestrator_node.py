@@ -85,7 +85,8 @@ PARAMETERS = {
     "playback_step_timeout_s": (15.0, "ros playback: the longest one step may take (a service answer, the STAND "
                                       "ramp); a node missing fails that candidate's playback, not the search."),
     "critic_timeout_s": (600.0, "ros playback: seconds to wait for vlm_critic's feedback on a rollout or a comparison."),
-    **TERRAIN_PARAMETERS,  # ros playback: the simulator's ground (foot contacts and heights of its rollouts)
+    **TERRAIN_PARAMETERS,  # ros playback: the simulator's ground (foot contacts and heights of its rollouts);
+                           # the task's is used where they differ (with a warning)
     "shutdown_when_done": (True, "Shut this process's ROS context down when the search ends."),
 }
 
@@ -221,8 +222,14 @@ class OrchestratorNode(Node):
         if p["playback"] == "ros":
             from motionvl.ros.graph_playback import GraphCritic, GraphPlayback
 
+            ground, task = node_terrain(p), self.settings.task_object()  # the graph gives the simulator the task's
+            if task.terrain != ground.kind or (task.terrain_level is not None and task.terrain_level != ground.level):
+                self.get_logger().warning(f"the task is on {task.terrain!r} ground (level {task.terrain_level}); the "
+                                          f"parameters say {ground.kind!r} (level {ground.level}): the playback judges "
+                                          "contacts on the task's")
+                ground = dataclasses.replace(ground, kind=task.terrain, level=task.terrain_level)
             self.graph_playback = GraphPlayback(self, self.cfg.playback, self.robot,
-                                                terrain=node_terrain(p),
+                                                terrain=ground,
                                                 step_timeout_s=p["playback_step_timeout_s"],
                                                 critic_timeout_s=p["critic_timeout_s"])
             self.critic = GraphCritic(self.graph_playback, self.settings.critic) if self.settings.mode == "synth+critic" \

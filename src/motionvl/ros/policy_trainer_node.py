@@ -46,6 +46,7 @@ from std_srvs.srv import Trigger
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.runtime import abandon_work, run_node, time_left
 from motionvl.ros.params import declare_parameters
+from motionvl.task import DEFAULT_COMMAND
 
 NODE_NAME = "policy_trainer"
 EXIT_MARGIN_S = 0.5
@@ -58,7 +59,8 @@ PARAMETERS = {
     "default_minutes": (2.0, "Training budget of a candidate that names none, minutes."),
     "eval_seconds": (10.0, "Length of each evaluation episode after training, seconds."),
     "eval_episodes": (8, "Parallel evaluation episodes after training."),
-    "eval_command_vx": (0.6, "Forward velocity command of the evaluation, m/s."),
+    "eval_command_vx": (DEFAULT_COMMAND[0], "Forward velocity command of the evaluation of a request that names no "
+                                            "command, m/s (the search's requests carry their task's)."),
     "shared_channel": (True, "Also take candidates from the shared reward_candidates topic (one trainer, by hand)."),
     "heartbeat_period_s": (1.0, "Seconds between heartbeats on trainer/heartbeat."),
     "cpu_affinity": ([], "Cores this trainer's process runs on, e.g. [0]; empty: every core it may use. Several trainers "

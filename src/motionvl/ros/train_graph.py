@@ -29,6 +29,8 @@ from motionvl.robot import package_root
 
 NODES_YAML = "config/nodes.yaml"
 PLAYBACK_YAML = "config/simulation_playback.yaml"
+FLOOR_NODES = ("simulator", "camera_renderer", "vlm_critic")
+"""The nodes that get the task's `terrain` and `terrain_level` (the orchestrator's values) as parameters."""
 
 
 def node_parameters(params_file: Path, name: str) -> dict:
@@ -82,8 +84,12 @@ def _playback_graph(params_file: Path, orchestrator: dict) -> list:
     orchestrator's critic, and camera_renderer when frames are wanted (rendering on, or a critic that sees)."""
     playback_file = package_root() / PLAYBACK_YAML
 
+    floor = {"terrain": orchestrator.get("terrain"), "terrain_level": orchestrator.get("terrain_level")}
+
     def values(name: str, **extra) -> dict:
-        return {**node_parameters(params_file, name), **node_parameters(playback_file, name), **extra}
+        """The node's parameters: nodes.yaml, the playback file, then the task's terrain (simulator, camera, critic)."""
+        own = {k: v for k, v in floor.items() if v is not None} if name in FLOOR_NODES else {}
+        return {**node_parameters(params_file, name), **node_parameters(playback_file, name), **own, **extra}
 
     critic = orchestrator.get("critic") or "kinematic"
 
@@ -117,7 +123,8 @@ def _playback_graph(params_file: Path, orchestrator: dict) -> list:
 def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trainers: int = 1,
                     trainers_in_process: bool = False, record: bool = False, train_config: str | None = None,
                     params_file: str | Path | None = None, robot_config: str | None = None) -> int:
-    """Run the graph until the search ends. orchestrator: its parameter values (task, mode, run_dir, ...);
+    """Run the graph until the search ends. orchestrator: its parameter values (task, mode, run_dir, ..., terrain)
+    and the task's terrain_level (both passed on to the playback graph's FLOOR_NODES);
     synthesizer: the reward_synthesizer node's (None: the orchestrator synthesizes in process); robot_config:
     the trainers' robot YAML (None: the params file's, as the other nodes). Returns 0 when the search finished,
     1 when it failed or a node could not start."""

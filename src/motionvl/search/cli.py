@@ -1,6 +1,7 @@
 """`motionvl train`: the language loop, from a task sentence to an exported ONNX policy and a report.
 
     motionvl train --task "walk forward with straight knees" --preset quick --out out/demo
+    motionvl train --task "turn left in place" --out runs/turn   # commanded, trained and judged as a turn
     motionvl train --task "..." --mode synth+critic --synthesizer openai --synth-base-url URL --synth-model NAME \\
                    --critic openai --critic-base-url URL --critic-model NAME --preset cpu --out runs/s1
     motionvl train --out runs/s1 --resume          # continue after a crash or kill -9
@@ -36,6 +37,11 @@ DEFAULT_PLAYBACK = "in_process"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default=None, help='the task sentence, e.g. "walk forward with straight knees"')
+    parser.add_argument("--command", type=float, nargs=3, default=None, metavar=("VX", "VY", "YAW"),
+                        help="the task's velocity command (m/s, m/s, rad/s) instead of the one the sentence gives "
+                             "(motionvl.task's table: forward 0.6, slow 0.3, fast 0.9, backward 0.3, sideways 0.2 "
+                             "m/s, turn 0.5 rad/s); needed for a sentence the rules do not understand (model "
+                             "synthesizers only)")
     parser.add_argument("--mode", choices=MODES, default="synth+critic", help="ablation mode (default synth+critic)")
     parser.add_argument("--preset", default="quick", help="budget preset of config/search.yaml: quick, cpu, gpu (default quick)")
     parser.add_argument("--synthesizer", choices=SYNTHESIZERS, default="rules",
@@ -89,8 +95,14 @@ def settings_from_args(args: argparse.Namespace):
 
     return load_settings(args.out, resume=args.resume, task=args.task, mode=args.mode, preset=args.preset,
                          synthesizer=args.synthesizer, critic=args.critic, settings_file=args.settings,
-                         overrides=args.overrides, render=not args.no_render, train_config=args.train_config,
+                         overrides=command_overrides(args), render=not args.no_render, train_config=args.train_config,
                          start_run=args.start_run, robot_config=args.robot_config)
+
+
+def command_overrides(args: argparse.Namespace) -> list[str]:
+    """The --set overrides with --command as the settings' `command`."""
+    command = getattr(args, "command", None)
+    return list(args.overrides) + ([f"command=[{', '.join(repr(float(c)) for c in command)}]"] if command else [])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,6 +133,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.trainers < 1:
         raise ConfigError("--trainers must be >= 1")
     settings = settings_from_args(args)  # bad input fails here, before any node starts
+    task = settings.task_object()
+    from motionvl.search.config import SearchConfig
+
+    seconds = SearchConfig.from_dict(settings.config).evaluation.seconds
+    print(f"motionvl train: task {task.describe(seconds)}", file=sys.stderr)
     from motionvl.search.backends import make_critic, make_synthesizer, synthesizer_options
 
     if settings.mode != "reference":
@@ -144,12 +161,14 @@ def _run(args: argparse.Namespace) -> int:
 
     orchestrator = {"run_dir": str(args.out), "resume": bool(args.resume), "task": settings.task, "mode": settings.mode,
                     "preset": settings.preset, "synthesizer": settings.synthesizer, "critic": settings.critic,
-                    "settings_file": str(args.settings) if args.settings else "", "overrides": list(args.overrides) or [""],
+                    "settings_file": str(args.settings) if args.settings else "",
+                    "overrides": command_overrides(args) or [""],
                     "synth_model": args.synth_model or "", "synth_base_url": args.synth_base_url or "",
                     "critic_model": args.critic_model or "", "critic_base_url": args.critic_base_url or "",
                     "device": args.device, "train_config": settings.train_config or "",
                     "start_run": settings.start_run or "", "render": not args.no_render, "playback": playback,
-                    "robot_config": settings.robot_config}  # None: the node default (the package robot)
+                    "robot_config": settings.robot_config,  # None: the node default (the package robot)
+                    "terrain": task.terrain, "terrain_level": task.terrain_level}  # the playback graph's floor
     synthesizer = None
     if synth_node:
         from motionvl.search.config import SearchConfig

@@ -80,14 +80,12 @@ class EvaluationConfig:
     episodes: int = 64
     """Randomised episodes per candidate (every candidate sees the same ones)."""
     seconds: float = 10.0
-    """Length of each episode."""
-    command: tuple = (0.6, 0.0, 0.0)
-    """Velocity command (vx, vy, yaw rate)."""
+    """Length of each episode (at the task's command, on its terrain, judged by its criterion: motionvl.task)."""
     success_fraction: float = 5.0 / 6.0
-    """An episode succeeds when it covers this share of the commanded distance without a fall: 5 m of the 6 m
-    of 10 s at 0.6 m/s, the project's walking criterion. A policy that tracks the command exactly spreads
-    around 6 m over randomised episodes, so asking 90 % (the trainer's checkpoint selection) would gate out
-    candidates for tracking better than an overshooting r*."""
+    """A walking episode succeeds when it covers this share of the commanded distance without a fall: 5 m of the
+    6 m of 10 s at 0.6 m/s, the project's walking criterion (a turn in place: this share of the commanded heading).
+    A policy that tracks the command exactly spreads around 6 m over randomised episodes, so asking 90 % (the
+    trainer's checkpoint selection) would gate out candidates for tracking better than an overshooting r*."""
     seed: int = 9000
     """Episodes' seed, apart from the training seeds and the trainer's own selection (7000)."""
     training_physics: bool = True
@@ -99,9 +97,7 @@ class PlaybackConfig:
     """The rollout the critic judges, played through the deployment path."""
 
     seconds: float = 10.0
-    """Length of the playback."""
-    command: tuple = (0.6, 0.0, 0.0)
-    """Velocity command of the playback."""
+    """Length of the playback (at the task's command, on its terrain)."""
     frame_interval_s: float = 0.1
     """Seconds between frames the critic sees (the paper: 0.1 s)."""
     render: bool = True
@@ -161,6 +157,13 @@ class SearchConfig:
     """Parallel training environments (None: the training config's)."""
     seed: int = 0
     """Seed of the synthesizer's sampling and of every training run."""
+    command: tuple | None = None
+    """Velocity command (vx m/s, vy m/s, yaw rate rad/s) of the task, replacing the one the sentence gives
+    (`motionvl train --command`); needed for a sentence the rules do not understand (model synthesizers only).
+    None: the sentence's (motionvl.task's table of defaults)."""
+    task_share: float = 0.5
+    """Share of the trainers' sampled commands drawn around the task's command (the rest over the training
+    config's ranges): the policy practises what it is judged on while it keeps the base's range of commands."""
     temperature: float = 0.3
     """Synthesizer sampling temperature (the paper: 0.3)."""
     training_overrides: tuple = ()
@@ -200,6 +203,10 @@ class SearchConfig:
             (self.ranking.task_weight >= 0 and self.ranking.alignment_weight >= 0
              and self.ranking.task_weight + self.ranking.alignment_weight > 0,
              "ranking weights must be >= 0 and not both 0"),
+            (self.command is None or (len(self.command) == 3 and all(isinstance(c, (int, float)) and not
+                                                                       isinstance(c, bool) for c in self.command)),
+             "command must be [vx, vy, yaw_rate] or null"),
+            (0.0 <= self.task_share <= 1.0, "task_share must be in [0, 1]"),
             (self.evaluation.episodes >= 1 and self.evaluation.seconds > 0, "evaluation needs episodes >= 1, seconds > 0"),
             (0.0 < self.evaluation.success_fraction <= 1.0, "evaluation.success_fraction must be in (0, 1]"),
             (self.playback.seconds > 0 and self.playback.frame_interval_s > 0, "playback seconds and frame interval must be > 0"),
@@ -220,8 +227,8 @@ class SearchConfig:
             if key in raw and isinstance(raw[key], list):
                 raw[key] = tuple(raw[key])
         cfg = dataclass_from_dict(cls, raw, where)
-        for section in (cfg.evaluation, cfg.playback):
-            section.command = tuple(float(c) for c in section.command)
+        if isinstance(cfg.command, list):
+            cfg.command = tuple(cfg.command)
         return cfg.validate()
 
 

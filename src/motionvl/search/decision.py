@@ -132,5 +132,30 @@ def decide(best: dict, challengers: list[dict], *, gates: GateConfig, ranking: R
     return {"winner": winner, "best_score": best_score, "verdicts": verdicts, "summary": summary}
 
 
+def choose_start(samples: list[dict], *, gates: GateConfig, ranking: RankingConfig, use_critic: bool) -> dict:
+    """The start among rewards sampled from scratch (a task no reference fits): the best-ranked sample that passes
+    the gates, else the best-ranked one that trained (a start is needed to go on), else none. Same shape as
+    `decide`'s answer."""
+    trained = [c for c in samples if not c.get("failed")]
+    ranked = sorted(trained, key=lambda c: -score(c, ranking, use_critic))
+    passing = [c for c in ranked if not gate_failures(c, None, gates)]
+    winner = (passing or ranked or [None])[0]
+    verdicts = {}
+    for c in samples:
+        if c.get("failed"):
+            verdicts[c["id"]] = {"outcome": "failed", "reason": c["failed"], "score": None, "gates": [], "verdict": None}
+            continue
+        failures = gate_failures(c, None, gates)
+        won = winner is not None and c["id"] == winner["id"]
+        why = ("the best-ranked sample that passes the gates" if won and not failures else
+               "the best-ranked sample; none passed the gates" if won else
+               f"ranked below {winner['id']}" if not failures else "failed the gates: " + "; ".join(failures))
+        verdicts[c["id"]] = {"outcome": "won" if won else "lost", "reason": why,
+                             "score": round(score(c, ranking, use_critic), 4), "gates": failures, "verdict": None}
+    summary = (f"{winner['id']} starts ({len(passing)} of {len(samples)} samples passed the gates)" if winner else
+               f"none of {len(samples)} samples trained")
+    return {"winner": winner["id"] if winner else None, "verdicts": verdicts, "summary": summary}
+
+
 def _pct(x) -> str:
     return "n/a" if x is None else f"{100 * float(x):.1f}%"

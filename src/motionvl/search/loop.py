@@ -36,19 +36,21 @@ from motionvl.rewards.spec import RewardSpec, load_reward_spec
 from motionvl.rl.jobs import OUTCOME_FILE, TrainingJob
 from motionvl.robot import ConfigError
 from motionvl.search import deps
-from motionvl.search.config import MODES, SearchConfig, mode_label
-from motionvl.search.decision import decide, gate_failures
+from motionvl.search.config import MODEL_SYNTHESIZERS, MODES, SearchConfig, mode_label
+from motionvl.search.decision import choose_start, decide, gate_failures
 from motionvl.search.dispatch import STOPPED, Dispatcher, SlotState
 from motionvl.search.ledger import Ledger
 from motionvl.search.lineage import code_version, spec_hash
 from motionvl.search.playback import CritiqueRequest, Playback, PlaybackResult
 from motionvl.synth import SynthesisRequest, usage_totals
+from motionvl.task import Task, make_task
 
 START, FINAL = "start", "final"
 SETTINGS_FILE = "search.json"
 EVALUATION_SUMMARY_KEYS = ("success_rate", "fell_fraction", "task_score", "forward_distance_m", "mean_speed_mps",
                            "tracking_error_mps", "heading_error_deg", "knee_angle_stance_deg", "torso_pitch_deg",
-                           "step_frequency_hz", "swing_clearance_m", "stance_slip_mps", "episodes")
+                           "step_frequency_hz", "swing_clearance_m", "stance_slip_mps", "episodes", "command",
+                           "drift_mps", "yaw_rate_steady_rps", "heading_turned_deg", "double_support_fraction")
 
 
 class SearchError(RuntimeError):
@@ -59,10 +61,19 @@ class SearchStopped(RuntimeError):
     """The search was asked to stop (`Search.stop()`): it ended at a step boundary; resume continues it."""
 
 
-def training_overrides(cfg: SearchConfig) -> list[str]:
-    """The training config overrides every run of a search trains with (its seed, environments and the
-    preset's overrides); a baseline trained beside the search uses the same."""
-    return [f"seed={cfg.seed}", *cfg.training_overrides] + ([f"env.num_envs={cfg.num_envs}"] if cfg.num_envs else [])
+def training_overrides(cfg: SearchConfig, task: Task | None = None, train_config: str | None = None) -> list[str]:
+    """The training config overrides every run of a search trains with (its seed, its task's env settings, command
+    distribution, terrain and the task itself, environments and the preset's overrides, which win); a baseline
+    trained beside the search uses the same. `train_config`: the training YAML whose command ranges the task's
+    share of commands leaves to the rest (None: the package's)."""
+    task_overrides = []
+    if task is not None:
+        from motionvl.rl.config import TrainConfig
+
+        commands = TrainConfig.from_yaml(train_config or None, overrides=tuple(cfg.training_overrides)).env.commands
+        task_overrides = task.training_overrides(cfg.task_share, (commands.vx, commands.vy, commands.yaw_rate))
+    return ([f"seed={cfg.seed}", *task_overrides, *cfg.training_overrides]
+            + ([f"env.num_envs={cfg.num_envs}"] if cfg.num_envs else []))
 
 
 @dataclasses.dataclass
@@ -96,14 +107,45 @@ class SearchSettings:
         if self.mode not in MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; modes: {list(MODES)}")
         SearchConfig.from_dict(self.config)
-        self.robot()
+        check_terrain(self.task_object(), self.robot())
         return self
+
+    def task_object(self) -> Task:
+        """The run's task (motionvl.task): the sentence read with the settings' `command`; a sentence the rules do
+        not understand is a TaskError unless a model synthesizer proposes for it and a command is given."""
+        cfg = SearchConfig.from_dict(self.config)
+        model = self.mode != "reference" and self.synthesizer in (*MODEL_SYNTHESIZERS, "replay")
+        return make_task(self.task, command=cfg.command, allow_unjudged=model,
+                         success_fraction=cfg.evaluation.success_fraction)
 
     def robot(self):
         """The run's RobotConfig (ConfigError naming what is wrong with its robot YAML)."""
         from motionvl.robot import load_robot_config
 
         return load_robot_config(self.robot_config)
+
+
+def recorded_training_overrides(run_dir: str | Path) -> list[str]:
+    """The training overrides of the search recorded in `run_dir` (its task's included): what a baseline trained
+    beside it uses to train as its runs did."""
+    recorded = Ledger(run_dir).get("run", "settings")
+    if recorded is None:
+        raise SearchError(f"{run_dir} holds no search")
+    settings = SearchSettings(**{k: recorded[k] for k in SearchSettings.__dataclass_fields__ if k in recorded})
+    return training_overrides(SearchConfig.from_dict(settings.config), settings.task_object(), settings.train_config)
+
+
+def check_terrain(task: Task, robot) -> None:
+    """ConfigError before anything trains when this installation cannot build the task's terrain."""
+    if task.terrain == "flat":
+        return
+    from motionvl.sim.model import TerrainConfig, build_model, single_floor
+
+    try:
+        build_model(robot, single_floor(TerrainConfig(kind=task.terrain, level=task.terrain_level)))
+    except ConfigError as exc:
+        raise ConfigError(f"the task {task.sentence!r} asks for terrain {task.terrain!r}, which this installation "
+                          f"cannot build: {exc}") from exc
 
 
 class Search:
@@ -123,6 +165,8 @@ class Search:
         self.settings = settings.validate()
         self.robot = settings.robot()
         self.cfg = SearchConfig.from_dict(settings.config)
+        self.task = settings.task_object()
+        self.train_overrides = training_overrides(self.cfg, self.task, settings.train_config)
         self.synthesizer, self.critic, self.playback, self.slots = synthesizer, critic, playback, slots
         self.log, self.progress = log, progress
         self.on_state, self.no_trainer_s = on_state or (lambda state: None), float(no_trainer_s)
@@ -155,7 +199,8 @@ class Search:
             if foreign:
                 raise SearchError(f"{self.run_dir} is not empty and holds no search ({foreign[0].name}); "
                                   "use a new directory")
-            self.ledger.append("run", "settings", {**mine, "label": self.settings.label, "code_version": code_version()})
+            self.ledger.append("run", "settings", {**mine, "label": self.settings.label, "code_version": code_version(),
+                                                   "task_object": self.task.to_dict()})
             (self.run_dir / SETTINGS_FILE).write_text(json.dumps(mine, indent=1))
             return
         if not resume:
@@ -191,6 +236,8 @@ class Search:
     # ------------------------------------------------------------------ the algorithm
     def run(self) -> dict:
         try:
+            self.log(f"task: {self.task.describe(self.cfg.evaluation.seconds)}"
+                     + (f"; not understood: {'; '.join(self.task.unjudged)}" if self.task.unjudged else ""))
             best = self._start()
             if self.settings.mode != "reference":
                 for it in range(1, self.cfg.iterations + 1):
@@ -213,9 +260,13 @@ class Search:
             self.close()
 
     def _start(self) -> dict:
-        spec = (load_reward_spec(self.settings.reference_spec) if self.settings.reference_spec else load_reward_spec()).to_dict()
-        record = {"id": START, "iteration": 0, "parent": None, "spec": spec, "diff": [], "origin": "reference"}
-        self.ledger.once("start", START, lambda: {"spec": spec, "start_run": self.settings.start_run})
+        if self._samples_start():
+            sampled = self._sampled_start()
+            if sampled is not None:
+                return sampled
+        spec, origin = self._start_spec()
+        record = {"id": START, "iteration": 0, "parent": None, "spec": spec, "diff": [], "origin": origin}
+        self.ledger.once("start", START, lambda: {"spec": spec, "start_run": self.settings.start_run, "origin": origin})
         if self.settings.start_run:
             self.ledger.once("trained", START, lambda: self._adopt_start_run(Path(self.settings.start_run)))
         else:
@@ -227,6 +278,73 @@ class Search:
         if self.use_critic and not (record.get("feedback") or {}).get("valid"):
             self.log(f"warning: the critic could not judge the start policy: {(record.get('feedback') or {}).get('error')}")
         self.log(f"start: {_scores_line(record)}")
+        return record
+
+    def _start_spec(self) -> tuple[dict, str]:
+        """The start's reward spec and where it comes from: the given reference spec, the shipped reference when it
+        fits the task, else a start composed for the task from the term library (the paper's category (ii))."""
+        recorded = self.ledger.get("start", START)
+        if recorded is not None:  # a resumed run keeps its start
+            return recorded["spec"], recorded.get("origin", "reference")
+        if self.settings.reference_spec or self.task.reference_fits or self.settings.start_run:
+            spec = load_reward_spec(self.settings.reference_spec) if self.settings.reference_spec else load_reward_spec()
+            return spec.to_dict(), "reference"
+        from motionvl.synth.compose import compose_start
+
+        spec = compose_start(self.task)
+        self.log(f"start: no shipped reference reward fits {self.task.motion!r} on {self.task.terrain} ground; "
+                 f"composed {spec.name} from the term library")
+        return spec.to_dict(), "composed"
+
+    def _samples_start(self) -> bool:
+        """Category (ii) with a model synthesizer: the start is the best of K rewards sampled from scratch."""
+        return (not self.task.reference_fits and not self.settings.reference_spec and not self.settings.start_run
+                and self.settings.mode != "reference" and self.settings.synthesizer in (*MODEL_SYNTHESIZERS, "replay")
+                and (self.ledger.get("start", START) or {}).get("origin", "sampled") == "sampled")
+
+    def _sampled_start(self) -> dict | None:
+        """K rewards sampled from scratch for the task (synthesis i0), each trained for base_iterations from scratch,
+        evaluated, played back and critiqued; the best by the gates and the ranking becomes the start (its records
+        copied under the id `start`). None when no sample trained: the composed start then."""
+        proposal = self._propose(0, None)
+        samples, jobs = [], []
+        for cid, c in zip(proposal["ids"], proposal["candidates"]):
+            record = {"id": cid, "iteration": 0, "parent": None, "spec": c.get("spec"), "diff": [],
+                      "origin": self.settings.synthesizer}
+            if not c.get("ok") or c.get("spec") is None:
+                record["failed"] = f"the synthesizer's answer was rejected: {c.get('rejection') or 'no spec'}"
+            else:
+                check = self.ledger.once("validated", cid, lambda c=c: _validate(c["spec"], self.robot))
+                if not check["ok"]:
+                    record["failed"] = f"the sandbox refused it: {check['error']}"
+                else:
+                    jobs.append(self._job(cid, c["spec"], self.cfg.base_iterations, warm_start=None))
+            samples.append(record)
+        self._train_all(jobs)
+        for record in samples:
+            if not record.get("failed"):
+                self._complete(record)
+        choice = self.ledger.once("chosen", START, lambda: choose_start(
+            samples, gates=self.cfg.gates, ranking=self.cfg.ranking, use_critic=self.use_critic))
+        for record in samples:
+            self.records[record["id"]] = record
+        for cid, verdict in choice["verdicts"].items():
+            self.log(f"  {cid}: {verdict['outcome']} - {verdict['reason']}")
+        if choice["winner"] is None:
+            self.log(f"start: no sampled reward trained ({choice['summary']}); the composed start instead")
+            return None
+        winner = self.records[choice["winner"]]
+        self.ledger.once("start", START, lambda: {"spec": winner["spec"], "start_run": None, "origin": "sampled",
+                                                  "candidate": winner["id"]})
+        for kind in ("trained", "played", "critiqued"):  # the start is the winner: its records under the start's id
+            data = self.ledger.get(kind, winner["id"])
+            if data is not None:
+                self.ledger.once(kind, START, lambda data=data: data)
+        record = {"id": START, "iteration": 0, "parent": None, "spec": winner["spec"], "diff": [], "origin": "sampled",
+                  "sample": winner["id"]}
+        self._complete(record)
+        self.log(f"start: {winner['id']} of {len(samples)} rewards sampled from scratch ({choice['summary']}): "
+                 f"{_scores_line(record)}")
         return record
 
     def _iteration(self, it: int, best: dict) -> dict:
@@ -300,12 +418,16 @@ class Search:
         key = f"i{it}"
         if self.ledger.has("synthesis", key):
             return self.ledger.get("synthesis", key)
-        request = SynthesisRequest(
-            task=self.settings.task, iteration=it - 1, num_candidates=self.cfg.candidates,
-            parent=RewardSpec.from_dict(best["spec"]), parent_statistics=(best.get("outcome") or {}).get("term_stats"),
-            parent_scores=_evaluation_summary(best), feedback=best.get("feedback") if self.use_critic else None,
-            tried=self._tried(it), seed=self.cfg.seed * 1000 + it, temperature=self.cfg.temperature)
-        self._state("proposing", iteration=it, best=best["id"])
+        if best is None:  # the start of a task no reference fits: K independent samples from scratch
+            request = SynthesisRequest(task=self.settings.task, iteration=0, num_candidates=self.cfg.candidates,
+                                       seed=self.cfg.seed * 1000, temperature=self.cfg.temperature, from_scratch=True)
+        else:
+            request = SynthesisRequest(
+                task=self.settings.task, iteration=it - 1, num_candidates=self.cfg.candidates,
+                parent=RewardSpec.from_dict(best["spec"]), parent_statistics=(best.get("outcome") or {}).get("term_stats"),
+                parent_scores=_evaluation_summary(best), feedback=best.get("feedback") if self.use_critic else None,
+                tried=self._tried(it), seed=self.cfg.seed * 1000 + it, temperature=self.cfg.temperature)
+        self._state("proposing", iteration=it, best=(best or {}).get("id"))
         t0 = time.monotonic()
         capped = self._cap_reached()
         if capped:
@@ -333,7 +455,7 @@ class Search:
         the synthesizer proposes none of them again."""
         out, parent = [], START
         for key, proposal in self.ledger.items("synthesis"):
-            decision = self.ledger.get("decided", key)
+            decision = self.ledger.get("decided", key) or (self.ledger.get("chosen", START) if key == "i0" else None)
             if int(key[1:]) >= it or decision is None:
                 continue
             for cid, c in zip(proposal.get("ids") or [], proposal.get("candidates") or []):
@@ -345,7 +467,7 @@ class Search:
                             "terms": c["spec"].get("terms"), "code": c["spec"].get("code"),
                             "outcome": verdict.get("outcome"), "reason": verdict.get("reason"),
                             "scores": _evaluation_summary({"evaluation": (trained.get("outcome") or {}).get("evaluation")})})
-            parent = decision.get("winner") or parent
+            parent = START if key == "i0" else decision.get("winner") or parent
         return out
 
     def _cap_reached(self) -> str | None:
@@ -359,16 +481,17 @@ class Search:
         return None
 
     def _job(self, cid: str, spec: dict, iterations: int, *, warm_start: str | None, final: bool = False) -> TrainingJob:
-        overrides = training_overrides(self.cfg)
+        overrides = list(self.train_overrides)
         if not final and not self.cfg.candidate_selection:
             overrides += ["selection.minutes=0", "selection.iterations=0"]
-        ev = self.cfg.evaluation
+        ev, task = self.cfg.evaluation, self.task
         return TrainingJob(candidate_id=cid, spec=RewardSpec.from_dict(spec, where=f"candidate {cid}"),
                            iterations=iterations, warm_start=warm_start, overrides=tuple(overrides),
                            run_dir=str(self.candidate_dir(cid)),
-                           evaluation={"episodes": ev.episodes, "seconds": ev.seconds, "command": list(ev.command),
+                           evaluation={"episodes": ev.episodes, "seconds": ev.seconds, "command": list(task.command),
                                        "randomize": True, "seed": ev.seed, "robot_dt": not ev.training_physics,
-                                       "success_fraction": ev.success_fraction})
+                                       "success_fraction": ev.success_fraction, "criterion": task.criterion.to_dict(),
+                                       "terrain": task.terrain, "terrain_level": task.terrain_level})
 
     def candidate_dir(self, cid: str) -> Path:
         return self.run_dir / "candidates" / cid
@@ -434,12 +557,17 @@ class Search:
             if self.use_critic and getattr(self.playback, "judges", False):
                 critique = CritiqueRequest(self.settings.task, (best or {}).get("feedback"))
             try:
-                result = self.playback.play(cid, outcome["policy_path"], out, render=render, critique=critique).summary()
+                result = self.playback.play(cid, outcome["policy_path"], out, render=render, critique=critique,
+                                            **self._playback_task()).summary()
             except Exception as exc:  # noqa: BLE001 - a failed playback fails this candidate's gates, not the search
                 result = {"candidate_id": cid, "out_dir": str(out), "fault": f"playback failed: {type(exc).__name__}: "
                           f"{exc}", "clipped_share": 0.0, "duration_s": 0.0, "frame_times": [], "meta": {"error": True}}
             return {**result, "wall_s": time.monotonic() - t0}
         return self.ledger.once("played", cid, play)
+
+    def _playback_task(self) -> dict:
+        """What every playback is played at: the task's command on its terrain."""
+        return {"command": self.task.command, "terrain": self.task.terrain, "terrain_level": self.task.terrain_level}
 
     def _critique(self, record: dict, best: dict | None) -> dict:
         if record["playback"].get("feedback") is not None:  # judged on the playback's path as it was played
@@ -483,9 +611,10 @@ class Search:
             raise SearchError(f"--start-run {run}: needs a training run directory with policy.onnx and checkpoints/")
         ev = self.cfg.evaluation
         t0 = time.monotonic()
-        evaluation = evaluate(policy, episodes=ev.episodes, seconds=ev.seconds, command=tuple(ev.command),
+        evaluation = evaluate(policy, episodes=ev.episodes, seconds=ev.seconds, command=self.task.command,
                               randomize=True, seed=ev.seed, robot_dt=not ev.training_physics,
-                              success_fraction=ev.success_fraction, robot=self.robot)
+                              criterion=self.task.criterion, terrain=self.task.terrain,
+                              terrain_level=self.task.terrain_level, robot=self.robot)
         stats = json.loads((run / "term_stats.json").read_text()) if (run / "term_stats.json").exists() else {}
         return {"ok": True, "trainer": "given", "reason": None, "wall_s": time.monotonic() - t0,
                 "outcome": {"candidate_id": START, "policy_path": str(policy), "run_dir": str(run),
@@ -501,7 +630,7 @@ class Search:
                    f"r* itself ({best['id']}) is exported")
         digest = spec_hash(chosen["spec"])
         meta = {"motionvl_run": self.run_dir.resolve().name, "reward_spec_hash": digest,
-                "code_version": code_version(), "task": self.settings.task, "search_label": self.settings.label,
+                "code_version": code_version(), "task": self._task_metadata(chosen), "search_label": self.settings.label,
                 "candidate": chosen["id"]}
         target = self.run_dir / "policy.onnx"
         write_policy(chosen["outcome"]["policy_path"], target, meta)
@@ -509,6 +638,13 @@ class Search:
         self.log(f"exported {target} ({chosen['id']}, {why}; reward spec {digest})")
         return {"policy": str(target), "candidate": chosen["id"], "reason": why, "reward_spec_hash": digest,
                 "metadata": meta}
+
+    def _task_metadata(self, chosen: dict) -> dict:
+        """The task the exported policy was trained for, with the command ranges it trained on (its contract's)."""
+        from motionvl.rl.export import load_policy
+
+        ranges = load_policy(chosen["outcome"]["policy_path"]).metadata.get("command_ranges")
+        return {**self.task.to_dict(), "command_ranges": ranges}
 
     def _film(self, record: dict) -> None:
         """The exported policy's playback rendered for the report, where its playback was not (an r* exported
@@ -519,8 +655,8 @@ class Search:
         def film() -> dict:
             t0 = time.monotonic()
             out = self.candidate_dir(record["id"]) / "playback_filmed"
-            return {**self.playback.play(record["id"], record["outcome"]["policy_path"], out, render=True).summary(),
-                    "wall_s": time.monotonic() - t0}
+            return {**self.playback.play(record["id"], record["outcome"]["policy_path"], out, render=True,
+                                         **self._playback_task()).summary(), "wall_s": time.monotonic() - t0}
         try:
             self.ledger.once("filmed", record["id"], film)
         except Exception as exc:  # noqa: BLE001 - the report goes without the film
@@ -536,8 +672,10 @@ class Search:
             def measure(record=record, label=label) -> dict:
                 t0 = time.monotonic()
                 terms = episode_term_rewards(record["outcome"]["policy_path"], spec, self.cfg.evaluation,
-                                             robot=self.robot)
-                return {"label": label, "terms": terms, "wall_s": time.monotonic() - t0}
+                                             robot=self.robot, command=self.task.command, terrain=self.task.terrain,
+                                             terrain_level=self.task.terrain_level)
+                return {"label": label, "terms": terms, "command": list(self.task.command), "terrain": self.task.terrain,
+                        "terrain_level": self.task.terrain_level, "wall_s": time.monotonic() - t0}
             self.ledger.once("table", record["id"], measure)
 
     def _write_report(self) -> None:

@@ -1,7 +1,7 @@
 """Playing a candidate's policy back for the critic, and what deployability the playback measured.
 
-`Playback.play(candidate_id, policy_path, out_dir) -> PlaybackResult`: one deterministic rollout at
-the velocity command of the task, its trajectory (what the kinematic critic reads), frames every
+`Playback.play(candidate_id, policy_path, out_dir, command=, terrain=) -> PlaybackResult`: one deterministic
+rollout at the velocity command of the task on its terrain, its trajectory (what the kinematic critic reads), frames every
 `frame_interval_s` (what a VLM sees; a video and a contact sheet in out_dir) and the deployability
 the gates check: a fault (a fall, a non-finite state or action) and the share of commands clipped
 to the robot's limits.
@@ -23,6 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from motionvl.search.config import PlaybackConfig
+from motionvl.task import DEFAULT_COMMAND
 
 SUMMARY_FILE = "playback.json"
 
@@ -107,9 +108,11 @@ class Playback(Protocol):
     """True when the playback's path has its own critic: play() with a CritiqueRequest returns its feedback."""
 
     def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True,
-             critique: CritiqueRequest | None = None) -> PlaybackResult:
-        """Play the policy back; with `render` also film it (frames, video, contact sheet); with `critique` (a
-        playback that judges) also have it critiqued (PlaybackResult.feedback)."""
+             critique: CritiqueRequest | None = None, command=DEFAULT_COMMAND, terrain: str = "flat",
+             terrain_level: int | None = None) -> PlaybackResult:
+        """Play the policy back at the task's velocity `command` on its `terrain` (and `terrain_level`); with
+        `render` also film it (frames, video, contact sheet); with `critique` (a playback that judges) also have it
+        critiqued (PlaybackResult.feedback)."""
 
 
 def trajectory_fault(traj) -> str | None:
@@ -139,10 +142,15 @@ class InProcessPlayback:
         self.robot = robot or load_robot_config()
 
     def play(self, candidate_id: str, policy_path: str | Path, out_dir: str | Path, render: bool = True,
-             critique: CritiqueRequest | None = None) -> PlaybackResult:
+             critique: CritiqueRequest | None = None, command=DEFAULT_COMMAND, terrain: str = "flat",
+             terrain_level: int | None = None) -> PlaybackResult:
+        from motionvl.sim.model import TerrainConfig
+
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        kwargs = {"seconds": self.cfg.seconds, "command": tuple(self.cfg.command), "robot": self.robot}
+        floor = TerrainConfig(kind=terrain, level=terrain_level)
+        kwargs = {"seconds": self.cfg.seconds, "command": tuple(float(c) for c in command), "robot": self.robot,
+                  "terrain": floor}
         try:
             from motionvl.deploy.playback import play
 
@@ -155,9 +163,9 @@ class InProcessPlayback:
         if traj is not None and render:
             from motionvl.render.camera import render_trajectory
             from motionvl.render.cli import write_outputs
-            from motionvl.sim.model import TerrainConfig, build_model
+            from motionvl.sim.model import build_model
 
-            frames, times = render_trajectory(build_model(self.robot, TerrainConfig()), traj,
+            frames, times = render_trajectory(build_model(self.robot, floor), traj,
                                               every_s=self.cfg.frame_interval_s)
             write_outputs(out_dir, frames, times, traj, every=self.cfg.frame_interval_s)
         elif traj is not None:
@@ -166,19 +174,21 @@ class InProcessPlayback:
                                 clipped_share=clipped_share(summary.get("clips") or {}, summary.get("policy_steps"),
                                                             self.robot.num_joints),
                                 duration_s=float(traj.time[-1]) if traj is not None and len(traj.time) else 0.0,
-                                frame_times=list(times), meta={"playback": self.name, **summary},
+                                frame_times=list(times), meta={"playback": self.name, "terrain": terrain,
+                                                               "terrain_level": terrain_level, **summary},
                                 _frames=frames, _trajectory=traj)
         (out_dir / SUMMARY_FILE).write_text(json.dumps(result.summary(), indent=1, default=str))
         return result
 
 
-def _simulator_rollout(policy_path: str, *, seconds: float, command, robot) -> dict:
+def _simulator_rollout(policy_path: str, *, seconds: float, command, robot, terrain=None) -> dict:
     """The deployment controller's playback summary approximated by a rollout of the evaluation environment at the
     robot's PD rate (clips: PD torques at the effort limit), for an installation whose controller cannot load."""
     from motionvl.render.rollout import rollout_policy
     from motionvl.rl.export import load_policy
 
-    traj = rollout_policy(load_policy(policy_path), robot, seconds=seconds, command=command)
+    traj = rollout_policy(load_policy(policy_path), robot, seconds=seconds, command=command,
+                          terrain=terrain if terrain is not None else "flat")
     tau = np.abs(np.asarray(traj.joint_torque if traj.joint_torque is not None else np.zeros((0, robot.num_joints))))
     clipped = int(np.count_nonzero(tau >= 0.999 * robot.effort_limit[None, :]))
     return {"reached_run": True, "faults": [], "fell": bool(np.any(traj.fell)), "clips": {"torque": clipped},

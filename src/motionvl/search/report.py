@@ -101,6 +101,18 @@ class RunView:
         return run_timing(self.ledger)
 
 
+def _task_of(settings: dict):
+    """The run's task (motionvl.task.Task) as recorded, else read again from its sentence; None when unreadable."""
+    from motionvl.task import Task, TaskError, make_task
+
+    try:
+        if settings.get("task_object"):
+            return Task.from_dict(settings["task_object"])
+        return make_task(settings["task"]) if settings.get("task") else None
+    except TaskError:
+        return None
+
+
 def run_timing(ledger: Ledger) -> dict:
     """Seconds of the run by part, from the ledger: wall_s (first to last record), train_s (PPO training
     inside the trainers), evaluation_s (held-out evaluation), synthesis, validation, playback, critique,
@@ -309,6 +321,12 @@ def write_report(run_dir: str | Path) -> dict:
           f"candidates x N={cfg.get('iterations')} iterations, {cfg.get('candidate_iterations')} PPO iterations per candidate "
           f"({'warm-started from r*' if cfg.get('warm_start') else 'from scratch'}), start {cfg.get('base_iterations')}, "
           f"final {cfg.get('final_iterations')}. Code {s.get('code_version')}.")
+    task = _task_of(s)
+    if task is not None:
+        origin = (view.ledger.get("start", "start") or {}).get("origin")
+        doc.p(f"Task as read: {task.describe(float((cfg.get('evaluation') or {}).get('seconds') or 10.0))}"
+              + (f". Not understood: {'; '.join(task.unjudged)}" if task.unjudged else "")
+              + (f". Start: the {origin} reward" if origin else "") + ".")
     finished = view.ledger.get("run", "finished")
     if not finished:
         doc.p("This run has not finished: the report shows what the ledger holds so far.")
@@ -329,8 +347,12 @@ def write_report(run_dir: str | Path) -> dict:
                          _fmt((chosen.get("feedback") or {}).get("alignment_score"))])
         ev = start["evaluation"]
         doc.p(f"Reward-free evaluation on {ev.get('episodes')} held-out randomised episodes of {ev.get('seconds')} s at "
-              f"{ev.get('command')} (pushes, friction, gains, latency randomised):")
-        doc.table(["", "start (reference reward)", f"exported ({chosen_id})"], rows)
+              f"{ev.get('command')} on {ev.get('terrain', 'flat')} ground"
+              + (f" (level {ev['terrain_level']})" if ev.get("terrain_level") is not None else "")
+              + f", success: {(ev.get('criterion') or {}).get('kind', 'distance')} "
+              "(pushes, friction, gains, latency randomised):")
+        origin = (view.ledger.get("start", "start") or {}).get("origin", "reference")
+        doc.table(["", f"start ({origin} reward)", f"exported ({chosen_id})"], rows)
 
     # -- the chosen reward
     if start and chosen:
@@ -428,20 +450,22 @@ def write_report(run_dir: str | Path) -> dict:
         terms = []
         for t in tables.values():
             terms += [k for k in t["terms"] if k not in terms]
-        header = ["method", *terms, "task score", "success", "stance knee (deg)"]
-        rows, levels = [], {}
+        header = ["method", "command", "terrain (level)", *terms, "task score", "success", "stance knee (deg)"]
+        rows, reached = [], []
         for key, t in tables.items():
             c = view.candidates.get(key) or {}
             ev = c.get("evaluation") or {}
-            rows.append([t["label"], *[_fmt(t["terms"].get(k)) for k in terms], _fmt(ev.get("task_score")),
+            level = t.get("terrain_level", ev.get("terrain_level"))
+            ground = f"{t.get('terrain') or ev.get('terrain') or 'flat'} ({'-' if level is None else level})"
+            rows.append([t["label"], str(t.get("command") or ev.get("command") or "-"), ground,
+                         *[_fmt(t["terms"].get(k)) for k in terms], _fmt(ev.get("task_score")),
                          _fmt(ev.get("success_rate"), "pct"), _fmt(ev.get("knee_angle_stance_deg"), "f1")])
-            levels[key] = (_terrain_level_reached(c), ev.get("terrain"), ev.get("terrain_level"))
-        if any(reached is not None or level is not None for reached, _, level in levels.values()):
-            # the paper's Table I reports the terrain level: the one training reached and the one evaluated at
-            header += ["terrain level (training)", "evaluated on"]
-            for row, (reached, terrain, level) in zip(rows, levels.values()):
-                row += [_fmt(reached, "f1"), "-" if terrain is None else f"{terrain} level {level}" if level is not None
-                        else terrain]
+            reached.append(_terrain_level_reached(c))
+        if any(level is not None for level in reached):
+            # the paper's Table I reports the terrain level: the one training reached (evaluated: "terrain (level)")
+            header.append("terrain level (training)")
+            for row, level in zip(rows, reached):
+                row.append(_fmt(level, "f1"))
         doc.table(header, rows)
 
     # -- time

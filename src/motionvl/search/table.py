@@ -12,6 +12,7 @@ import numpy as np
 
 from motionvl.rewards.spec import RewardSpec
 from motionvl.search.config import EvaluationConfig
+from motionvl.task import DEFAULT_COMMAND
 
 
 def table_spec(specs: list[dict]) -> RewardSpec:
@@ -29,17 +30,18 @@ def table_spec(specs: list[dict]) -> RewardSpec:
     return RewardSpec.from_dict(raw, where="Table I terms")
 
 
-def episode_term_rewards(policy_path, spec: RewardSpec, evaluation: EvaluationConfig, robot=None) -> dict[str, float]:
-    """{term: mean per-second episode reward} of the policy on the held-out episodes (module docstring), on `robot`
-    (RobotConfig; None: the package's)."""
+def episode_term_rewards(policy_path, spec: RewardSpec, evaluation: EvaluationConfig, robot=None, *,
+                         command=DEFAULT_COMMAND, terrain: str = "flat", terrain_level: int | None = None) -> dict[str, float]:
+    """{term: mean per-second episode reward} of the policy on the held-out episodes (module docstring) at the task's
+    `command`, `terrain` and `terrain_level`, on `robot` (RobotConfig; None: the package's)."""
     from motionvl.rl.evaluate import batch_evaluation_env
     from motionvl.rl.export import load_policy
     from motionvl.rl.trainer import agree_on_standing
 
     policy = load_policy(policy_path)
     env = batch_evaluation_env(policy, seconds=evaluation.seconds, episodes=evaluation.episodes, randomize=True,
-                               command=tuple(evaluation.command), robot_dt=not evaluation.training_physics,
-                               seed=evaluation.seed, robot=robot)
+                               command=tuple(command), robot_dt=not evaluation.training_physics,
+                               seed=evaluation.seed, robot=robot, terrain=terrain, terrain_level=terrain_level)
     reward = agree_on_standing(spec, env.cfg)
     step_terms: list = []
 

@@ -102,6 +102,9 @@ class SynthesisRequest:
     """Makes the rules backend's choices and the model's sampling repeatable."""
     temperature: float = 0.3
     """Sampling temperature of model backends (the paper's 0.3)."""
+    from_scratch: bool = False
+    """No reference reward fits the task (the paper's category (ii)): write one from the term library, each
+    candidate an independent sample (no parent; the reference is not shown as a start)."""
 
     def checked(self) -> "SynthesisRequest":
         """A normalised copy (parent as RewardSpec, feedback as dict); SynthesisError for bad input."""
@@ -126,6 +129,10 @@ class SynthesisRequest:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 2.0:
             raise SynthesisError(f"temperature must be a number within [0, 2], got {t!r}")
+        if not isinstance(self.from_scratch, bool):
+            raise SynthesisError(f"from_scratch must be true or false, got {self.from_scratch!r}")
+        if self.from_scratch and self.parent is not None:
+            raise SynthesisError("a request from scratch has no parent")
         tried = self.tried or []
         if not isinstance(tried, list) or not all(isinstance(x, dict) for x in tried):
             raise SynthesisError("tried must be a list of candidate records (mappings)")
@@ -142,6 +149,8 @@ class SynthesisRequest:
         out["feedback"] = _feedback_dict(self.feedback)
         if not out["tried"]:
             del out["tried"]  # a request without history keeps the key it had before `tried` existed (replay)
+        if not out["from_scratch"]:
+            del out["from_scratch"]  # likewise
         return out
 
     @classmethod

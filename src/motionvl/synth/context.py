@@ -304,7 +304,7 @@ def build_prompt(request: SynthesisRequest, *, robot=None, max_prompt_chars: int
         "robot": f"## Robot\n{robot_summary(robot)}",
         "library": "## Library terms: sign name(default params): meaning\n" + describe_library(),
         "code": "## Generated terms (only when no library term fits)\n" + _code_reference(short=False),
-        "parent": f"## {header}\n{spec_section(base)}",
+        "parent": "" if request.from_scratch else f"## {header}\n{spec_section(base)}",
         "statistics": "## Training statistics of r* (reward reflection)\n"
         + statistics_section(request.parent_statistics, base) if request.parent_statistics else "",
         "scores": "## Reward-free evaluation of r*\n" + scores_section(request.parent_scores)
@@ -314,6 +314,9 @@ def build_prompt(request: SynthesisRequest, *, robot=None, max_prompt_chars: int
         if request.tried else "",
         "ask": "## Now\n" + ("Revise r* for the task with conservative, focused edits, using the statistics, scores and "
                              "critic above." if revision else
+                             "No reference reward fits this task: write a reward for it from the library terms (a "
+                             "generated term only where none fits), with tracking of the commanded velocity, "
+                             "survival and a stable, upright body." if request.from_scratch else
                              "Write a reward for the task, starting from the reference reward and changing what the "
                              "task asks for.") + " Answer with the JSON object only.",
     }

@@ -313,6 +313,48 @@ def task_moves(parent: RewardSpec, task, measured: dict) -> list[Move]:
     return moves
 
 
+def motion_moves(parent: RewardSpec, task, scores: dict | None) -> list[Move]:
+    """Edits for the motion the task commands when it is not the reference's forward walk (task =
+    motionvl.task.Task): backward, sideways, slow or fast walking leans on the velocity tracking terms; turning in
+    place on the yaw-rate terms and on staying put; standing on staying put, upright and level. Urgency from the
+    parent's reward-free evaluation at the task's command where it has one."""
+    scores = scores or {}
+    vx, vy, yaw = task.command
+    moves = []
+    success = scores.get("success_rate")
+    gap = None if not isinstance(success, (int, float)) else max(0.0, 0.9 - float(success)) / 0.9
+    if task.motion == "stand":
+        drift = scores.get("drift_mps")
+        moves.append(Move("task:stand_still", _urgency(gap if drift is None else _gap(drift, 0.03, 0.15)),
+                          "the task asks to stand still: no drift, feet planted, upright"
+                          + (f"; drifts {drift:.2f} m/s" if isinstance(drift, (int, float)) else ""),
+                          [[_raise(parent, "lin_vel_drift", 0.2, 0.5), _raise(parent, "orientation", 0.2, 0.4)],
+                           [_raise(parent, "tracking_lin_vel", 0.0, 1.0), _raise(parent, "lin_vel_drift", 0.4, 0.7),
+                            _raise(parent, "foot_slip", 0.0, 1.0)],
+                           [_raise(parent, "contact_phase", 0.2, 0.8), _raise(parent, "ang_vel_xy", 0.2, 0.3)]]))
+    elif task.motion == "turn in place":
+        rate = scores.get("yaw_rate_steady_rps")
+        rate_gap = None if not isinstance(rate, (int, float)) else _gap(abs(rate - yaw) / max(abs(yaw), 1e-9), 0.1, 0.5)
+        moves.append(Move("task:turn_in_place", _urgency(rate_gap if rate_gap is not None else gap),
+                          f"the task asks to turn in place at {yaw:+.2f} rad/s"
+                          + (f"; turns at {rate:+.2f} rad/s" if isinstance(rate, (int, float)) else ""),
+                          [[_raise(parent, "yaw_rate_error", 0.2, 0.5), _raise(parent, "lin_vel_drift", 0.2, 0.5)],
+                           [_raise(parent, "tracking_ang_vel", 0.3, 1.0), _raise(parent, "yaw_rate_error", 0.4, 0.7)],
+                           [_raise(parent, "lin_vel_drift", 0.4, 0.7), _raise(parent, "feet_distance", 0.2, 0.3)]]))
+    elif vx < 0 or abs(vy) > 1e-9 or abs(math.hypot(vx, vy) - 0.6) > 0.05:
+        speed = scores.get("mean_speed_mps")
+        asked = math.hypot(vx, vy)
+        speed_gap = None if not isinstance(speed, (int, float)) else min(1.0, abs(speed - asked) / max(asked, 0.1))
+        way = "backward" if vx < 0 else "sideways" if abs(vy) > 1e-9 else "forward"
+        moves.append(Move(f"task:walk_{way}", _urgency(speed_gap if speed_gap is not None else gap),
+                          f"the task asks to walk {way} at {asked:.2f} m/s, away from the reference's forward 0.6"
+                          + (f"; moves {speed:.2f} m/s along it" if isinstance(speed, (int, float)) else ""),
+                          [[_raise(parent, "lin_vel_error", 0.2, 0.5), _raise(parent, "lin_vel_drift", 0.2, 0.4)],
+                           [_raise(parent, "tracking_lin_vel", 0.0, 1.0), _raise(parent, "lin_vel_error", 0.4, 0.7)],
+                           [_raise(parent, "lin_vel_drift", 0.4, 0.6), _raise(parent, "tracking_heading", 0.2, 0.5)]]))
+    return moves
+
+
 # suggestion (term, direction) -> (quantity, predicate on its measurement: the ask is already met)
 _MET_ALREADY: dict[tuple[str, str], tuple[str, Callable[[float], bool]]] = {
     ("knee_extension", "increase"): ("knee_flexion", lambda v: v <= 10.0),
@@ -386,12 +428,13 @@ def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, meas
                           [[_raise(parent, "termination", 0.0, 1.0), _raise(parent, "orientation", 0.2, 0.3)],
                            [_raise(parent, "alive", 0.2, 0.2), *(_lower(parent, t.name, 0.7) for t in style[:1])]]))
     command = scores.get("command")
-    speed = measured.get("forward_speed")
-    if isinstance(command, list) and command and isinstance(speed, (int, float)):
-        shortfall = float(command[0]) - speed
-        if abs(shortfall) > 0.1 * max(abs(float(command[0])), 0.3):
+    speed = measured.get("forward_speed")  # the evaluation's mean speed along the commanded direction
+    if isinstance(command, list) and len(command) >= 2 and isinstance(speed, (int, float)):
+        asked = math.hypot(float(command[0]), float(command[1]))
+        shortfall = asked - speed
+        if asked > 1e-9 and abs(shortfall) > 0.1 * max(asked, 0.3):
             moves.append(Move("gate:speed", 1.0 + min(1.0, abs(shortfall) / 0.3),
-                              f"walks at {speed:.2f} m/s against the command's {float(command[0]):.2f}",
+                              f"moves at {speed:.2f} m/s along the command against its {asked:.2f}",
                               [[_raise(parent, "lin_vel_error", 0.2, 0.5)], [_raise(parent, "tracking_lin_vel", 0.0, 1.0),
                                                                              _raise(parent, "lin_vel_error", 0.4, 0.7)]]))
     return moves
@@ -410,13 +453,21 @@ class RulesSynthesizer(RewardSynthesizer):
         self.robot = robot
 
     def _propose(self, request: SynthesisRequest) -> list[Candidate]:
-        from motionvl.task import parse_task
+        from motionvl.task import TaskError, make_task, parse_task
 
         parent = request.parent or self.start
-        task = parse_task(request.task)
+        try:
+            motion = make_task(request.task)
+        except TaskError:  # nothing understood: no task move (the answer below says so)
+            motion = None
+        if request.from_scratch and motion is not None:  # the rules compose one start (motionvl.synth.compose)
+            return self._composed(request, motion)
+        task = motion.spec if motion is not None else parse_task(request.task)
         measured = measured_quantities(request.parent_scores, request.feedback)
         moves = gate_moves(parent, request.parent_scores, request.parent_statistics, measured)
         moves += task_moves(parent, task, measured)
+        if motion is not None:
+            moves += motion_moves(parent, motion, request.parent_scores)
         taken = {(e.term, "increase") for m in moves for v in m.variants for e in v if e.weight is not None}
         found, notes = critic_moves(parent, request.feedback, measured, taken)
         moves += found + reflection_moves(parent, request.parent_statistics)
@@ -454,6 +505,20 @@ class RulesSynthesizer(RewardSynthesizer):
             out.append(rejected(f"no further distinct edit: the rules found {found_count} for this input that no "
                                 f"earlier candidate ({len(request.tried)} tried) made", prompt=summary))
         return out
+
+    def _composed(self, request: SynthesisRequest, task) -> list[Candidate]:
+        from motionvl.synth.compose import compose_start
+
+        spec = compose_start(task)
+        rationale = f"rules (model-free): {spec.description}"
+        checked, rejection = check_spec(spec.to_dict(), where="rules composed start", robot=self.robot)
+        summary = f"rules (model-free) composing a start for task: {request.task}\n{task.describe()}"
+        first = (rejected(rejection, prompt=summary) if checked is None else
+                 Candidate(spec=checked, ok=True, rejection=None, prompt=summary, response=spec_answer(spec.to_dict(),
+                           rationale), attempts=0, usage=empty_usage(), edits=term_diff(None, checked),
+                           rationale=rationale))
+        return [first] + [rejected("the rules compose one start for a task; no further independent sample",
+                                   prompt=summary) for _ in range(request.num_candidates - 1)]
 
     @staticmethod
     def _options(moves: list[Move], rng) -> list[tuple[str, list[Move], list[Edit]]]:
