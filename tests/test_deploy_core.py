@@ -293,15 +293,18 @@ def test_stand_ramp_never_jumps(path):
 
 
 # ---------------------------------------------------------------------- faults, cycle by cycle
-def feed(c, q, dq, clock, quat=(1.0, 0.0, 0.0, 0.0), gyro=(0.0, 0.0, 0.0), dt=None):
-    """One joint state and IMU message (mapped into the robot's motor and IMU space) at the clock's time."""
+def feed(c, q, dq, clock, quat=(1.0, 0.0, 0.0, 0.0), gyro=(0.0, 0.0, 0.0), dt=None, noise=True):
+    """One joint state and IMU message (mapped into the robot's motor and IMU space) at the clock's time.
+    `noise`: the gyro carries a sensor's noise (a nano-radian per second every other message), so that
+    a still robot's IMU is not a frozen one."""
     dt = c.period if dt is None else dt
     clock.t += dt
     m = c.mapping
     stamp = clock.t - 100.0
+    jitter = np.array([0.0, 0.0, 1e-9 * (int(round(clock.t / c.period)) % 2)]) if noise else np.zeros(3)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN and inf states are meant
         c.joint_state(m.motor_names, m.to_motor_position(q), m.to_motor_signed(dq), stamp)
-        imu_quat, imu_gyro = m.base_to_imu(np.asarray(quat, float), np.asarray(gyro, float))
+        imu_quat, imu_gyro = m.base_to_imu(np.asarray(quat, float), np.asarray(gyro, float) + jitter)
     c.imu(imu_quat, imu_gyro, stamp)
 
 
