@@ -22,7 +22,7 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, String  # noqa: E402
+from std_msgs.msg import Float64MultiArray, Header, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from deploy_fixtures import ROBOT, assert_within, hardware_section, mapped_robot, write_robot_yaml  # noqa: E402
@@ -61,6 +61,9 @@ class Drives:
         n.create_subscription(String, "deployment/status", lambda m: self._keep(self.statuses)(json.loads(m.data)),
                               LATCHED)
         n.create_subscription(DiagnosticArray, "/diagnostics", self._keep(self.diagnostics), 10)
+        self.cycles: list = []  # (cycle index, command mode) from ~/cycle (publish_cycle_stamps)
+        n.create_subscription(Header, "deployment/cycle", lambda m: self._keep(self.cycles)(
+            (int(m.frame_id.split()[1]), m.frame_id.split()[0])), RELIABLE)
         self.clients = {}
 
     def _keep(self, store):
@@ -74,10 +77,10 @@ class Drives:
                 and (not commands or self.node.count_publishers(f"{self.node.get_namespace()}/{self.topic}") > 0))
 
     # ------------------------------------------------------------------ the robot's side
-    def publish(self, q, dq=None, quat=UPRIGHT, gyro=(0.0, 0.0, 0.0), stamp=None, noise=True) -> None:
+    def publish(self, q, dq=None, quat=UPRIGHT, gyro=(0.0, 0.0, 0.0), stamp=None, noise=True, joints=True) -> None:
         """One IMU reading and one joint state (joint space in, motor space out), a new stamp. `noise`:
         the gyro carries a sensor's noise (a nano-radian per second every other reading), so that a
-        still robot's IMU is not a frozen one."""
+        still robot's IMU is not a frozen one. `joints` False: the IMU reading only."""
         m = self.mapping
         dq = np.zeros(J) if dq is None else np.asarray(dq, float)
         self.stamp = self.stamp + 0.02 if stamp is None else stamp
@@ -90,6 +93,8 @@ class Drives:
         imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z = (float(v) for v in imu_quat)
         imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (float(v) for v in imu_gyro)
         self.imu_pub.publish(imu)
+        if not joints:
+            return
         js = JointState(name=list(m.motor_names))
         js.header.stamp.sec, js.header.stamp.nanosec = sec, nsec
         with np.errstate(invalid="ignore"):

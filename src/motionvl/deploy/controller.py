@@ -101,6 +101,9 @@ class Controller:
         self.stats = LoopStatistics(self.period)
         self.policy = None  # DeployedPolicy
         self.make_runner = runner
+        self.interrupt = None
+        """A callable the transport may set: True when something more urgent than the policy step a cycle
+        waits for has come (an e-stop, a signal); the cycle then stops waiting and damps."""
         self.runner = None
         """Runs the loaded policy's steps (one per policy)."""
         self.cycle_index = 0
@@ -443,7 +446,8 @@ class Controller:
             self._policy_steps = 0
             self._target_step, self._late_since = -1, None
             self._target = self.robot.default_pose.copy()
-            self.inputs.joints.repeats = 0  # frozen joints count from RUN on (a robot may hang still before)
+            # frozen joints count from RUN on (a robot may hang still before): the next state starts a run
+            self.inputs.joints.repeats, self._last_joint_values = 0, None
         if mode != Mode.STAND:
             self._ramp = None
         if mode != Mode.RUN:
@@ -467,7 +471,7 @@ class Controller:
                 runner.submit(StepRequest(step, q.copy(), dq.copy(), inputs.base_quat.copy(), inputs.base_gyro.copy(),
                                           np.array(command, dtype=np.float64), step * self.robot.control_dt))
                 deadline = trigger + self.config.policy_deadline_share * self.period
-                result = runner.wait(deadline - self.clock())
+                result = runner.wait(deadline - self.clock(), self.interrupt)
                 if result is not None:
                     self._take_step(result)
         if self.mode != Mode.RUN:  # the step's output faulted

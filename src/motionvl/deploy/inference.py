@@ -26,6 +26,9 @@ import numpy as np
 
 from motionvl.deploy.faults import first_non_finite
 
+INTERRUPT_SLICE_S = 0.001
+"""While a cycle waits for a policy step, how often it looks whether something more urgent came."""
+
 
 @dataclasses.dataclass
 class StepRequest:
@@ -94,7 +97,7 @@ class InlineRunner:
     def submit(self, request: StepRequest) -> None:
         self._result = run_step(self.policy, request, names=self.names)
 
-    def wait(self, timeout: float) -> StepResult | None:
+    def wait(self, timeout: float, interrupt=None) -> StepResult | None:
         return self.poll()
 
     def poll(self) -> StepResult | None:
@@ -148,13 +151,19 @@ class PolicyWorker:
         self.started_at = time.monotonic()
         self._go.release()
 
-    def wait(self, timeout: float) -> StepResult | None:
-        """The result of the submitted step if it is back within `timeout` seconds, else None."""
+    def wait(self, timeout: float, interrupt=None) -> StepResult | None:
+        """The result of the submitted step if it is back within `timeout` seconds, else None; `interrupt()`
+        True ends the wait early (looked at every INTERRUPT_SLICE_S: an e-stop must not wait for a step)."""
         if not self._busy:
             return None
-        if not self._done.acquire(timeout=max(0.0, timeout)):
-            return None
-        return self._take()
+        end = time.monotonic() + max(0.0, timeout)
+        while True:
+            left = end - time.monotonic()
+            slice_ = left if interrupt is None else min(left, INTERRUPT_SLICE_S)
+            if self._done.acquire(timeout=max(0.0, slice_)):
+                return self._take()
+            if left <= slice_ or (interrupt is not None and interrupt()):
+                return None
 
     def poll(self) -> StepResult | None:
         """The result of the submitted step if it is back now, else None (never blocks)."""

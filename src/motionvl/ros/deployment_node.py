@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import array
 import collections
-import contextlib
 import functools
 import json
 import sys
@@ -80,8 +79,6 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist, TwistStamped
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
-from rclpy.callback_groups import CallbackGroup
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Imu, JointState
@@ -94,6 +91,7 @@ from motionvl.deploy.scheduling import (DeadlineClock, RealtimeStatus, StatePace
                                         set_switch_interval, set_thread_scheduling)
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros import runtime
+from motionvl.ros.owned import OwnedSubscriptions
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node
 
@@ -195,19 +193,6 @@ def stamp_seconds(header) -> float:
     return header.stamp.sec + header.stamp.nanosec * 1e-9
 
 
-class LoopOwned(CallbackGroup):
-    """The callback group of the subscriptions the control loop takes itself: no executor runs them."""
-
-    def can_execute(self, entity) -> bool:
-        return False
-
-    def beginning_execution(self, entity) -> bool:
-        return False
-
-    def ending_execution(self, entity) -> None:
-        pass
-
-
 class _Request:
     """A service's request handed to the control loop, and the loop's answer."""
 
@@ -269,14 +254,11 @@ class DeploymentNode(Node):
         self._cycle_header = Header()
 
         # taken by the control loop itself (see the module docstring)
-        loop_owned = LoopOwned()
+        self.owned = OwnedSubscriptions(self)
         self.cmd_vel_type = CMD_VEL_TYPES[p["cmd_vel_type"]]
-        self._joint_sub = self.create_subscription(JointState, "joint_states", lambda _: None, STATE_QOS,
-                                                   callback_group=loop_owned)
-        self._imu_sub = self.create_subscription(Imu, "imu/data", lambda _: None, qos_profile_sensor_data,
-                                                 callback_group=loop_owned)
-        self._cmd_vel_sub = self.create_subscription(self.cmd_vel_type, "cmd_vel", lambda _: None, COMMAND_QOS,
-                                                     callback_group=loop_owned)
+        self._joint_sub = self.owned.add(JointState, "joint_states", self._on_joint_state, STATE_QOS)
+        self._imu_sub = self.owned.add(Imu, "imu/data", self._on_imu, qos_profile_sensor_data, take_all=True)
+        self._cmd_vel_sub = self.owned.add(self.cmd_vel_type, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
         # the resolved names (remappings applied) are what the publisher checks must look at
         self.state_topics = [self._joint_sub.topic_name, self._imu_sub.topic_name]
         self.cmd_vel_topic = self._cmd_vel_sub.topic_name
@@ -294,8 +276,8 @@ class DeploymentNode(Node):
         self.lock = threading.Lock()
         """Guards the request queue (never held across a cycle)."""
         self._requests: collections.deque = collections.deque()
-        self._estop_reason: str | None = None  # set by the service, taken by the loop before anything else
-        self._wake = _rclpy.GuardCondition(self.context.handle)
+        self._due: float | None = None  # arrival of a joint state that is due a cycle
+        c.interrupt = self._urgent  # a cycle waiting for a policy step stops waiting for these
         self._pacer = StatePacer(c.period)
         self._autostart = p["autostart"]
         self._status_version = None
@@ -318,104 +300,98 @@ class DeploymentNode(Node):
 
     # ------------------------------------------------------------------ the control thread
     def _control_loop(self) -> None:
-        p, c = self.params, self.controller
+        c = self.controller
         self.loop_scheduling = set_thread_scheduling(self.realtime.requested_priority if self.realtime.granted else 0,
                                                      self.cpus) if (self.cpus or self.realtime.granted) else "inherited"
-        subs = (self._joint_sub, self._imu_sub, self._cmd_vel_sub)
-        wait_set = _rclpy.WaitSet(len(subs), 1, 0, 0, 0, 0, self.context.handle)
-        period, timeout = c.period, c.config.state_timeout
-        clock: DeadlineClock | None = DeadlineClock(period) if p["trigger"] == "clock" else None
-        last_state = None  # arrival of the last state that triggered a cycle
-        exit_clock, exit_left = None, 0
-        with contextlib.ExitStack() as handles:
-            for entity in (self.context.handle, self._wake, *(s.handle for s in subs)):
-                handles.enter_context(entity)
-            pointers = [s.handle.pointer for s in subs]
+        self._deadlines = DeadlineClock(c.period) if self.params["trigger"] == "clock" else None
+        """Deadlines of trigger 'clock', or of a silent state stream's cycles (None: states pace the loop)."""
+        self._last_state = None  # arrival of the last state that triggered a cycle
+        self._exit_deadlines, self._exit_left = None, 0
+        with self.owned.opened():
             while True:
-                now = time.monotonic()
-                if exit_clock is None and (self._stop.is_set() or self._stop_signalled()):
-                    exit_clock = DeadlineClock(period, start=now - period)
-                    exit_left = max(1, int(round(p["exit_damping_seconds"] / period)))
-                    self._answer_pending(False, "the node is shutting down")
-                wake_at = (exit_clock or clock).next if (exit_clock or clock) else now + period
-                wait_set.clear_entities()
-                for sub in subs:
-                    wait_set.add_subscription(sub.handle)
-                wait_set.add_guard_condition(self._wake)
-                wait_set.wait(max(0, int((wake_at - time.monotonic()) * 1e9)))
-                ready = wait_set.get_ready_entities("subscription")
-                now = time.monotonic()
-                due = self._take(ready, pointers, now) if ready else None
-                if exit_clock is not None:  # the exit window: damping on deadlines from the newest state
-                    self._answer_pending(False, "the node is shutting down")
-                    if now >= exit_clock.next:
-                        exit_clock.next += period * (1 + max(0, int((now - exit_clock.next) // period)))
-                        self._send(c.damping_command())
-                        self.exit_commands += 1
-                        exit_left -= 1
-                        if exit_left <= 0:
-                            return
-                    continue
-                stalled = c.loop_awake(now)
-                self._serve_requests()
-                if p["trigger"] == "clock":
-                    if now >= clock.next:
-                        lost = max(0, int((now - clock.next) // period))
-                        deadline = clock.next + lost * period
-                        clock.next = deadline + period
-                        c.stats.lost_cycles += lost
-                        self._cycle(deadline)
-                    elif stalled:
-                        self._cycle(now)
-                elif due is not None:
-                    last_state, clock = due, None  # (a silent stream's clock ends: states pace the loop again)
-                    self._cycle(due)
-                elif stalled:
-                    self._cycle(now)
-                elif clock is not None:  # the state stream is silent: cycle on deadlines (the cycles damp)
-                    if now >= clock.next:
-                        deadline = clock.next
-                        clock.next = max(deadline + period, now)
-                        self._cycle(deadline)
-                elif last_state is not None and now - last_state > timeout:
-                    clock = DeadlineClock(period, start=now)
-                    self._cycle(now)
-                if c.version != self._status_version:
-                    self._publish_status()
+                try:
+                    if self._loop_once():
+                        return
+                except Exception as exc:  # noqa: BLE001 - the loop must outlive a bug, unless the context is gone
+                    if not self.context.ok():
+                        return
+                    self.get_logger().error(f"control loop: {type(exc).__name__}: {exc}", throttle_duration_sec=1.0)
+
+    def _loop_once(self) -> bool:
+        """One wake of the control loop: take what came, answer requests, cycle when due. True when the
+        loop is over (its exit damping sent)."""
+        c, period = self.controller, self.controller.period
+        now = time.monotonic()
+        if self._exit_deadlines is None and (self._stop.is_set() or self._stop_signalled()):
+            self._exit_deadlines = DeadlineClock(period, start=now - period)
+            self._exit_left = max(1, int(round(self.params["exit_damping_seconds"] / period)))
+        clock = self._exit_deadlines or self._deadlines
+        self._due = None
+        self.owned.wait((clock.next if clock else now + period) - time.monotonic())
+        now, due = time.monotonic(), self._due
+        if self._exit_deadlines is not None:  # the exit window: damping on deadlines from the newest state
+            self._answer_pending(False, "the node is shutting down")
+            if now >= self._exit_deadlines.next:
+                self._exit_deadlines.next += period * (1 + max(0, int((now - self._exit_deadlines.next) // period)))
+                self._send(c.damping_command())
+                self.exit_commands += 1
+                self._exit_left -= 1
+            return self._exit_left <= 0
+        stalled = c.loop_awake(now)
+        self._serve_requests()
+        clock = self._deadlines
+        if self.params["trigger"] == "clock":
+            if now >= clock.next:
+                lost = max(0, int((now - clock.next) // period))
+                deadline = clock.next + lost * period
+                clock.next = deadline + period
+                c.stats.lost_cycles += lost
+                self._cycle(deadline)
+            elif stalled:
+                self._cycle(now)
+        elif due is not None:
+            self._last_state, self._deadlines = due, None  # (a silent stream's clock ends: states pace the loop again)
+            self._cycle(due)
+        elif stalled:
+            self._cycle(now)
+        elif clock is not None:  # the state stream is silent: cycle on deadlines (the cycles damp)
+            if now >= clock.next:
+                deadline = clock.next
+                clock.next = max(deadline + period, now)
+                self._cycle(deadline)
+        elif self._last_state is not None and now - self._last_state > c.config.state_timeout:
+            self._deadlines = DeadlineClock(period, start=now)
+            self._cycle(now)
+        if c.version != self._status_version:
+            self._publish_status()
+        return False
+
+    def _urgent(self) -> bool:
+        """A request, an e-stop or a stop waits for the loop."""
+        return bool(self._requests) or self._stop.is_set() or self._stop_signalled()
 
     def _stop_signalled(self) -> bool:
         """A SIGINT/SIGTERM (or request_stop) for this process since the node started."""
         at = runtime.stop_requested_at()
         return at is not None and at >= self._started_at
 
-    def _take(self, ready, pointers, now: float) -> float | None:
-        """Take what the ready subscriptions hold; returns `now` when a joint state is due a cycle."""
-        c, due = self.controller, None
-        joints, imu, cmd_vel = pointers
-        if imu in ready:
-            while True:
-                taken = self._imu_sub.handle.take_message(Imu, False)
-                if taken is None:
-                    break
-                msg = taken[0]
-                o, g, a = msg.orientation, msg.angular_velocity, msg.linear_acceleration
-                c.imu((o.w, o.x, o.y, o.z), (g.x, g.y, g.z), stamp_seconds(msg.header), now, accel=(a.x, a.y, a.z))
-        if joints in ready:
-            taken = self._joint_sub.handle.take_message(JointState, False)
-            if taken is not None:
-                msg = taken[0]
-                c.joint_state(msg.name, msg.position, msg.velocity, stamp_seconds(msg.header), now)
-                stream = c.inputs.joints
-                if stream.advanced_at == now and self._pacer.due(stream.last_stamp):
-                    due = now
-        if cmd_vel in ready:
-            taken = self._cmd_vel_sub.handle.take_message(self.cmd_vel_type, False)
-            if taken is not None:
-                msg = taken[0]
-                t = msg.twist if self.cmd_vel_type is TwistStamped else msg
-                if not c.velocity_command(t.linear.x, t.linear.y, t.angular.z, now):
-                    self.get_logger().warning("cmd_vel with NaN/inf ignored", throttle_duration_sec=2.0)
-        return due
+    # the loop's own subscriptions: called in the control thread as it takes each message
+    def _on_imu(self, msg: Imu) -> None:
+        o, g, a = msg.orientation, msg.angular_velocity, msg.linear_acceleration
+        self.controller.imu((o.w, o.x, o.y, o.z), (g.x, g.y, g.z), stamp_seconds(msg.header), time.monotonic(),
+                            accel=(a.x, a.y, a.z))
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        now, c = time.monotonic(), self.controller
+        c.joint_state(msg.name, msg.position, msg.velocity, stamp_seconds(msg.header), now)
+        stream = c.inputs.joints
+        if stream.advanced_at == now and self._pacer.due(stream.last_stamp) and self.params["trigger"] == "state":
+            self._due = now
+
+    def _on_cmd_vel(self, msg) -> None:
+        t = msg.twist if self.cmd_vel_type is TwistStamped else msg
+        if not self.controller.velocity_command(t.linear.x, t.linear.y, t.angular.z, time.monotonic()):
+            self.get_logger().warning("cmd_vel with NaN/inf ignored", throttle_duration_sec=2.0)
 
     def _cycle(self, trigger: float) -> None:
         c = self.controller
@@ -479,7 +455,7 @@ class DeploymentNode(Node):
         request = _Request(action)
         with self.lock:
             self._requests.append(request)
-        self._wake.trigger_guard_condition()
+        self.owned.wake()
         if request.done.wait(REQUEST_TIMEOUT_S):
             ok, message = request.answer
         else:
@@ -487,10 +463,6 @@ class DeploymentNode(Node):
         return self._answer(response, ok, message, what)
 
     def _serve_requests(self) -> None:
-        c = self.controller
-        reason, self._estop_reason = self._estop_reason, None
-        if reason is not None:
-            c.estop(reason)
         if not self._requests:
             return
         with self.lock:
@@ -523,8 +495,6 @@ class DeploymentNode(Node):
         return serve
 
     def _on_estop(self, request, response):
-        # the flag first: the loop takes it at its next wake even if the queue's answer comes late
-        self._estop_reason = "e-stop service"
         return self._ask(lambda: self.controller.estop("e-stop service"), "estop", response)
 
     def _on_rearm(self, request, response):
@@ -661,7 +631,7 @@ class DeploymentNode(Node):
         self._stop.set()
         if self._thread is None:
             return
-        self._wake.trigger_guard_condition()
+        self.owned.wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=self.params["exit_damping_seconds"] + JOIN_MARGIN_S)
 
