@@ -166,6 +166,14 @@ def extract_baseline(ref: str, folder: Path) -> Path | str:
     return folder / "src"
 
 
+def baseline_environment(src: Path) -> dict:
+    """This process's environment with the baseline's package tree first on the path (and its config)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(src)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["MOTIONVL_SHARE"] = str(Path(src).parent)
+    return env
+
+
 def machine() -> dict:
     model = ""
     try:
@@ -203,10 +211,7 @@ def measure(policy: Path, path: str, period: float, seconds: float, priority: in
     from motionvl.deploy.scheduling import request_realtime
 
     ns = f"/bench_{uuid.uuid4().hex[:8]}"
-    env = dict(os.environ)
-    if controller == "baseline":
-        env["PYTHONPATH"] = os.pathsep.join([str(baseline)] + [p for p in [env.get("PYTHONPATH")] if p])
-        env["MOTIONVL_SHARE"] = str(Path(baseline).parent)
+    env = baseline_environment(baseline) if controller == "baseline" else None
     process = subprocess.Popen(controller_command(controller, ns, policy, path, priority), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=env)
     context = rclpy.Context()
