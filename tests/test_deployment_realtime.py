@@ -188,3 +188,22 @@ def test_cmd_vel_of_either_type_and_a_wrong_type_publisher_reported(deployment, 
     stranger.destroy_node()
     rclpy.try_shutdown(context=other)
     assert wait_for(lambda: drives.diagnostic_values().get("cmd_vel_wrong_type") == "none", timeout=20.0)
+
+
+def test_cpu_affinity_pins_the_control_loop_and_a_bad_list_is_refused(deployment, ros_context):
+    import os
+
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    node, drives = deployment("pd", cpu_affinity=str(cpu), gil_switch_interval=0.001)
+    drives.step(ROBOT.default_pose)
+    assert wait_for(lambda: f"CPUs [{cpu}]" in drives.diagnostic_values().get("loop_thread", "")), \
+        drives.diagnostic_values().get("loop_thread")
+    assert drives.diagnostic_values()["gil_switch_interval_ms"] == "1.0"
+    from rclpy.parameter import Parameter
+
+    from motionvl.robot import ConfigError
+    from motionvl.ros.deployment_node import DeploymentNode
+
+    with pytest.raises(ConfigError, match="cpu_affinity"):
+        DeploymentNode(context=ros_context, namespace="/bad_cpus", parameter_overrides=[
+            Parameter("cpu_affinity", value="one"), Parameter("realtime_priority", value=0)])
