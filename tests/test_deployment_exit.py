@@ -227,8 +227,8 @@ def test_no_run_after_a_stall_longer_than_the_watchdog(ros_context, tmp_path):
 
     policy = write_random_policy(tmp_path / "p.onnx")
     ns = f"/stall_{uuid.uuid4().hex[:8]}"
-    node = start_node(ns, f"policy:={policy}", "autostart:=run", "overrun_periods:=1000000",
-                      "policy_deadline_share:=500.0", "frozen_samples:=0", "watchdog_periods:=10")
+    node = start_node(ns, f"policy:={policy}", "autostart:=run", "overrun_periods:=1000000", "frozen_samples:=0",
+                      "watchdog_periods:=10")
     drives = Drives(ros_context, ns, ROBOT, "pd")
     executor, thread = spin(ros_context, drives)
     stream = None

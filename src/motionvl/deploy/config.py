@@ -133,6 +133,11 @@ class DeployConfig:
             problems.append(f"cmd_vel_accel must be three numbers > 0, got {list(self.cmd_vel_accel)}")
         if len(self.cmd_vel_ranges) != 3 or not all(len(r) == 2 and r[0] <= 0 <= r[1] for r in self.cmd_vel_ranges):
             problems.append(f"cmd_vel_ranges must be three (lo <= 0 <= hi) pairs, got {self.cmd_vel_ranges}")
+        if not problems and self.policy_deadline_share * self.command_period(robot) >= \
+                self.watchdog_periods * robot.control_dt:
+            problems.append(f"policy_deadline_share {self.policy_deadline_share:g} lets a cycle wait for its policy "
+                            f"step as long as the watchdog ({self.watchdog_periods} policy periods) allows the loop to "
+                            "stall: a slow step would read as a stalled process")
         if problems:
             raise ConfigError("deployment settings: " + "; ".join(problems))
         return self
