@@ -888,23 +888,26 @@ def running_on_a_worker(path="torque", **config):
 
 
 def test_a_late_step_damps_on_schedule_and_its_target_serves_the_rest_of_its_period():
-    """Torque path, ten cycles a policy period: the period's step is held, so its cycles damp (RUN kept);
-    once it is back, the next cycle takes it and the rest of the period runs on its target."""
+    """Torque path, ten PD cycles a policy period: a step's target takes effect one cycle after the state
+    it was computed from (the first RUN cycle commands the default pose). The step is held, so the cycles
+    that need it damp (RUN kept); once it is back, the rest of its period runs on its target."""
     from waiting import wait_for
 
     c, clock, gate, entered = running_on_a_worker("torque")
     gate.clear()
     feed(c, ROBOT.default_pose, np.zeros(J), clock)
-    first = c.cycle()  # the step of this period is held: this cycle and the next damp, RUN kept
+    assert c.cycle().mode == Mode.RUN  # RUN's entry target; the step of period 0 starts
     assert entered.wait(10.0)
-    assert first.mode == Mode.DAMP and c.mode == Mode.RUN and c.stats.late_cycles == 1
-    feed(c, ROBOT.default_pose, np.zeros(J), clock)
-    assert c.cycle().mode == Mode.DAMP and c.stats.late_cycles == 2
+    for late in (1, 2):  # they need that step: damping on schedule, RUN kept
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        assert c.cycle().mode == Mode.DAMP and c.mode == Mode.RUN and c.stats.late_cycles == late
     gate.set()
     assert wait_for(lambda: not c.runner._done.locked()), "the step did not come back"
-    for _ in range(c.decimation - 2):  # the rest of the period: RUN on the late step's target
+    for _ in range(c.decimation - 2):  # cycles 3..10: RUN on its target (cycle 10 starts the next step)
         feed(c, ROBOT.default_pose, np.zeros(J), clock)
-        assert c.cycle().mode == Mode.RUN
+        command = c.cycle()
+        assert command.mode == Mode.RUN
+    np.testing.assert_allclose(c._target, ROBOT.default_pose + 0.05)
     assert c._policy_steps == 1 and c.stats.late_cycles == 2 and not c.modes.faults
 
 

@@ -55,6 +55,9 @@ def test_nan_from_the_policy_damps_at_the_next_command(deployment, tmp_path, pat
     policy = write_random_policy(tmp_path / "nan.onnx", robot=mapped_robot(), kind="nan")
     node, drives = deployment(path, policy=str(policy), stand_seconds=0.1 if path == "pd" else 0.02)
     command = run_mode(node, drives)  # the first RUN cycle runs the policy
+    if path == "torque":  # (its target, NaN here, would take effect at the next PD cycle)
+        assert node.controller.mode == Mode.RUN
+        command = drives.step(ROBOT.default_pose)
     assert_damping(command, drives, node)
     fault = node.controller.modes.faults[0]
     assert fault.kind == "non_finite_policy" and "before scaling" in fault.reason
@@ -80,7 +83,10 @@ def test_policy_overrunning_its_periods_damps(deployment, tmp_path, path):
 
     deployed.act = overrunning_step  # fault injection into the core's policy, the node untouched
     command = run_mode(node, drives)
-    assert_damping(command, drives, node, mode=None)  # the first RUN cycle: the step is late
+    if path == "torque":  # the first PD cycle commands RUN's entry target; the next ones need the step
+        assert np.any(command.tau != 0) or node.controller.mode == Mode.RUN
+        command = drives.step(ROBOT.default_pose)
+    assert_damping(command, drives, node, mode=None)  # the step is late
     commands = 1
     while not node.controller.modes.faults and commands < 10_000:
         assert_damping(drives.step(ROBOT.default_pose), drives, node, mode=None)

@@ -55,11 +55,12 @@ class DeployConfig:
     Cycles later than one command period are counted (statistics) but a host PD cycle a few ms
     late is no fault on its own."""
     policy_deadline_share: float = 0.5
-    """A policy step runs beside the control loop (`motionvl.deploy.inference`): the cycle that makes it
-    due waits for it until this share of a command period after the cycle's trigger. A step not back by
-    then leaves that cycle, and every later one until a step of the current policy period is back, to
-    command damping on schedule (mode RUN kept; counted as late cycles); late for longer than
-    `overrun_periods` policy periods is the overrun fault. Above 1 the cycle itself may end late (an
+    """A policy step runs beside the control loop (`motionvl.deploy.inference`): the cycle that needs its
+    target (on the pd path the cycle that starts it; with several command cycles a policy period, the
+    next one) waits for it until this share of a command period after the cycle's trigger. A step not
+    back by then leaves that cycle, and every later one that needs it, to command damping on schedule
+    (mode RUN kept; counted as late cycles); late for longer than `overrun_periods` policy periods is
+    the overrun fault. Above 1 the cycle itself may end late (an
     overrun in the statistics): for tests on a loaded machine, where a step must not miss by chance."""
     watchdog_periods: int = 5
     """A gap between two wakes of the control loop longer than this many policy periods (a stalled

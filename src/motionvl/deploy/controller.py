@@ -40,6 +40,9 @@ from motionvl.robot import RobotConfig
 
 QUAT_NORM_TOLERANCE = 0.1
 """An IMU orientation whose norm is further than this from 1 is not a rotation: a bad message."""
+STATISTICS_WINDOW_S = 10.0
+"""The loop's percentiles are over its last this many seconds of cycles (a small window keeps the
+diagnostics' percentiles cheap beside the loop)."""
 DAMPING_VELOCITY_MAX_AGE = 2
 """Policy periods: host-side damping uses a joint velocity measured at most this long ago (and not
 longer than the state timeout); an older one, or none usable, damps with zero torque rather than a
@@ -98,7 +101,7 @@ class Controller:
         self.velocity = VelocityCommand(config)
         self.period = config.command_period(robot)
         self.decimation = config.decimation(robot)
-        self.stats = LoopStatistics(self.period)
+        self.stats = LoopStatistics(self.period, size=max(1000, int(round(STATISTICS_WINDOW_S / self.period))))
         self.policy = None  # DeployedPolicy
         self.make_runner = runner
         self.interrupt = None
@@ -107,6 +110,8 @@ class Controller:
         self.runner = None
         """Runs the loaded policy's steps (one per policy)."""
         self.cycle_index = 0
+        self.stepped = False
+        """The last cycle started a policy step."""
         self.command_writers = 0
         """Other publishers on the command topic (the transport counts them)."""
         self.state_writers: dict[str, list[str]] = {}
@@ -116,8 +121,8 @@ class Controller:
         self._target: np.ndarray | None = None
         self._run_cycles = 0
         self._policy_steps = 0
-        self._target_step = -1
-        """The RUN step (policy period) `_target` belongs to."""
+        self._step_targets: dict[int, np.ndarray] = {}
+        """The targets of RUN's latest policy steps, by step (-1: the default pose RUN starts at)."""
         self._late_since: float | None = None
         """When the cycles began to lack a target of their own policy period (None: they have one)."""
         self._overrun_streak = 0
@@ -336,6 +341,7 @@ class Controller:
         if self.inputs.joint_pos is None and self.mode == Mode.PASSIVE:
             return None
         self.cycle_index += 1
+        self.stepped = False
         self.stats.cycle_started(start)
         mode = self.mode
         found = self.monitor.check(self.inputs, start, self.cycle_index, running=mode == Mode.RUN)
@@ -444,8 +450,9 @@ class Controller:
             self.policy.io.reset()
             self._run_cycles = 0
             self._policy_steps = 0
-            self._target_step, self._late_since = -1, None
+            self._late_since = None
             self._target = self.robot.default_pose.copy()
+            self._step_targets = {-1: self._target}
             # frozen joints count from RUN on (a robot may hang still before): the next state starts a run
             self.inputs.joints.repeats, self._last_joint_values = 0, None
         if mode != Mode.STAND:
@@ -454,31 +461,46 @@ class Controller:
             self._target = None
 
     def _policy_target(self, q: np.ndarray, dq: np.ndarray, command: np.ndarray, trigger: float) -> np.ndarray | None:
-        """The target of this RUN cycle: the newest step's, while it belongs to the current policy period;
-        None (the cycle damps) while that step is late. A step is started at the first cycle of each
-        period (unless the last one is still running) and waited for until its deadline."""
-        runner = self.runner
-        step, phase = divmod(self._run_cycles, self.decimation)
+        """The target of this RUN cycle, or None (the cycle damps) while the step it needs is late.
+
+        A step starts at the first cycle of each policy period (unless the last one is still running).
+        With one command cycle per policy period (pd path) that cycle waits for it until its deadline and
+        commands its target. With several (torque path: the PD law at the command rate) the step runs
+        beside the cycles, as a PD loop beside its policy thread does: its target takes effect at the
+        next cycle, one command period after the state it was computed from (waited for until that
+        cycle's deadline), and serves the rest of the period; no cycle waits for a step that is on time.
+        """
+        runner, D = self.runner, self.decimation
+        k = self._run_cycles
         self._run_cycles += 1
-        result = runner.poll()  # a late step that came back since the last cycle
+        lag = 1 if D > 1 else 0
+        needed = (k - lag) // D  # the step whose target this cycle commands (-1: RUN's entry target)
+        result = runner.poll()  # a step that came back since the last cycle
         if result is not None:
             self._take_step(result)
-        if phase == 0 and self.mode == Mode.RUN:
+        if k % D == 0 and self.mode == Mode.RUN:
             if runner.busy:
                 self.stats.skipped_steps += 1
             else:
+                self.stepped = True
                 inputs = self.inputs
-                runner.submit(StepRequest(step, q.copy(), dq.copy(), inputs.base_quat.copy(), inputs.base_gyro.copy(),
-                                          np.array(command, dtype=np.float64), step * self.robot.control_dt))
-                deadline = trigger + self.config.policy_deadline_share * self.period
-                result = runner.wait(deadline - self.clock(), self.interrupt)
+                runner.submit(StepRequest(k // D, q.copy(), dq.copy(), inputs.base_quat.copy(),
+                                          inputs.base_gyro.copy(), np.array(command, dtype=np.float64),
+                                          (k // D) * self.robot.control_dt))
+                result = runner.poll()  # (an inline runner is done already: its faults show in this cycle)
                 if result is not None:
                     self._take_step(result)
+        if needed not in self._step_targets and runner.busy and runner.step == needed and self.mode == Mode.RUN:
+            result = runner.wait(trigger + self.config.policy_deadline_share * self.period - self.clock(),
+                                 self.interrupt)
+            if result is not None:
+                self._take_step(result)
         if self.mode != Mode.RUN:  # the step's output faulted
             return None
-        if self._target_step == step:
-            self._late_since = None
-            return self._target
+        target = self._step_targets.get(needed)
+        if target is not None:
+            self._target, self._late_since = target, None
+            return target
         now = self.clock()
         self.stats.late_cycles += 1
         if self._late_since is None:
@@ -497,9 +519,11 @@ class Controller:
         if result.target is None:
             self._fault(Fault(result.kind, result.problem, self.cycle_index))
             return
-        if result.step >= self._target_step:
-            self._target, self._target_step = result.target, result.step
-            self._policy_steps += 1
+        self._policy_steps += 1
+        targets = self._step_targets
+        targets[result.step] = result.target
+        for old in [s for s in targets if s < result.step - 1]:  # the newest two are all a cycle can need
+            del targets[old]
 
     def _build(self, q: np.ndarray, dq: np.ndarray, target: np.ndarray | None, now: float) -> Command:
         mode, b = self.mode, self.builder

@@ -94,6 +94,10 @@ class InlineRunner:
     def busy(self) -> bool:
         return False
 
+    @property
+    def step(self) -> int | None:
+        return None
+
     def submit(self, request: StepRequest) -> None:
         self._result = run_step(self.policy, request, names=self.names)
 
@@ -142,6 +146,11 @@ class PolicyWorker:
     def busy(self) -> bool:
         """A step was submitted and its result not yet taken."""
         return self._busy
+
+    @property
+    def step(self) -> int | None:
+        """The index of the step submitted and not yet taken (None when idle)."""
+        return self._request.step if self._busy and self._request is not None else None
 
     def submit(self, request: StepRequest) -> None:
         if self._busy or self._closed:

@@ -74,6 +74,18 @@ def request_realtime(priority: int = 50, lock_memory: bool = True, all_threads: 
     return status
 
 
+def release_realtime() -> None:
+    """Undo `request_realtime` for every thread of the process (SCHED_OTHER, memory unlocked): a process
+    that goes on to start others (a benchmark) must not hand its priority down to them."""
+    if hasattr(os, "sched_setscheduler") and os.path.isdir("/proc/self/task"):
+        for tid in (int(t) for t in os.listdir("/proc/self/task")):
+            try:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:  # a thread that ended meanwhile, or nothing to undo
+                pass
+    ctypes.CDLL(None, use_errno=True).munlockall()
+
+
 def set_thread_scheduling(priority: int = 0, affinity=()) -> str:
     """For the calling thread: SCHED_FIFO at `priority` (0: SCHED_OTHER, so that a thread started by a
     real-time one does not keep its priority) and the CPUs it may run on (empty: leave as is).
@@ -192,6 +204,8 @@ class LoopStatistics:
         """From what triggered a cycle (a state's arrival, or the deadline) to its command being sent."""
         self.inference = Rolling(size)
         """ONNX Runtime time of each policy step."""
+        self.step_latency = Rolling(size)
+        """`latency` of the cycles that started a policy step (the others only run the PD law)."""
         self.cycles = 0
         self.overruns = 0
         """Cycles that finished later than one period after their trigger."""
@@ -215,7 +229,8 @@ class LoopStatistics:
         return {"cycles": self.cycles, "overruns": self.overruns, "lost_cycles": self.lost_cycles,
                 "late_cycles": self.late_cycles, "skipped_steps": self.skipped_steps,
                 "period_ms": self.intervals.summary_ms(), "period_error_ms": self.period_error.summary_ms(),
-                "latency_ms": self.latency.summary_ms(), "inference_ms": self.inference.summary_ms()}
+                "latency_ms": self.latency.summary_ms(), "step_latency_ms": self.step_latency.summary_ms(),
+                "inference_ms": self.inference.summary_ms()}
 
 
 class DeadlineClock:

@@ -17,7 +17,8 @@ Figures (p50 / p99 / max, ms):
                command just sent answered (published right after the command: an upper bound by
                the one extra small message's transit)
   period_error |interval between commands received - the command period|, at the robot
-  node_latency the node's own take -> publish time, and its inference: ONNX Runtime per policy step
+  node_latency the node's own take -> publish time (node_step_latency: of the cycles that ran a policy
+               step), and its inference: ONNX Runtime per policy step
   lost         states that no command answered
 Conditions: idle / `--hogs` busy processes; real-time off / SCHED_FIFO `--priority` (both processes,
 memory locked) where the system grants it (else the figures say it was refused). Goals (issue 92),
@@ -46,8 +47,10 @@ from pathlib import Path
 import numpy as np
 from rclpy.node import Node
 
-HOG = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass"
-"""A busy process that ends when the benchmark does, however that ends."""
+HOG = ("import os\nos.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))\nparent = os.getppid()\n"
+       "while os.getppid() == parent:\n    pass")
+"""A busy process (an ordinary one, whatever its parent's scheduling) that ends when the benchmark does,
+however that ends."""
 GOAL_END_TO_END_P99_MS = 2.0
 GOAL_PERIOD_ERROR_P99_MS = 1.0
 GOAL_OVER_PROBE_MS = 1.0
@@ -208,7 +211,7 @@ def measure(policy: Path, path: str, period: float, seconds: float, priority: in
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from motionvl.deploy.scheduling import request_realtime
+    from motionvl.deploy.scheduling import release_realtime, request_realtime
 
     ns = f"/bench_{uuid.uuid4().hex[:8]}"
     env = baseline_environment(baseline) if controller == "baseline" else None
@@ -228,6 +231,8 @@ def measure(policy: Path, path: str, period: float, seconds: float, priority: in
     except RuntimeError as exc:
         failure = str(exc)
     finally:
+        if rt is not None:  # before anything is started again: children inherit the scheduling
+            release_realtime()
         executor.shutdown(timeout_sec=2.0)
         spin.join(timeout=5.0)
         figures = robot.figures()
@@ -359,7 +364,8 @@ class Robot(Node):
 
         return {"end_to_end_ms": percentiles_ms(latency), "period_error_ms": percentiles_ms(error),
                 "states": len(self.published), "lost": len(set(self.published) - answered),
-                "node_latency_ms": node("latency"), "node_period_error_ms": node("period_error"),
+                "node_latency_ms": node("latency"), "node_step_latency_ms": node("step_latency"),
+                "node_period_error_ms": node("period_error"),
                 "inference_ms": node("inference"), "overruns": d.get("overruns"),
                 "late_cycles": d.get("late_cycles"), "faults": d.get("faults")}
 

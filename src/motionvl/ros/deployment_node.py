@@ -404,7 +404,10 @@ class DeploymentNode(Node):
                 # the process stalled between the cycle's start and here: never send what it built
                 command = c.damping_command()
             self._send(command)
-            c.stats.latency.add(time.monotonic() - trigger)
+            latency = time.monotonic() - trigger
+            c.stats.latency.add(latency)
+            if c.stepped:
+                c.stats.step_latency.add(latency)
             answered = c.inputs.joints.last_stamp
             if self.cycle_pub is not None and answered is not None:
                 header = self._cycle_header
@@ -612,7 +615,7 @@ class DeploymentNode(Node):
                   "cmd_vel_wrong_type": "; ".join(self.cmd_vel_wrong_type) or "none",
                   **{f"dropped_{k}": v for k, v in s["dropped"].items()},
                   **{f"clips_{k}": v for k, v in s["clips"].items()}}
-        for name in ("period_ms", "period_error_ms", "latency_ms", "inference_ms"):
+        for name in ("period_ms", "period_error_ms", "latency_ms", "step_latency_ms", "inference_ms"):
             for stat in ("p50", "p99", "max"):
                 values[f"{name[:-3]}_{stat}_ms"] = s[name][stat]
         last = s["last_transition"]
