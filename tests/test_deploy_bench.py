@@ -1,5 +1,6 @@
-"""`motionvl bench deploy` as written, briefly: the node, the minimal probe loop and the baseline node of
-an older revision each measured in the same run, and the summary the goals are read from. The figures
+"""`motionvl bench deploy` as written, briefly: the node, the minimal probe loop, the simulator's stream
+and the baseline node of an older revision each measured in the same run, and the summary the goals are
+read from. The figures
 themselves are the machine's (a quiet machine's run is in bench/RESULTS.md); here only that each
 controller answered and that every figure is there."""
 
@@ -18,19 +19,22 @@ pytest.importorskip("onnxruntime")
 def test_bench_deploy_measures_the_node_and_the_probe_in_one_run():
     """The baseline is left out here (it runs the same way as the node, from another tree: next test)."""
     proc = subprocess.run([sys.executable, "-m", "motionvl.cli", "bench", "deploy", "--seconds", "1",
-                           "--conditions", "idle", "--realtime", "off", "--controllers", "probe,node"],
+                           "--conditions", "idle", "--realtime", "off", "--controllers", "probe,node,simulator"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
     assert result["benchmark"] == "deploy" and result["rate_hz"] == 500.0
     measured = {r["controller"]: r for r in result["conditions"]}
-    assert set(measured) == {"probe", "node"}
+    assert set(measured) == {"probe", "node", "simulator"}
+    simulator = measured.pop("simulator")
+    assert simulator["states"] > 0 and simulator["period_error_ms"]["p99"] is not None, simulator
     for name, figures in measured.items():
         assert "error" not in figures, (name, figures.get("error"), figures.get("output"))
         assert figures["end_to_end_ms"]["n"] > 0 and figures["period_error_ms"]["p99"] is not None, (name, figures)
     assert measured["node"]["inference_ms"]["p99"] is not None and measured["node"]["faults"] == "none"
     (row,) = result["summary"]
-    for key in ("node_end_to_end_p99_ms", "node_period_error_p99_ms", "probe_end_to_end_p99_ms", "goals_met"):
+    for key in ("node_end_to_end_p99_ms", "node_period_error_p99_ms", "probe_end_to_end_p99_ms",
+                "simulator_period_error_p99_ms", "goals_met"):
         assert row[key] is not None, row
     assert set(result["gil_wait_ms"]) == {"5 ms (Python default)", "0.5 ms (the node)"}
 

@@ -12,6 +12,8 @@ deadlines (with a sensor's noise, so that no value is frozen) and takes the comm
             floor the node is compared with (notes/deploy-latency-probe.md)
   baseline  the deployment node of `--baseline` (a git revision of this repository, by default the
             one before the real-time rework), extracted to a temporary directory and run the same way
+  simulator the simulator node's own stream (hardware emulation at the command rate, nothing commanding
+            it): the period error of its joint_states at the robot, as the drives' side of a sim-to-sim run
 Figures (p50 / p99 / max, ms):
   end_to_end   from publishing a joint state to receiving the ~/cycle stamp that says which state the
                command just sent answered (published right after the command: an upper bound by
@@ -56,7 +58,7 @@ GOAL_PERIOD_ERROR_P99_MS = 1.0
 GOAL_OVER_PROBE_MS = 1.0
 BASELINE_REF = "c8cdb8c"
 """main before the real-time rework of the deployment node (issue 92)."""
-CONTROLLERS = ("probe", "baseline", "node")
+CONTROLLERS = ("probe", "baseline", "node", "simulator")
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -66,7 +68,8 @@ def add_deploy_bench_arguments(parser) -> None:
     parser.add_argument("--priority", type=int, default=50, help="SCHED_FIFO priority of the real-time condition")
     parser.add_argument("--conditions", default="idle,hog", help="comma list: idle, hog")
     parser.add_argument("--realtime", default="off,on", help="comma list: off, on")
-    parser.add_argument("--controllers", default=",".join(CONTROLLERS), help="comma list: probe, baseline, node")
+    parser.add_argument("--controllers", default=",".join(CONTROLLERS),
+                        help="comma list: probe, baseline, node, simulator")
     parser.add_argument("--baseline", default=BASELINE_REF,
                         help="git revision of this repository whose deployment node is the baseline")
     parser.add_argument("--policy", help="ONNX policy (default: a random one with the robot's contract)")
@@ -105,8 +108,11 @@ def run_deploy_benchmark(args) -> dict:
                 hogs = [subprocess.Popen([sys.executable, "-c", HOG])
                         for _ in range(args.hogs if condition == "hog" else 0)]
                 try:
-                    figures = measure(policy, args.path, period, args.seconds, args.priority if realtime else 0,
-                                      controller=controller, baseline=baseline)
+                    if controller == "simulator":
+                        figures = measure_simulator(period, args.seconds, args.priority if realtime else 0)
+                    else:
+                        figures = measure(policy, args.path, period, args.seconds, args.priority if realtime else 0,
+                                          controller=controller, baseline=baseline)
                 finally:
                     for hog in hogs:
                         hog.kill()
@@ -143,6 +149,7 @@ def summarize(results: list) -> list:
                "node_end_to_end_p99_ms": node, "node_period_error_p99_ms": error,
                "probe_end_to_end_p99_ms": probe, "baseline_end_to_end_p99_ms": p99("baseline"),
                "baseline_period_error_p99_ms": p99("baseline", "period_error_ms"),
+               "simulator_period_error_p99_ms": p99("simulator", "period_error_ms"),
                "node_lost": (by.get("node") or {}).get("lost"), "node_faults": (by.get("node") or {}).get("faults")}
         if node is not None and error is not None:
             row["goals_met"] = bool(node < GOAL_END_TO_END_P99_MS and error < GOAL_PERIOD_ERROR_P99_MS
@@ -252,6 +259,69 @@ def measure(policy: Path, path: str, period: float, seconds: float, priority: in
                                                for line in output.splitlines() if "real-time scheduling" in line),
                                               "not requested")}
     return figures
+
+
+def measure_simulator(period: float, seconds: float, priority: int) -> dict:
+    """The simulator node (hardware emulation, publishing at 1 / period, SCHED_FIFO `priority` when > 0) as
+    its own process; the period error of its joint_states as they arrive here, and of their stamps."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import JointState
+
+    from motionvl.deploy.scheduling import release_realtime, request_realtime
+
+    ns = f"/bench_{uuid.uuid4().hex[:8]}"
+    process = subprocess.Popen([sys.executable, "-m", "motionvl.ros.simulator_node", "--ros-args", "-r", f"__ns:={ns}",
+                                "-p", "mode:=effort", "-p", f"publish_rate_hz:={1.0 / period}",
+                                "-p", f"realtime_priority:={priority}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = Node(f"bench_listener_{uuid.uuid4().hex[:6]}", namespace=ns, context=context)
+    arrivals, stamps, measuring = [], [], threading.Event()
+
+    def on_state(msg) -> None:
+        if measuring.is_set():
+            arrivals.append(time.monotonic())
+            stamps.append(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9)
+
+    node.create_subscription(JointState, "joint_states", on_state,
+                             QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spin = threading.Thread(target=executor.spin, daemon=True)
+    spin.start()
+    rt = request_realtime(priority) if priority else None
+    try:
+        end = time.monotonic() + STARTUP_TIMEOUT_S
+        while node.count_publishers(f"{ns}/joint_states") == 0 and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(1.0)  # past start-up
+        measuring.set()
+        time.sleep(seconds)
+        measuring.clear()
+    finally:
+        if rt is not None:
+            release_realtime()
+        executor.shutdown(timeout_sec=2.0)
+        spin.join(timeout=5.0)
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+        process.send_signal(2)
+        try:
+            output, _ = process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output, _ = process.communicate()
+    a, t = np.asarray(arrivals), np.asarray(stamps)
+    return {"period_error_ms": percentiles_ms(np.abs(np.diff(a) - period) if a.size > 1 else []),
+            "stamp_step_error_ms": percentiles_ms(np.abs(np.diff(t) - period) if t.size > 1 else []),
+            "states": int(a.size), "expected_states": int(round(seconds / period)),
+            "realtime": {"robot": rt.describe() if rt else "not requested",
+                         "simulator": next((line.split("real-time scheduling", 1)[1].strip(" :")
+                                            for line in output.splitlines() if "real-time scheduling" in line),
+                                           "not requested")}}
 
 
 class Robot(Node):
