@@ -245,12 +245,7 @@ def measure(policy: Path, path: str, period: float, seconds: float, priority: in
         figures = robot.figures()
         robot.destroy_node()
         rclpy.try_shutdown(context=context)
-        process.send_signal(2)
-        try:
-            output, _ = process.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            output, _ = process.communicate()
+        output = interrupt(process)
     if failure:
         figures["error"] = failure
         figures["output"] = output.strip().splitlines()[-5:]
@@ -259,6 +254,16 @@ def measure(policy: Path, path: str, period: float, seconds: float, priority: in
                                                for line in output.splitlines() if "real-time scheduling" in line),
                                               "not requested")}
     return figures
+
+
+def interrupt(process) -> str:
+    """SIGINT to a measured process, then its output (killed if it does not end)."""
+    process.send_signal(2)
+    try:
+        return process.communicate(timeout=15)[0]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.communicate()[0]
 
 
 def measure_simulator(period: float, seconds: float, priority: int) -> dict:
@@ -308,12 +313,7 @@ def measure_simulator(period: float, seconds: float, priority: int) -> dict:
         spin.join(timeout=5.0)
         node.destroy_node()
         rclpy.try_shutdown(context=context)
-        process.send_signal(2)
-        try:
-            output, _ = process.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            output, _ = process.communicate()
+        output = interrupt(process)
     a, t = np.asarray(arrivals), np.asarray(stamps)
     return {"period_error_ms": percentiles_ms(np.abs(np.diff(a) - period) if a.size > 1 else []),
             "stamp_step_error_ms": percentiles_ms(np.abs(np.diff(t) - period) if t.size > 1 else []),
