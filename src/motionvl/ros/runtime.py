@@ -28,8 +28,9 @@ that composes several nodes calls `run_nodes([factory, ...], name, args)`. The p
    A second signal during 2-4 interrupts nothing: it cuts what is left of the budget to
    `HURRY_S`. The budget (4 s) ends before `ros2 launch` escalates (SIGTERM 5 s after its SIGINT,
    then SIGKILL 5 s later). If it runs out (a thread that does not stop), the process says what it
-   was waiting for and leaves at once with `os._exit` and exit code 1 (a stop that did not finish is
-   a failure a supervisor must see), instead of tearing down the interpreter under a running thread.
+   was waiting for and leaves at once with `os._exit`, instead of tearing down the interpreter under a
+   running thread: with exit code 1 when the budget ran out by itself (a stop that did not finish is a
+   failure a supervisor must see), with the process's own when a second signal asked for the hurry.
    A node that chooses to leave work unfinished (a training iteration in flight: resume redoes it)
    says so with `abandon_work()`; the process then leaves the same way once the other steps are
    done, with its own exit code.
@@ -309,7 +310,7 @@ def _finish(nodes: list, spinners: list, logger, budget_s: float) -> int:
                            f"{HURRY_S:g} s after a second signal); leaving without it")
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(exit_code or 1)
+            os._exit(exit_code or (0 if _STOP.signals >= 2 else 1))
         if isinstance(outcome, BaseException):
             logger.error(f"{what} raised:\n" + "".join(traceback.format_exception(outcome)))
             exit_code = 1
