@@ -196,6 +196,12 @@ def test_config_is_validated():
     with pytest.raises(ConfigError, match="out_of_order_limit must be >= 1.*out_of_order_window|out_of_order_window"
                                           ".*out_of_order_limit must be >= 1"):
         DeployConfig(out_of_order_limit=0, out_of_order_window=0.0).validate(ROBOT)
+    with pytest.raises(ConfigError, match="frozen_samples must be 0 .off. or >= 2"):
+        DeployConfig(frozen_samples=1).validate(ROBOT)
+    with pytest.raises(ConfigError, match="as long as the watchdog"):
+        DeployConfig(policy_deadline_share=5.0, watchdog_periods=5).validate(ROBOT)
+    with pytest.raises(ConfigError, match="watchdog_periods must be >= 1"):
+        DeployConfig(watchdog_periods=0).validate(ROBOT)
     assert DeployConfig(path="torque").command_period(ROBOT) == ROBOT.sim_dt
     assert DeployConfig(path="pd").decimation(ROBOT) == 1
     assert DeployConfig(path="pd", command_rate_hz=500).decimation(ROBOT) == ROBOT.decimation
@@ -293,15 +299,18 @@ def test_stand_ramp_never_jumps(path):
 
 
 # ---------------------------------------------------------------------- faults, cycle by cycle
-def feed(c, q, dq, clock, quat=(1.0, 0.0, 0.0, 0.0), gyro=(0.0, 0.0, 0.0), dt=None):
-    """One joint state and IMU message (mapped into the robot's motor and IMU space) at the clock's time."""
+def feed(c, q, dq, clock, quat=(1.0, 0.0, 0.0, 0.0), gyro=(0.0, 0.0, 0.0), dt=None, noise=True):
+    """One joint state and IMU message (mapped into the robot's motor and IMU space) at the clock's time.
+    `noise`: the gyro carries a sensor's noise (a nano-radian per second every other message), so that
+    a still robot's IMU is not a frozen one."""
     dt = c.period if dt is None else dt
     clock.t += dt
     m = c.mapping
     stamp = clock.t - 100.0
+    jitter = np.array([0.0, 0.0, 1e-9 * (int(round(clock.t / c.period)) % 2)]) if noise else np.zeros(3)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN and inf states are meant
         c.joint_state(m.motor_names, m.to_motor_position(q), m.to_motor_signed(dq), stamp)
-        imu_quat, imu_gyro = m.base_to_imu(np.asarray(quat, float), np.asarray(gyro, float))
+        imu_quat, imu_gyro = m.base_to_imu(np.asarray(quat, float), np.asarray(gyro, float) + jitter)
     c.imu(imu_quat, imu_gyro, stamp)
 
 
@@ -845,3 +854,134 @@ def test_stand_ramp_takes_its_time_however_fast_the_states_come():
         if pacer.due(clock.t - 100.0):  # feed's stamp
             c.cycle()
     assert clock.t - start >= 0.2 - 2 * c.period  # the ramp's first command comes at once, its last a period on
+
+
+# ---------------------------------------------------------------------- policy steps beside the loop
+def running_on_a_worker(path="torque", **config):
+    """`running`, with the policy's steps on a PolicyWorker thread (as in the node) that the test holds."""
+    import threading
+
+    from motionvl.deploy.inference import PolicyWorker
+
+    robot = ROBOTS["mapped"]
+    clock = FakeClock()
+    c = Controller(robot, DeployConfig(path=path, stand_seconds=0.1, **config), clock=clock, runner=PolicyWorker)
+    policy = ScriptedTargets(robot.default_pose + 0.05)
+    gate, entered = threading.Event(), threading.Event()
+    gate.set()
+    act = policy.act
+
+    def held(obs):
+        entered.set()
+        assert gate.wait(60.0)
+        return act(obs)
+
+    policy.act = held
+    feed(c, robot.default_pose, np.zeros(J), clock)
+    c.cycle()
+    assert c.load_policy(policy)[0] and c.request_mode("STAND")[0]
+    while not c.stand_complete:
+        feed(c, robot.default_pose, np.zeros(J), clock)
+        c.cycle()
+    assert c.request_mode("RUN")[0]
+    return c, clock, gate, entered
+
+
+def test_a_late_step_damps_on_schedule_and_its_target_serves_the_rest_of_its_period():
+    """Torque path, ten PD cycles a policy period: a step's target takes effect one cycle after the state
+    it was computed from (the first RUN cycle commands the default pose). The step is held, so the cycles
+    that need it damp (RUN kept); once it is back, the rest of its period runs on its target."""
+    from waiting import wait_for
+
+    c, clock, gate, entered = running_on_a_worker("torque")
+    gate.clear()
+    feed(c, ROBOT.default_pose, np.zeros(J), clock)
+    assert c.cycle().mode == Mode.RUN  # RUN's entry target; the step of period 0 starts
+    assert entered.wait(10.0)
+    for late in (1, 2):  # they need that step: damping on schedule, RUN kept
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        assert c.cycle().mode == Mode.DAMP and c.mode == Mode.RUN and c.stats.late_cycles == late
+    gate.set()
+    assert wait_for(lambda: not c.runner._done.locked()), "the step did not come back"
+    for _ in range(c.decimation - 2):  # cycles 3..10: RUN on its target (cycle 10 starts the next step)
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        command = c.cycle()
+        assert command.mode == Mode.RUN
+    np.testing.assert_allclose(c._target, ROBOT.default_pose + 0.05)
+    assert c._policy_steps == 1 and c.stats.late_cycles == 2 and not c.modes.faults
+
+
+def test_a_hung_step_faults_after_overrun_periods_and_is_cancelled_and_blocks_run():
+    c, clock, gate, entered = running_on_a_worker("pd", overrun_periods=2, allow_rearm=True)
+    gate.clear()
+    try:
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        assert c.cycle().mode == Mode.DAMP and c.mode == Mode.RUN  # late: damping, RUN kept
+        assert entered.wait(10.0)
+        for _ in range(2):  # each a policy period later, the same step still out (and none started beside it)
+            feed(c, ROBOT.default_pose, np.zeros(J), clock)
+            assert c.cycle().mode == Mode.DAMP and c.mode == Mode.RUN
+        assert c.stats.skipped_steps == 2
+        feed(c, ROBOT.default_pose, np.zeros(J), clock, dt=0.5 * ROBOT.control_dt)  # now past 2 periods late
+        assert c.cycle().mode == Mode.DAMP and c.mode == Mode.DAMP
+        fault = c.modes.faults[0]
+        assert fault.kind == "overrun" and "(limit 2 policy periods" in fault.reason and "cancelled" in fault.reason
+        assert c.rearm()[0] and c.request_mode("STAND")[0]
+        while not c.stand_complete:
+            feed(c, ROBOT.default_pose, np.zeros(J), clock)
+            c.cycle()
+        ok, message = c.request_mode("RUN")
+        assert not ok and "still running" in message  # a scripted step is no ONNX run: it cannot be cancelled
+    finally:
+        gate.set()
+
+
+def test_the_watchdog_faults_a_stalled_loop_in_stand_and_run_only():
+    c, clock, _ = running("pd", watchdog_periods=5)
+    assert not c.loop_awake(clock.t)
+    clock.t += 4 * ROBOT.control_dt
+    assert not c.loop_awake(clock.t)
+    clock.t += 6 * ROBOT.control_dt  # the process did not run for 6 periods
+    assert c.loop_awake(clock.t)
+    feed(c, ROBOT.default_pose, np.zeros(J), clock, dt=0.0)
+    assert c.cycle().mode == Mode.DAMP and c.modes.faults[0].kind == "watchdog"
+    c = Controller(ROBOT, DeployConfig(watchdog_periods=5), clock=FakeClock())  # PASSIVE: nothing to protect
+    c.loop_awake(0.0)
+    assert not c.loop_awake(10.0)
+
+
+def test_frozen_values_fault_the_imu_always_and_joint_states_in_run():
+    c, clock, _ = running("pd", frozen_samples=4)  # (it fed the first state of RUN)
+    more = 0  # joints frozen before RUN did not count; the IMU is noisy
+    while c.mode == Mode.RUN and more < 10:
+        feed(c, ROBOT.default_pose, np.zeros(J), clock)
+        c.cycle()
+        more += 1
+    assert more == 3, "not at the 4th identical joint state of RUN"
+    assert c.modes.faults[0].kind == "frozen_state" and c.modes.faults[0].reason.startswith("joint_states: 4 ")
+
+    c = Controller(ROBOT, DeployConfig(frozen_samples=4), clock=FakeClock())
+    clock = c.clock
+    for _ in range(4):  # in PASSIVE a stuck IMU blocks STAND
+        feed(c, ROBOT.default_pose, np.zeros(J), clock, noise=False)
+        c.cycle()
+    ok, message = c.request_mode("STAND")
+    assert not ok and "imu: 4 messages in a row" in message
+
+
+def test_joint_names_twice_are_unusable_and_other_names_counted_or_refused():
+    m = JointMapping(ROBOTS["mapped"])
+    names = list(m.motor_names)
+    with pytest.raises(KeyError, match="more than once"):
+        m.motor_order(names + names[:1])
+    assert m.extra_names(names + ["head"]) == ["head"]
+    for strict in (False, True):
+        c, clock, _ = running("pd", strict_joint_names=strict)
+        q = m.to_motor_position(ROBOT.default_pose)
+        clock.t += c.period
+        c.joint_state(names + ["left_hand"], list(q) + [0.0], [0.0] * (J + 1), clock.t - 100.0)
+        if strict:
+            assert c.inputs.bad_joint_message and "strict_joint_names" in c.inputs.bad_joint_message
+            assert c.inputs.bad_joint_kind == "unusable_input"
+        else:
+            assert c.inputs.bad_joint_message is None and c.inputs.extra_names == {"left_hand": 1}

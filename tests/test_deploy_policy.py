@@ -55,6 +55,9 @@ def test_nan_from_the_policy_damps_at_the_next_command(deployment, tmp_path, pat
     policy = write_random_policy(tmp_path / "nan.onnx", robot=mapped_robot(), kind="nan")
     node, drives = deployment(path, policy=str(policy), stand_seconds=0.1 if path == "pd" else 0.02)
     command = run_mode(node, drives)  # the first RUN cycle runs the policy
+    if path == "torque":  # (its target, NaN here, would take effect at the next PD cycle)
+        assert node.controller.mode == Mode.RUN
+        command = drives.step(ROBOT.default_pose)
     assert_damping(command, drives, node)
     fault = node.controller.modes.faults[0]
     assert fault.kind == "non_finite_policy" and "before scaling" in fault.reason
@@ -63,12 +66,13 @@ def test_nan_from_the_policy_damps_at_the_next_command(deployment, tmp_path, pat
 
 @pytest.mark.parametrize("path", ["pd", "torque"])
 def test_policy_overrunning_its_periods_damps(deployment, tmp_path, path):
-    """A policy step finishing more than overrun_periods policy periods late damps the command of its
-    own cycle, the first of RUN here. The step sleeps overrun_periods + 2 periods before it runs:
-    time.sleep never returns early, so it overruns on any machine (a heavy graph did not on a fast one)."""
+    """A policy step not back by its deadline: its cycle commands damping on schedule (RUN kept), and
+    so does every cycle after it until the overrun fault latches, once overrun_periods policy periods
+    have passed without a step of their own. Each step sleeps overrun_periods + 2 periods: time.sleep
+    never returns early, so it overruns on any machine (a heavy graph did not on a fast one)."""
     periods = 2
     policy = write_random_policy(tmp_path / "p.onnx", robot=mapped_robot())
-    node, drives = deployment(path, policy=str(policy), overrun_periods=periods,
+    node, drives = deployment(path, policy=str(policy), overrun_periods=periods, policy_deadline_share=0.5,
                               stand_seconds=0.1 if path == "pd" else 0.02)
     deployed = node.controller.policy
     step = deployed.act
@@ -79,9 +83,18 @@ def test_policy_overrunning_its_periods_damps(deployment, tmp_path, path):
 
     deployed.act = overrunning_step  # fault injection into the core's policy, the node untouched
     command = run_mode(node, drives)
-    assert_damping(command, drives, node)
+    if path == "torque":  # the first PD cycle commands RUN's entry target; the next ones need the step
+        assert node.controller.mode == Mode.RUN and node.controller.stats.late_cycles == 0
+        command = drives.step(ROBOT.default_pose)
+    assert_damping(command, drives, node, mode=None)  # the step is late
+    commands = 1
+    while not node.controller.modes.faults and commands < 10_000:
+        assert_damping(drives.step(ROBOT.default_pose), drives, node, mode=None)
+        commands += 1
     fault = node.controller.modes.faults[0]
-    assert fault.kind == "overrun" and f"(limit {periods})" in fault.reason, fault
+    assert fault.kind == "overrun" and f"(limit {periods} policy periods" in fault.reason, fault
+    assert node.controller.stats.late_cycles >= 1
+    assert_damping(drives.step(ROBOT.default_pose), drives, node)
 
 
 def test_faults_in_run_and_a_swap_in_damp(deployment, tmp_path):

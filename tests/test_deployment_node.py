@@ -22,7 +22,7 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, String  # noqa: E402
+from std_msgs.msg import Float64MultiArray, Header, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from deploy_fixtures import ROBOT, assert_within, hardware_section, mapped_robot, write_robot_yaml  # noqa: E402
@@ -52,6 +52,7 @@ class Drives:
         self.statuses: list = []
         self.diagnostics: list = []
         self.stamp = 1.0
+        self.published = 0
         n = self.node
         self.state_pub = n.create_publisher(JointState, "joint_states", 10)
         self.imu_pub = n.create_publisher(Imu, "imu/data", 10)
@@ -60,6 +61,9 @@ class Drives:
         n.create_subscription(String, "deployment/status", lambda m: self._keep(self.statuses)(json.loads(m.data)),
                               LATCHED)
         n.create_subscription(DiagnosticArray, "/diagnostics", self._keep(self.diagnostics), 10)
+        self.cycles: list = []  # (cycle index, command mode) from ~/cycle (publish_cycle_stamps)
+        n.create_subscription(Header, "deployment/cycle", lambda m: self._keep(self.cycles)(
+            (int(m.frame_id.split()[1]), m.frame_id.split()[0])), RELIABLE)
         self.clients = {}
 
     def _keep(self, store):
@@ -73,18 +77,24 @@ class Drives:
                 and (not commands or self.node.count_publishers(f"{self.node.get_namespace()}/{self.topic}") > 0))
 
     # ------------------------------------------------------------------ the robot's side
-    def publish(self, q, dq=None, quat=UPRIGHT, gyro=(0.0, 0.0, 0.0), stamp=None) -> None:
-        """One IMU reading and one joint state (joint space in, motor space out), a new stamp."""
+    def publish(self, q, dq=None, quat=UPRIGHT, gyro=(0.0, 0.0, 0.0), stamp=None, noise=True, joints=True) -> None:
+        """One IMU reading and one joint state (joint space in, motor space out), a new stamp. `noise`:
+        the gyro carries a sensor's noise (a nano-radian per second every other reading), so that a
+        still robot's IMU is not a frozen one. `joints` False: the IMU reading only."""
         m = self.mapping
         dq = np.zeros(J) if dq is None else np.asarray(dq, float)
         self.stamp = self.stamp + 0.02 if stamp is None else stamp
+        self.published += 1
         sec, nsec = int(self.stamp), int(round((self.stamp % 1) * 1e9))
-        imu_quat, imu_gyro = m.base_to_imu(np.asarray(quat, float), np.asarray(gyro, float))
+        jitter = np.array([0.0, 0.0, 1e-9 * (self.published % 2)]) if noise else np.zeros(3)
+        imu_quat, imu_gyro = m.base_to_imu(np.asarray(quat, float), np.asarray(gyro, float) + jitter)
         imu = Imu()
         imu.header.stamp.sec, imu.header.stamp.nanosec = sec, nsec
         imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z = (float(v) for v in imu_quat)
         imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (float(v) for v in imu_gyro)
         self.imu_pub.publish(imu)
+        if not joints:
+            return
         js = JointState(name=list(m.motor_names))
         js.header.stamp.sec, js.header.stamp.nanosec = sec, nsec
         with np.errstate(invalid="ignore"):
@@ -152,9 +162,10 @@ def deployment(ros_context, tmp_path):
         robot = mapped_robot() if mapped else ROBOT
         # the node's cycles answer states a test thread sends on a shared machine: the test's pauses
         # (service calls, policy loads) and a cycle delayed by the load must not read as a silent
-        # stream or an overrun; the tests of those faults set their own bounds
+        # stream, a stalled loop, a late policy step or an overrun; the tests of those set their own bounds
         values = {"robot_config": str(yaml_mapped) if mapped else "", "path": path, "realtime_priority": 0,
-                  "state_timeout": 60.0, "overrun_periods": 10_000, "stand_seconds": 0.1,
+                  "state_timeout": 60.0, "overrun_periods": 10_000, "policy_deadline_share": 500.0,
+                  "watchdog_periods": 10_000, "stand_seconds": 0.1,
                   "writer_discovery_seconds": 0.0, **params}
         drives = Drives(ros_context, ns, robot, path)
         node = DeploymentNode(context=ros_context, namespace=ns,
@@ -281,9 +292,10 @@ def test_bad_joint_state_damps_the_command_it_triggers(deployment, kind, path):
     assert not response.success and "latched fault" in response.message
 
 
-def assert_damping(command, drives, node, dq=None):
+def assert_damping(command, drives, node, dq=None, mode=Mode.DAMP):
     """The command is pure damping and within the limits: on the torque path -Kd_damp dq of the joint
-    velocity `dq` the test sent with the state (default: at rest), to the bit."""
+    velocity `dq` the test sent with the state (default: at rest), to the bit. `mode`: the node's mode
+    then (None: any; a late policy step damps in RUN)."""
     assert_within(command, drives.robot, config_of(node))
     if command.path == "pd":
         assert np.all(command.kp == 0) and np.all(command.kd > 0) and np.all(command.tau_ff == 0)
@@ -292,7 +304,8 @@ def assert_damping(command, drives, node, dq=None):
         dq = np.zeros(J) if dq is None else np.asarray(dq, float)
         want = np.clip(-robot.kd * config.damping_scale * dq, -robot.effort_limit, robot.effort_limit)
         np.testing.assert_array_equal(drives.mapping.from_motor_signed(command.tau), want)
-        assert node.controller.mode == Mode.DAMP
+    if mode is not None:
+        assert node.controller.mode == mode
 
 
 @pytest.mark.parametrize("kind,imu", [("fall", dict(quat=tuple(quat_from_euler(0.0, 1.2, 0.0)))),

@@ -145,6 +145,42 @@ def test_emulated_hardware_speaks_motor_space_and_maps_commands_back(emulated):
     assert wait_for(lambda: sim.sim.drive is None and np.allclose(sim.sim.effort, torques))
 
 
+def test_the_emulated_drives_damp_when_commands_stop_and_say_so(ros_context):
+    """A drive's own watchdog (the host cannot damp after kill -9 or a power loss): drive commands flowing,
+    then none for command_timeout: the emulated drives damp, and ~/actuation says each change in order."""
+    spinners = Spinners(ros_context)
+    ns = f"/t{uuid.uuid4().hex[:8]}"
+    sim = spinners.add(SimulatorNode(context=ros_context, namespace=ns, parameter_overrides=[
+        Parameter("mode", value="effort"), Parameter("command_timeout", value=0.2)]))
+    probe = spinners.add(Node(f"probe_{uuid.uuid4().hex[:6]}", namespace=ns, context=ros_context))
+    said, lock = [], threading.Lock()
+
+    def keep(msg):
+        with lock:
+            said.append(msg.data)
+
+    probe.create_subscription(String, "simulator/actuation", keep, LATCHED)
+    drive_pub = probe.create_publisher(Float64MultiArray, "joint_drive_commands", 1)
+    per_motor = np.stack([ROBOT.default_pose, np.zeros(J), ROBOT.kp, ROBOT.kd, np.zeros(J)], axis=1)
+    try:
+        assert wait_for(lambda: drive_pub.get_subscription_count() > 0 and said == ["damping"]), said
+        stop = threading.Event()
+
+        def drives_commanding():  # the host's commands, until it dies
+            while not stop.wait(0.02):
+                drive_pub.publish(Float64MultiArray(data=per_motor.reshape(-1).tolist()))
+
+        host = threading.Thread(target=drives_commanding, daemon=True)
+        host.start()
+        assert wait_for(lambda: "drive" in said, timeout=20.0), said
+        stop.set()
+        host.join()
+        assert wait_for(lambda: said[-1] == "damping", timeout=20.0), said
+        assert said == ["damping", "drive", "damping"] and sim.sim.actuation == "damping"
+    finally:
+        spinners.shutdown()
+
+
 def test_gantry_lets_go_when_the_stand_completes(emulated):
     sim, probe, got, lock = emulated
     status_pub = probe.create_publisher(String, "deployment/status", LATCHED)

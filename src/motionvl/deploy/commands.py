@@ -46,6 +46,10 @@ class CommandLimits:
     effort: np.ndarray
     """Torque limits (host path)."""
 
+    def __post_init__(self) -> None:  # the negated bounds, once (the last line runs every cycle)
+        for name in ("effort", "dq_max", "tau_ff_max"):
+            object.__setattr__(self, f"neg_{name}", -getattr(self, name))
+
     @classmethod
     def from_robot(cls, robot: RobotConfig, config: DeployConfig, mapping: JointMapping) -> "CommandLimits":
         lower, upper = soft_limits(robot, config.soft_limit_factor)
@@ -100,6 +104,15 @@ class Command:
         if self.path == "torque":
             return self.tau.copy()
         return np.stack([getattr(self, f) for f in PD_FIELDS], axis=1).reshape(-1)
+
+    def write(self, out: np.ndarray) -> None:
+        """`data()` written into `out` (a preallocated buffer of its length): no allocation."""
+        if self.path == "torque":
+            out[:] = self.tau
+            return
+        per_motor = out.reshape(-1, len(PD_FIELDS))
+        for k, field in enumerate(PD_FIELDS):
+            per_motor[:, k] = getattr(self, field)
 
 
 @dataclasses.dataclass
@@ -169,7 +182,7 @@ class CommandBuilder:
     def clip_target(self, target: np.ndarray, count: bool = True) -> np.ndarray:
         """`target` clipped to the soft joint limits (the clips counted)."""
         target = np.asarray(target, dtype=np.float64)
-        clipped = np.clip(target, self.soft_lower, self.soft_upper)
+        clipped = np.minimum(np.maximum(target, self.soft_lower), self.soft_upper)  # np.clip, without its overhead
         if count:
             self.clips["target"] += int(np.count_nonzero(clipped != target))
         return clipped
@@ -181,7 +194,7 @@ class CommandBuilder:
         if self.path == "torque":
             with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN inputs: the last line replaces them
                 tau = kp * (target - joint_pos) - kd * joint_vel if mode != Mode.PASSIVE else np.zeros(len(self.kp))
-            clipped = np.clip(tau, -self.effort, self.effort)
+            clipped = np.minimum(np.maximum(tau, -self.effort), self.effort)
             self.clips["torque"] += int(np.count_nonzero(clipped != tau))
             command = Command(mode, "torque", tau=m.to_motor_signed(clipped))
         else:
@@ -195,7 +208,15 @@ class CommandBuilder:
         velocity under damping, say) gets zero torque on the host path, and on the drive path kp 0 with
         the target at the middle of its soft range and damping only: nothing non-finite is ever sent."""
         lim = self.limits
-        fields = ("tau",) if command.path == "torque" else PD_FIELDS
+        if command.path == "torque":
+            bounds = {"tau": (lim.neg_effort, lim.effort)}
+        else:
+            bounds = {"q": (lim.q_lower, lim.q_upper), "dq": (lim.neg_dq_max, lim.dq_max), "kp": (0.0, lim.kp_max),
+                      "kd": (0.0, lim.kd_max), "tau_ff": (lim.neg_tau_ff_max, lim.tau_ff_max)}
+        # the usual case: every value finite and inside (a NaN fails both comparisons)
+        if all(((v := getattr(command, f)) >= lo).all() and (v <= hi).all() for f, (lo, hi) in bounds.items()):
+            return command
+        fields = tuple(bounds)
         values = {f: np.array(getattr(command, f), dtype=np.float64) for f in fields}
         bad = np.zeros(len(self.kp), dtype=bool)
         for v in values.values():
@@ -208,11 +229,6 @@ class CommandBuilder:
                         "kd": self.mapping.to_motor_unsigned(self.kd_damp), "tau_ff": np.zeros(len(bad))}
                 for f in fields:
                     values[f][bad] = safe[f][bad]
-        if command.path == "torque":
-            bounds = {"tau": (-lim.effort, lim.effort)}
-        else:
-            bounds = {"q": (lim.q_lower, lim.q_upper), "dq": (-lim.dq_max, lim.dq_max), "kp": (0.0, lim.kp_max),
-                      "kd": (0.0, lim.kd_max), "tau_ff": (-lim.tau_ff_max, lim.tau_ff_max)}
         bounded = {f: np.clip(values[f], *bounds[f]) for f in fields}
         changed = int(bad.sum()) + sum(int(np.count_nonzero(bounded[f] != values[f])) for f in fields)
         if changed:

@@ -54,6 +54,26 @@ class DeployConfig:
     a streak of late ones adding up; in RUN only a policy step in time ends a streak) is a fault.
     Cycles later than one command period are counted (statistics) but a host PD cycle a few ms
     late is no fault on its own."""
+    policy_deadline_share: float = 0.5
+    """A policy step runs beside the control loop (`motionvl.deploy.inference`): the cycle that needs its
+    target (on the pd path the cycle that starts it; with several command cycles a policy period, the
+    next one) waits for it until this share of a command period after the cycle's trigger. A step not
+    back by then leaves that cycle, and every later one that needs it, to command damping on schedule
+    (mode RUN kept; counted as late cycles); late for longer than `overrun_periods` policy periods is
+    the overrun fault. Above 1 the cycle itself may end late (an
+    overrun in the statistics): for tests on a loaded machine, where a step must not miss by chance."""
+    watchdog_periods: int = 5
+    """A gap between two wakes of the control loop longer than this many policy periods (a stalled
+    process: SIGSTOP, a debugger, a machine swapping) is a fault in STAND and RUN, raised by the first
+    cycle after it: a stalled loop never resumes RUN. The loop wakes at least once a command period."""
+    frozen_samples: int = 50
+    """This many consecutive IMU readings with every channel bit-identical (a stuck driver still
+    stamping: real sensors always carry noise), or in RUN as many joint states with every position
+    and velocity bit-identical, is a fault (0: off). 50 is 0.1 s of a 500 Hz stream."""
+    strict_joint_names: bool = False
+    """joint_states carrying names that are none of our motors (hands, head, passive joints): false
+    takes our motors from it and ignores (and counts) the others; true refuses the message (a fault).
+    A name given twice is always refused."""
     damping_scale: float = 1.0
     """DAMP and the exit: pure damping with Kd = this x the configured Kd."""
     gain_limit_scale: float = 1.0
@@ -103,13 +123,22 @@ class DeployConfig:
         for name in ("joint_limit_margin", "damping_scale", "feedforward_limit"):
             if not getattr(self, name) >= 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("overrun_periods", "out_of_order_limit"):
+        if not self.policy_deadline_share > 0:
+            problems.append(f"policy_deadline_share must be > 0, got {self.policy_deadline_share}")
+        if self.frozen_samples < 0 or self.frozen_samples == 1:
+            problems.append(f"frozen_samples must be 0 (off) or >= 2, got {self.frozen_samples}")
+        for name in ("overrun_periods", "out_of_order_limit", "watchdog_periods"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if len(self.cmd_vel_accel) != 3 or not all(a > 0 for a in self.cmd_vel_accel):
             problems.append(f"cmd_vel_accel must be three numbers > 0, got {list(self.cmd_vel_accel)}")
         if len(self.cmd_vel_ranges) != 3 or not all(len(r) == 2 and r[0] <= 0 <= r[1] for r in self.cmd_vel_ranges):
             problems.append(f"cmd_vel_ranges must be three (lo <= 0 <= hi) pairs, got {self.cmd_vel_ranges}")
+        if not problems and self.policy_deadline_share * self.command_period(robot) >= \
+                self.watchdog_periods * robot.control_dt:
+            problems.append(f"policy_deadline_share {self.policy_deadline_share:g} lets a cycle wait for its policy "
+                            f"step as long as the watchdog ({self.watchdog_periods} policy periods) allows the loop to "
+                            "stall: a slow step would read as a stalled process")
         if problems:
             raise ConfigError("deployment settings: " + "; ".join(problems))
         return self

@@ -9,7 +9,12 @@ with their stamps and monotonic arrival times; `FaultMonitor.check` turns them i
   state (`StreamClock.arrived` refuses it: the controller drops and counts it); `out_of_order_limit`
   such drops of one stream within `out_of_order_window` are a fault (a second source such as a
   stale bag playing, or a clock that went back);
+- frozen: `frozen_samples` consecutive IMU readings with every channel bit-identical (always), or
+  joint states with every position and velocity bit-identical (only in RUN, where a robot cannot
+  hold that still): a stuck driver that still stamps its messages;
 - non-finite: NaN or inf anywhere in a message (kept from its arrival until a clean one comes);
+  unusable: a joint state that lacks one of our motors or names one twice (or, with
+  `strict_joint_names`, names joints that are not ours);
 - joint limit: a measured position beyond its hard limit by more than `joint_limit_margin`;
 - joint velocity beyond `velocity_bound_scale` x its limit; gyro beyond `gyro_bound`;
 - fall: tilt beyond `fall_tilt`, with hysteresis (it clears below `fall_clear_tilt` only).
@@ -47,6 +52,9 @@ class StreamClock:
     dropped: int = 0
     """Messages refused since start: a stamp older than `last_stamp`."""
     last_dropped_stamp: float | None = None
+    repeats: int = 0
+    """Consecutive messages whose values were bit-identical to the message before (the controller
+    compares; a stamp-only change counts as a repeat)."""
     recent_drops: collections.deque = dataclasses.field(init=False, repr=False)
     """Arrival times of the latest `drops_kept` refusals."""
 
@@ -95,6 +103,18 @@ class SensorInputs:
     bad_joint_message: str | None = None
     """Why the newest joint state was not usable (NaN/inf, missing joints); None when it was."""
     bad_imu_message: str | None = None
+    spin: float | None = None
+    """max |base gyro| (rad/s) of the newest IMU reading (None: computed from base_gyro)."""
+    tilt_rad: float | None = None
+    """Tilt (rad) of the newest IMU reading (None: computed from base_quat)."""
+    joint_found: list | None = None
+    """What the joint checks found in the newest joint state, at its arrival (None: check afresh)."""
+    imu_found: list | None = None
+    """What the IMU checks found in the newest reading, at its arrival (None: check afresh)."""
+    bad_joint_kind: str = "non_finite_input"
+    """The fault kind of bad_joint_message: non_finite_input or unusable_input."""
+    extra_names: dict = dataclasses.field(default_factory=dict)
+    """Names in joint_states that are none of our motors -> messages that carried them."""
 
     def __post_init__(self) -> None:
         self.joints = StreamClock("joint_states", drops_kept=self.drops_kept)
@@ -107,7 +127,7 @@ class SensorInputs:
 
     def tilt(self) -> float:
         """Angle (rad) between the base z axis and the world's up, from the base orientation."""
-        return float(tilt_of(self.base_quat))
+        return self.tilt_rad if self.tilt_rad is not None else float(tilt_of(self.base_quat))
 
 
 def first_non_finite(names, values: dict) -> str | None:
@@ -134,8 +154,9 @@ class FaultMonitor:
         self.fallen = False
         """Hysteresis state of the fall check."""
 
-    def check(self, inputs: SensorInputs, now: float, cycle: int = 0) -> list[Fault]:
-        """The faults of the streams' freshness and of the newest state (see `message_faults`)."""
+    def check(self, inputs: SensorInputs, now: float, cycle: int = 0, running: bool = False) -> list[Fault]:
+        """The faults of the streams' freshness and of the newest state; `running`: in RUN (where
+        frozen joint states are a fault too)."""
         cfg, out = self.config, []
         for stream in (inputs.joints, inputs.imu):
             age = stream.staleness(now)
@@ -150,18 +171,29 @@ class FaultMonitor:
                                                        f"(stamp {stream.last_stamp:.3f} s; latest dropped "
                                                        f"{stream.last_dropped_stamp:.3f} s), dropped: a second source "
                                                        "or a clock that went back", cycle))
-        for bad in (inputs.bad_joint_message, inputs.bad_imu_message):
-            if bad:
-                out.append(Fault("non_finite_input", bad, cycle))
+        frozen = cfg.frozen_samples
+        if frozen:
+            for stream, when in ((inputs.imu, True), (inputs.joints, running)):
+                if when and stream.repeats >= frozen - 1:
+                    out.append(Fault("frozen_state", f"{stream.name}: {stream.repeats + 1} messages in a row with every "
+                                                     f"value bit-identical (limit {frozen}): a stuck driver", cycle))
+        if inputs.bad_joint_message:
+            out.append(Fault(inputs.bad_joint_kind, inputs.bad_joint_message, cycle))
+        if inputs.bad_imu_message:
+            out.append(Fault("non_finite_input", inputs.bad_imu_message, cycle))
+        # the state checks ran when the message arrived (and the state has not changed since)
         if inputs.joint_pos is not None and inputs.bad_joint_message is None:
-            out += self.joint_faults(inputs.joint_pos, inputs.joint_vel, cycle)
+            out += inputs.joint_found if inputs.joint_found is not None else \
+                self.joint_faults(inputs.joint_pos, inputs.joint_vel, cycle)
         if inputs.base_quat is not None and inputs.bad_imu_message is None:
-            out += self.imu_faults(inputs, cycle)
+            out += inputs.imu_found if inputs.imu_found is not None else self.imu_faults(inputs, cycle)
         return out
 
     def joint_faults(self, q: np.ndarray, dq: np.ndarray, cycle: int = 0) -> list[Fault]:
         """A measured joint beyond its limit (+ margin) or its velocity bound."""
         cfg, out = self.config, []
+        if (q >= self.lower).all() and (q <= self.upper).all() and (np.abs(dq) <= self.velocity_bound).all():
+            return out  # the usual case, in three comparisons
         outside = np.flatnonzero((q < self.lower) | (q > self.upper))
         if outside.size:
             k = int(outside[0])
@@ -179,7 +211,7 @@ class FaultMonitor:
     def imu_faults(self, inputs: SensorInputs, cycle: int = 0) -> list[Fault]:
         """The base spinning beyond the gyro bound, or fallen (with hysteresis), from the newest IMU reading."""
         cfg, out = self.config, []
-        spin = float(np.max(np.abs(inputs.base_gyro)))
+        spin = inputs.spin if inputs.spin is not None else float(np.max(np.abs(inputs.base_gyro)))
         if spin > cfg.gyro_bound:
             out.append(Fault("gyro", f"base angular velocity {spin:.2f} rad/s, bound {cfg.gyro_bound:g}", cycle))
         tilt = inputs.tilt()

@@ -35,6 +35,11 @@ class JointMapping:
         """wxyz: the IMU frame in the base frame."""
         self.imu_matrix = quat_to_matrix(self.imu_quat)
         """Rotates IMU-frame vectors into the base frame."""
+        self._mount = tuple(float(v) for v in quat_conjugate(self.imu_quat))
+        self._rows = tuple(tuple(float(v) for v in row) for row in self.imu_matrix)
+        self._imu_identity = bool(np.array_equal(self.imu_quat, [1.0, 0.0, 0.0, 0.0]))
+        self._motor_identity = bool(np.array_equal(self.joint_of_motor, np.arange(len(self.joint_names)))
+                                    and np.all(self.sign == 1.0) and np.all(self.offset == 0.0))
 
     @property
     def num_joints(self) -> int:
@@ -42,14 +47,20 @@ class JointMapping:
 
     # ------------------------------------------------------------------ joint space -> motor space
     def to_motor_position(self, joint_pos) -> np.ndarray:
+        if self._motor_identity:
+            return np.array(joint_pos, dtype=np.float64)
         return self.sign * np.asarray(joint_pos, dtype=np.float64)[self.joint_of_motor] + self.offset
 
     def to_motor_signed(self, joint_values) -> np.ndarray:
         """Velocities and torques: permuted and signed."""
+        if self._motor_identity:
+            return np.array(joint_values, dtype=np.float64)
         return self.sign * np.asarray(joint_values, dtype=np.float64)[self.joint_of_motor]
 
     def to_motor_unsigned(self, joint_values) -> np.ndarray:
         """Gains and magnitudes (effort and velocity limits): permuted only."""
+        if self._motor_identity:
+            return np.array(joint_values, dtype=np.float64)
         return np.asarray(joint_values, dtype=np.float64)[self.joint_of_motor].copy()
 
     def to_motor_range(self, lower, upper) -> tuple[np.ndarray, np.ndarray]:
@@ -59,11 +70,15 @@ class JointMapping:
 
     # ------------------------------------------------------------------ motor space -> joint space
     def from_motor_position(self, motor_pos) -> np.ndarray:
+        if self._motor_identity:
+            return np.array(motor_pos, dtype=np.float64)
         out = np.empty(self.num_joints)
         out[self.joint_of_motor] = self.sign * (np.asarray(motor_pos, dtype=np.float64) - self.offset)
         return out
 
     def from_motor_signed(self, motor_values) -> np.ndarray:
+        if self._motor_identity:
+            return np.array(motor_values, dtype=np.float64)
         out = np.empty(self.num_joints)
         out[self.joint_of_motor] = self.sign * np.asarray(motor_values, dtype=np.float64)
         return out
@@ -74,13 +89,27 @@ class JointMapping:
         return out
 
     def motor_order(self, names) -> np.ndarray:
-        """For a message's motor `names`: the position of each of our motors in it (KeyError naming
-        the motors it lacks)."""
-        where = {str(n): i for i, n in enumerate(names)}
+        """For a message's motor `names`: the position of each of our motors in it. KeyError naming
+        the motors it lacks, or the names it carries more than once (which of two values is the
+        motor's cannot be known). Names of other joints (hands, head, passive joints) are ignored
+        here; `extra_names` lists them."""
+        where = {}
+        repeated = []
+        for i, n in enumerate(names):
+            n = str(n)
+            if n in where:
+                repeated.append(n)
+            where[n] = i
+        if repeated:
+            raise KeyError(f"names given more than once: {sorted(set(repeated))}")
         missing = [n for n in self.motor_names if n not in where]
         if missing:
             raise KeyError(f"motors missing from the message: {missing}")
         return np.array([where[n] for n in self.motor_names], dtype=np.int64)
+
+    def extra_names(self, names) -> list[str]:
+        """The names in `names` that are none of our motors."""
+        return [str(n) for n in names if str(n) not in self._motor_index]
 
     # ------------------------------------------------------------------ IMU
     def imu_to_base(self, imu_quat, imu_vector=None):
@@ -90,6 +119,18 @@ class JointMapping:
         base = quat_multiply(q, quat_conjugate(self.imu_quat))
         vec = None if imu_vector is None else self.imu_matrix @ np.asarray(imu_vector, dtype=np.float64)
         return base, vec
+
+    def imu_to_base_scalar(self, w: float, x: float, y: float, z: float, gx: float, gy: float, gz: float):
+        """`imu_to_base` of one unit quaternion and one vector given as floats, in plain arithmetic (a
+        handful of numpy calls on 4-vectors cost more than the whole product): ((w, x, y, z), (gx, gy, gz))."""
+        if self._imu_identity:
+            return (w, x, y, z), (gx, gy, gz)
+        bw, bx, by, bz = self._mount
+        quat = (w * bw - x * bx - y * by - z * bz, w * bx + x * bw + y * bz - z * by,
+                w * by - x * bz + y * bw + z * bx, w * bz + x * by - y * bx + z * bw)
+        r0, r1, r2 = self._rows
+        return quat, (r0[0] * gx + r0[1] * gy + r0[2] * gz, r1[0] * gx + r1[1] * gy + r1[2] * gz,
+                      r2[0] * gx + r2[1] * gy + r2[2] * gz)
 
     def base_to_imu(self, base_quat, base_vector=None):
         """The inverse of `imu_to_base` (what a mounted IMU reports; used by the emulated hardware)."""

@@ -33,8 +33,9 @@ TRANSITIONS = {
 }
 """The requests each mode accepts (to itself is always a no-op success)."""
 
-FAULT_KINDS = ("estop", "stale_state", "out_of_order_state", "non_finite_input", "non_finite_policy", "joint_limit",
-               "joint_velocity", "gyro", "fall", "overrun", "second_writer", "second_state_writer", "internal")
+FAULT_KINDS = ("estop", "stale_state", "out_of_order_state", "frozen_state", "non_finite_input", "unusable_input",
+               "non_finite_policy", "joint_limit", "joint_velocity", "gyro", "fall", "overrun", "watchdog",
+               "second_writer", "second_state_writer", "internal")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,6 +54,10 @@ class DeployedPolicy:
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # no busy-waiting threads beside the control loop (with one thread there are none to spin,
+        # but a build that starts a pool anyway must not spin it on the loop's cores)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT's exception types are not importable stably
@@ -85,6 +89,10 @@ class DeployedPolicy:
             raise ContractError(f"{self.path.name}: the graph takes {width} observations, its contract's layout "
                                 f"has {self.contract.num_obs}")
         self.io = PolicyIO(self.contract)
+        self._obs = np.zeros((1, self.contract.num_obs), dtype=np.float32)
+        """The input buffer every step writes into (no allocation per step)."""
+        self.run_options = None
+        """onnxruntime.RunOptions of the next runs (None: the defaults)."""
         self.warmup()
 
     @property
@@ -104,8 +112,11 @@ class DeployedPolicy:
                                 f"(1, {self.num_joints}) actions")
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, float]:
-        """(the raw action (J,) float64, as the graph returned it: may hold NaN; inference seconds)."""
-        x = np.ascontiguousarray(np.asarray(obs, dtype=np.float32).reshape(1, -1))
+        """(the raw action (J,) float64, as the graph returned it: may hold NaN; inference seconds).
+        The run takes `run_options` (onnxruntime.RunOptions, set by the policy's worker), through which
+        another thread may end it."""
+        x = self._obs
+        x[0] = np.reshape(obs, -1)
         t0 = time.perf_counter()
-        out = self.session.run(None, {self.input_name: x})[0]
+        out = self.session.run(None, {self.input_name: x}, self.run_options)[0]
         return np.asarray(out, dtype=np.float64).reshape(-1), time.perf_counter() - t0

@@ -17,9 +17,12 @@ from motionvl.robot import RobotConfig, load_robot_config
 
 def write_random_policy(path, robot: RobotConfig | None = None, kind: str = "random", seed: int = 0, **contract):
     """A small ONNX policy with `robot`'s contract (default: the package's robot), untrained (no torch):
-    actions = tanh(obs W), W random. kind 'nan': one action is NaN. `contract`: fields replaced in the
-    PolicyContract (to build a mismatch). Returns the path. (An overrun is not built into a graph: how
-    long a graph runs depends on the machine; tests make a step slow by sleeping in it.)"""
+    actions = tanh(obs W), W random. kind 'nan': one action is NaN; kind 'hang': a step never ends
+    once the observation is not all zeros (a Loop of ~1e15 empty iterations: warm-up, on zeros, passes;
+    the first step in STAND or RUN hangs until ONNX Runtime is told to terminate the run), for the fault
+    tests of a hung policy in a node's own process. `contract`: fields replaced in the PolicyContract
+    (to build a mismatch). Returns the path. (A merely slow step is not built into a graph: how long a
+    graph runs depends on the machine; tests make a step slow by sleeping in it.)"""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -35,6 +38,22 @@ def write_random_policy(path, robot: RobotConfig | None = None, kind: str = "ran
     if kind == "nan":
         weights["poison"] = np.where(np.arange(c.num_joints) == 3, np.nan, 0.0).astype(np.float32)[None]
         nodes.append(helper.make_node("Add", [out, "poison"], ["actions"]))
+    elif kind == "hang":
+        body = helper.make_graph(
+            [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
+            "spin", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                     helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                     helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [])],
+            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [])],
+            [numpy_helper.from_array(np.array(1.0, np.float32), "one")])
+        weights.update(big=np.array(1e15, np.float32), true=np.array(True), zero=np.array(0.0, np.float32))
+        nodes += [helper.make_node("ReduceL1", ["obs"], ["size"], keepdims=0),
+                  helper.make_node("Mul", ["size", "big"], ["trips_f"]),
+                  helper.make_node("Cast", ["trips_f"], ["trips"], to=TensorProto.INT64),
+                  helper.make_node("Loop", ["trips", "true", "zero"], ["spun"], body=body),
+                  helper.make_node("Mul", ["spun", "zero"], ["nothing"]),
+                  helper.make_node("Add", [out, "nothing"], ["actions"])]
     else:
         nodes.append(helper.make_node("Identity", [out], ["actions"]))
     graph = helper.make_graph(nodes, "policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", c.num_obs])],

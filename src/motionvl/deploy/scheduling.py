@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import sys
 import threading
 import time
 
@@ -73,6 +74,97 @@ def request_realtime(priority: int = 50, lock_memory: bool = True, all_threads: 
     return status
 
 
+def release_realtime() -> None:
+    """Undo `request_realtime` for every thread of the process (SCHED_OTHER, memory unlocked): a process
+    that goes on to start others (a benchmark) must not hand its priority down to them."""
+    if hasattr(os, "sched_setscheduler") and os.path.isdir("/proc/self/task"):
+        for tid in (int(t) for t in os.listdir("/proc/self/task")):
+            try:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:  # a thread that ended meanwhile, or nothing to undo
+                pass
+    ctypes.CDLL(None, use_errno=True).munlockall()
+
+
+def set_thread_scheduling(priority: int = 0, affinity=()) -> str:
+    """For the calling thread: SCHED_FIFO at `priority` (0: SCHED_OTHER, so that a thread started by a
+    real-time one does not keep its priority) and the CPUs it may run on (empty: leave as is).
+    Returns what it got, in words (a refusal says why)."""
+    said = []
+    if hasattr(os, "sched_setscheduler"):
+        try:
+            if priority > 0:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(priority)))
+                said.append(f"SCHED_FIFO {int(priority)}")
+            else:
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+                said.append("SCHED_OTHER")
+        except OSError as exc:
+            said.append(f"scheduling unchanged ({exc.strerror})")
+    if affinity:
+        said.append(set_affinity(affinity))
+    return ", ".join(said) or "scheduling unchanged"
+
+
+def set_affinity(cpus) -> str:
+    """Pin the calling thread to `cpus` (as ros2_control's cpu_affinity); returns what it got."""
+    cpus = sorted({int(c) for c in cpus})
+    try:
+        os.sched_setaffinity(0, cpus)
+        return f"CPUs {cpus}"
+    except (OSError, ValueError) as exc:
+        return f"CPU affinity {cpus} refused ({getattr(exc, 'strerror', None) or exc})"
+
+
+SWITCH_INTERVAL_S = 0.0005
+"""The GIL switch interval a real-time process sets (Python's default is 5 ms): how long a thread that
+wants the GIL waits before it asks the holder to let go. The control loop shares the GIL with the
+executor, the policy worker and the middleware's Python callbacks: with the default, one Python-bound
+step of another thread can hold the loop for 5 ms, more than two 500 Hz periods. `motionvl bench
+deploy` measures the wait (`gil_wait_ms`) at both settings."""
+
+
+def set_switch_interval(seconds: float) -> str:
+    """sys.setswitchinterval(seconds) when > 0 (the interpreter's default otherwise); returns it in words."""
+    if seconds > 0:
+        sys.setswitchinterval(float(seconds))
+    return f"GIL switch interval {sys.getswitchinterval() * 1e3:g} ms"
+
+
+def gil_wait(switch_interval: float, samples: int = 200, period: float = 0.002) -> dict:
+    """How late a thread waking every `period` gets the GIL back while another thread runs pure Python
+    (a policy step hung in Python code, a busy callback), at `switch_interval`. Returns p50/p99/max
+    of (wake - deadline) in ms. The interval is restored afterwards."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(switch_interval)
+    stop = threading.Event()
+
+    def spin() -> None:
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    late = []
+    try:
+        deadline = time.monotonic() + period
+        for _ in range(samples):
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            late.append(time.monotonic() - deadline)
+            deadline += period
+            if time.monotonic() > deadline:
+                deadline = time.monotonic() + period
+    finally:
+        stop.set()
+        spinner.join()
+        sys.setswitchinterval(before)
+    r = Rolling(samples)
+    for v in late:
+        r.add(v)
+    return r.summary_ms()
+
+
 class Rolling:
     """The last `size` samples of one quantity, for percentiles."""
 
@@ -112,11 +204,17 @@ class LoopStatistics:
         """From what triggered a cycle (a state's arrival, or the deadline) to its command being sent."""
         self.inference = Rolling(size)
         """ONNX Runtime time of each policy step."""
+        self.step_latency = Rolling(size)
+        """`latency` of the cycles that started a policy step (the others only run the PD law)."""
         self.cycles = 0
         self.overruns = 0
         """Cycles that finished later than one period after their trigger."""
         self.lost_cycles = 0
         """Deadlines the clock-driven loop skipped because it was more than a period late."""
+        self.late_cycles = 0
+        """RUN cycles that commanded damping because their policy period's step was not back in time."""
+        self.skipped_steps = 0
+        """Policy steps not started because the one before was still running."""
         self._last_start: float | None = None
 
     def cycle_started(self, t: float) -> None:
@@ -129,8 +227,10 @@ class LoopStatistics:
 
     def summary(self) -> dict:
         return {"cycles": self.cycles, "overruns": self.overruns, "lost_cycles": self.lost_cycles,
+                "late_cycles": self.late_cycles, "skipped_steps": self.skipped_steps,
                 "period_ms": self.intervals.summary_ms(), "period_error_ms": self.period_error.summary_ms(),
-                "latency_ms": self.latency.summary_ms(), "inference_ms": self.inference.summary_ms()}
+                "latency_ms": self.latency.summary_ms(), "step_latency_ms": self.step_latency.summary_ms(),
+                "inference_ms": self.inference.summary_ms()}
 
 
 class DeadlineClock:

@@ -43,6 +43,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--state-timeout", type=float, default=0.5,
                         help="the deployment node's stale-state timeout, s (a shared machine's simulator can stall "
                              "longer than a robot's drives may: 0.1 s on hardware)")
+    parser.add_argument("--watchdog-periods", type=int, default=25,
+                        help="the deployment node's loop watchdog, policy periods (a shared machine's process can "
+                             "stall longer than a robot's may: 5 on hardware)")
     parser.add_argument("--overrun-periods", type=int, default=3,
                         help="the deployment node's overrun fault: policy periods late (see its parameter)")
     parser.add_argument("--lockstep", action="store_true",
@@ -140,7 +143,8 @@ def build_nodes(args, robot, context) -> list:
     deployment = DeploymentNode(context=context, parameter_overrides=params(
         robot_config=config, policy=str(Path(args.policy).resolve()), path=args.path, autostart="run",
         stand_seconds=float(args.stand_seconds), realtime_priority=int(args.realtime_priority),
-        state_timeout=float(args.state_timeout), overrun_periods=int(args.overrun_periods)))
+        state_timeout=float(args.state_timeout), overrun_periods=int(args.overrun_periods),
+        watchdog_periods=int(args.watchdog_periods)))
     nodes = [simulator, deployment]
     if args.record:
         from motionvl.ros.recorder_node import RecorderNode
@@ -158,6 +162,7 @@ def loop_figures(status: dict | None) -> dict:
     if status is None:
         return {}
     return {"cycles": status["cycles"], "policy_steps": status["policy_steps"], "overruns": status["overruns"],
+            "late_cycles": status["late_cycles"], "skipped_steps": status["skipped_steps"],
             "clipped_commands": status["clips"], "period_ms": status["period_ms"],
             "period_error_ms": status["period_error_ms"], "latency_ms": status["latency_ms"],
             "inference_ms": status["inference_ms"], "final_mode": status["mode"], "faults": status["faults"]}

@@ -1,11 +1,21 @@
 """deployment: the ONNX policy on the robot through a PD joint-to-motor mapping, with hard safety.
 
 A thin adapter over `motionvl.deploy.Controller` (modes, faults, policy, commands; no ROS there).
-A control thread runs one command cycle per new joint state (`trigger: state`, the drive's stream
-paces the loop, as ros2_control and vendor bridges do) or on absolute monotonic deadlines
-(`trigger: clock`); when the state stream goes silent it keeps cycling on the clock, so damping
-goes out even when nothing comes in. Services and subscriptions run on the executor thread; one
-lock orders them with the cycles.
+The control thread owns the command stream: it takes joint_states, imu/data and cmd_vel itself
+(its own wait set; no executor runs those subscriptions, so no callback and no lock stands between
+a state and its command) and runs one command cycle per new joint state (`trigger: state`, the
+drive's stream paces the loop, as ros2_control and vendor bridges do) or on absolute monotonic
+deadlines (`trigger: clock`); when the state stream goes silent it keeps cycling on the clock, so
+damping goes out even when nothing comes in. Policy steps run on a worker thread below the loop's
+priority (`motionvl.deploy.inference`): a step not back by its deadline leaves the loop to command
+damping on schedule and then to fault. Services run on the executor and hand their request to the
+loop, which answers it at its next wake (at least once a command period), whatever the policy does.
+A gap between two wakes of the loop beyond `watchdog_periods` (a stalled process) is a fault.
+
+On exit (SIGINT/SIGTERM through `motionvl.ros.runtime`, or destroy_node) the loop itself sends
+damping commands for exit_damping_seconds from the newest state, which it keeps taking (on the
+torque path -Kd dq stays computed from a fresh velocity for the whole window), and only then stops.
+It starts at the signal, not after the executor has stopped.
 
 Subscribes (motor names and space; see the robot config's `hardware:` section):
   joint_states  sensor_msgs/JointState  position and velocity by motor name. Reliable, depth 1
@@ -13,6 +23,8 @@ Subscribes (motor names and space; see the robot config's `hardware:` section):
                                         message whose stamp advances triggers a cycle, paced to the
                                         command rate by its stamp (a drive publishing faster than
                                         that does not speed up the policy or the STAND ramp).
+                                        Names of other joints (hands, head) are ignored and counted
+                                        (strict_joint_names refuses them); a name given twice is refused.
                                         On joint_states and imu/data alike: one publisher only (a
                                         second one, e.g. a stale bag playing or a simulator left
                                         running, is a fault), and a message stamped older than the
@@ -20,8 +32,10 @@ Subscribes (motor names and space; see the robot config's `hardware:` section):
                                         of them within out_of_order_window is a fault).
   imu/data      sensor_msgs/Imu         orientation and gyro in the IMU's mounted frame. Sensor-data
                                         QoS (best effort, depth 5).
-  cmd_vel       geometry_msgs/Twist     the velocity command: clipped to the policy's trained
-                                        ranges, rate-limited, zeroed when silent. Reliable, depth 1.
+  cmd_vel       geometry_msgs/Twist or TwistStamped (`cmd_vel_type`)  the velocity command: clipped
+                                        to the policy's trained ranges, rate-limited, zeroed when silent.
+                                        Reliable, depth 1. A publisher of the other type (DDS never
+                                        matches it) is logged and shown on /diagnostics.
 Publishes:
   <command_topic>  std_msgs/Float64MultiArray  one per command cycle (none in dry_run). path 'pd':
                    per motor [q, dq, kp, kd, tau_ff], joint-major, layout dims labelled
@@ -29,19 +43,22 @@ Publishes:
                    forward command controller. path 'torque': per motor tau. Reliable, depth 1.
   <command_topic>/joint_names  sensor_msgs/JointState  the motor names of the commands (names only),
                    transient local: published once.
-  ~/status      std_msgs/String      JSON {mode, stand_complete, faults, policy, path, dry_run,
+  ~/status      std_msgs/String      JSON {mode, stand_complete, faults, policy, path, dry_run, cycle,
                                      transition}: on every change, transient local (depth 1).
-  /diagnostics  diagnostic_msgs/DiagnosticArray  mode, faults, clips, overruns, loop period and
-                                     latency p50/p99/max, policy inference time, real-time status.
+  /diagnostics  diagnostic_msgs/DiagnosticArray  mode, faults, clips, overruns, late cycles, loop
+                                     period and latency p50/p99/max, policy inference time, real-time
+                                     status, extra joint names, cmd_vel publishers of the wrong type.
   ~/cycle       std_msgs/Header      (publish_cycle_stamps only) after each command: the stamp of the
-                                     joint state it answered (`motionvl bench deploy` pairs them).
+                                     joint state it answered, frame_id "<command mode> <cycle index>"
+                                     (`motionvl bench deploy` pairs the stamps; tests count cycles).
 Services (all std_srvs/Trigger: standard types only, so no interface package has to be built in
 the pip route; each call is synchronous and answers success plus the reason for a refusal, from
 `ros2 service call` and rclpy alike; the argument of a request lives in its name or a parameter):
   ~/set_mode/passive, ~/set_mode/stand, ~/set_mode/run, ~/set_mode/damp
                 the mode requests (PASSIVE -> RUN and any request while a fault is latched are
                 refused; DAMP is always accepted).
-  ~/estop       DAMP now, latched; always succeeds.
+  ~/estop       DAMP now, latched; always succeeds (its answer names the cycle after which every
+                command damps).
   ~/rearm       clear latched faults (mode stays DAMP): refused unless allow_rearm is true and no
                 fault condition is still present.
   ~/load_policy load the ONNX file the `policy` parameter names (set it first: `ros2 param set`):
@@ -50,13 +67,17 @@ the pip route; each call is synchronous and answers success plus the reason for 
 
 from __future__ import annotations
 
+import array
+import collections
+import functools
 import json
 import sys
 import threading
 import time
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import Twist
+from geometry_msgs.msg import Twist, TwistStamped
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -65,14 +86,19 @@ from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension, String
 from std_srvs.srv import Trigger
 
 from motionvl.deploy import PD_FIELDS, Controller, DeployConfig, Mode
-from motionvl.deploy.scheduling import DeadlineClock, RealtimeStatus, StatePacer, request_realtime
+from motionvl.deploy.inference import PolicyWorker
+from motionvl.deploy.scheduling import (DeadlineClock, RealtimeStatus, StatePacer, request_realtime,
+                                        set_switch_interval, set_thread_scheduling)
 from motionvl.robot import ConfigError, load_robot_config
+from motionvl.ros import runtime
+from motionvl.ros.owned import OwnedSubscriptions
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node
 
 NODE_NAME = "deployment"
 TRIGGERS = ("state", "clock")
 AUTOSTART = ("", "stand", "run")
+CMD_VEL_TYPES = {"twist": Twist, "twist_stamped": TwistStamped}
 DEFAULT_COMMAND_TOPICS = {"pd": "joint_drive_commands", "torque": "joint_effort_commands"}
 
 # name -> (default, description); read-only after start. The DeployConfig fields share its names.
@@ -97,24 +123,38 @@ PARAMETERS = {
     "out_of_order_limit": (3, "This many joint states (or IMU readings) within out_of_order_window stamped older than "
                               "the newest one taken (each dropped, never acted on) is a fault."),
     "out_of_order_window": (1.0, "s: see out_of_order_limit; the fault's condition clears this long after the last drop."),
-    "overrun_periods": (3, "A cycle finishing more than this many policy periods late (in total over a streak, which in RUN "
-                        "only a policy step in time ends) is a fault."),
+    "frozen_samples": (50, "This many IMU readings in a row with every value bit-identical (always), or joint states in "
+                           "RUN (position and velocity), is a fault: a stuck driver still stamping. 0: off."),
+    "strict_joint_names": (False, "false: joint_states may carry other joints (hands, head, passive joints), ignored "
+                                  "and counted; true: such a message is refused (a fault). A name given twice always is."),
+    "overrun_periods": (3, "Policy periods without a step back in time (in RUN), or a cycle finishing this many "
+                           "policy periods late (over a streak), is a fault."),
+    "policy_deadline_share": (0.5, "A policy step runs beside the loop; the cycle waits for it until this share of a "
+                                   "command period after its trigger, then commands damping on schedule until a step "
+                                   "of the current policy period is back (above 1: the cycle itself may be late)."),
+    "watchdog_periods": (5, "A gap between two wakes of the control loop longer than this many policy periods (a "
+                            "stalled process) is a fault in STAND and RUN: a stalled loop never resumes RUN."),
     "damping_scale": (1.0, "DAMP and exit: Kd = this x the configured Kd."),
     "gain_limit_scale": (1.0, "Drive-side kp and kd are bounded by this x the configured gains."),
     "feedforward_limit": (0.2, "|tau_ff| sent to the drive is bounded by this share of the effort limit."),
+    "cmd_vel_type": ("twist", "'twist': geometry_msgs/Twist; 'twist_stamped': geometry_msgs/TwistStamped."),
     "cmd_vel_timeout": (0.5, "s: the velocity command goes back to zero when cmd_vel is silent this long."),
     "cmd_vel_accel": (1.0, "m/s^2: rate limit of the commanded vx and vy."),
     "cmd_yaw_accel": (2.0, "rad/s^2: rate limit of the commanded yaw rate."),
     "allow_rearm": (False, "Let software clear latched faults (~/rearm): simulation playback only. On hardware "
                            "re-arming is an operator's act: restart the node at the robot."),
     "dry_run": (False, "Run everything on the live state stream but publish no command (bring-up in the gantry)."),
-    "realtime_priority": (50, "SCHED_FIFO priority asked for every thread of the process (0: ask for nothing); "
-                              "the node says when the system refuses."),
+    "realtime_priority": (50, "SCHED_FIFO priority asked for every thread of the process (0: ask for nothing); the "
+                              "policy worker takes one less. The node says when the system refuses."),
     "lock_memory": (True, "mlockall the process with the real-time request."),
+    "cpu_affinity": ("", "CPUs the control loop thread may run on, e.g. '1' or '2,3' (as ros2_control's "
+                         "cpu_affinity); empty: any."),
+    "gil_switch_interval": (0.0005, "s: the interpreter's GIL switch interval (sys.setswitchinterval): how long the "
+                                    "loop may wait for another thread's Python code. 0: Python's default (5 ms)."),
     "diagnostics_rate_hz": (2.0, "Rate of /diagnostics."),
     "exit_damping_seconds": (0.3, "On exit (SIGINT/SIGTERM, destroy) damping commands go out for this long first."),
     "publish_cycle_stamps": (False, "After each command, publish ~/cycle (std_msgs/Header: the stamp of the joint "
-                                    "state it answered, the mode as frame_id): for latency benchmarks."),
+                                    "state it answered; frame_id '<command mode> <cycle>'): for benchmarks and tests."),
     "writer_discovery_seconds": (0.3, "At start, how long to look for another publisher on the command topic "
                                       "(one refuses the start)."),
 }
@@ -126,19 +166,40 @@ LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, histor
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 WRITER_CHECK_PERIOD_S = 0.1
+REQUEST_TIMEOUT_S = 2.0
+"""How long a service waits for the loop's answer (the loop answers within a command period)."""
+JOIN_MARGIN_S = 2.0
+"""Beyond exit_damping_seconds, how long destroy_node waits for the loop to end."""
 
 
 def deploy_config(p: dict) -> DeployConfig:
     """The controller's settings from the node's parameters."""
     fields = {f: p[f] for f in ("path", "command_rate_hz", "stand_seconds", "soft_limit_factor", "joint_limit_margin",
                                 "velocity_bound_scale", "gyro_bound", "fall_tilt", "fall_clear_tilt", "state_timeout",
-                                "out_of_order_limit", "out_of_order_window", "overrun_periods", "damping_scale",
+                                "out_of_order_limit", "out_of_order_window", "frozen_samples", "strict_joint_names",
+                                "overrun_periods", "policy_deadline_share", "watchdog_periods", "damping_scale",
                                 "gain_limit_scale", "feedforward_limit", "cmd_vel_timeout", "allow_rearm", "dry_run")}
     return DeployConfig(**fields, cmd_vel_accel=(p["cmd_vel_accel"], p["cmd_vel_accel"], p["cmd_yaw_accel"]))
 
 
+def parse_cpus(text: str) -> tuple:
+    try:
+        return tuple(int(c) for c in str(text).replace(" ", "").split(",") if c)
+    except ValueError:
+        raise ConfigError(f"parameter cpu_affinity must list CPU numbers ('1' or '2,3'), got {text!r}") from None
+
+
 def stamp_seconds(header) -> float:
     return header.stamp.sec + header.stamp.nanosec * 1e-9
+
+
+class _Request:
+    """A service's request handed to the control loop, and the loop's answer."""
+
+    def __init__(self, action):
+        self.action = action
+        self.answer: tuple[bool, str] | None = None
+        self.done = threading.Event()
 
 
 class DeploymentNode(Node):
@@ -148,6 +209,8 @@ class DeploymentNode(Node):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.command_pub = None
+        self.controller = None
+        self._started_at = time.monotonic()
         p = declare_parameters(self, PARAMETERS)
         self.declare_parameter(POLICY_PARAMETER, "", ParameterDescriptor(
             description="ONNX policy: loaded at start when set; ~/load_policy loads the file it names."))
@@ -155,11 +218,22 @@ class DeploymentNode(Node):
             raise ConfigError(f"parameter trigger must be one of {TRIGGERS}, got {p['trigger']!r}")
         if p["autostart"] not in AUTOSTART:
             raise ConfigError(f"parameter autostart must be one of {AUTOSTART}, got {p['autostart']!r}")
+        if p["cmd_vel_type"] not in CMD_VEL_TYPES:
+            raise ConfigError(f"parameter cmd_vel_type must be one of {tuple(CMD_VEL_TYPES)}, got {p['cmd_vel_type']!r}")
+        if p["gil_switch_interval"] < 0:
+            raise ConfigError(f"parameter gil_switch_interval must be >= 0, got {p['gil_switch_interval']}")
+        self.cpus = parse_cpus(p["cpu_affinity"])
         self.params = p
         self.robot = load_robot_config(p["robot_config"] or None)
-        self.controller = Controller(self.robot, deploy_config(p))
-        self.lock = threading.Lock()
-        c = self.controller
+        config = deploy_config(p)
+        # real-time first: every thread of the process so far (the middleware's too) takes the priority,
+        # threads started later (the loop, the executor's) inherit it; the policy worker drops below it
+        self.realtime = request_realtime(p["realtime_priority"], p["lock_memory"]) if p["realtime_priority"] > 0 \
+            else RealtimeStatus(0)
+        self.switch_interval = set_switch_interval(p["gil_switch_interval"])
+        worker_priority = p["realtime_priority"] - 1 if self.realtime.granted and p["realtime_priority"] > 1 else 0
+        self.controller = c = Controller(self.robot, config,
+                                         runner=functools.partial(PolicyWorker, priority=worker_priority))
         policy = self.get_parameter(POLICY_PARAMETER).value
         if policy:
             ok, message = c.load_policy(policy)
@@ -173,16 +247,23 @@ class DeploymentNode(Node):
         self._check_writers_at_start(p["writer_discovery_seconds"])
         names_pub = self.create_publisher(JointState, self.command_topic + "/joint_names", LATCHED_QOS)
         names_pub.publish(JointState(name=list(c.mapping.motor_names)))
-        self._message = self._command_message()
+        self._message, self._buffer = self._command_message()
         self.status_pub = self.create_publisher(String, "~/status", LATCHED_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", DIAGNOSTICS_QOS)
         self.cycle_pub = self.create_publisher(Header, "~/cycle", COMMAND_QOS) if p["publish_cycle_stamps"] else None
+        self._cycle_header = Header()
 
-        # the resolved names (remappings applied) are what the publisher check must look at
-        self.state_topics = [
-            self.create_subscription(JointState, "joint_states", self._on_joint_state, STATE_QOS).topic_name,
-            self.create_subscription(Imu, "imu/data", self._on_imu, qos_profile_sensor_data).topic_name]
-        self.create_subscription(Twist, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
+        # taken by the control loop itself (see the module docstring)
+        self.owned = OwnedSubscriptions(self)
+        self.cmd_vel_type = CMD_VEL_TYPES[p["cmd_vel_type"]]
+        self._joint_sub = self.owned.add(JointState, "joint_states", self._on_joint_state, STATE_QOS)
+        self._imu_sub = self.owned.add(Imu, "imu/data", self._on_imu, qos_profile_sensor_data, take_all=True)
+        self._cmd_vel_sub = self.owned.add(self.cmd_vel_type, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
+        # the resolved names (remappings applied) are what the publisher checks must look at
+        self.state_topics = [self._joint_sub.topic_name, self._imu_sub.topic_name]
+        self.cmd_vel_topic = self._cmd_vel_sub.topic_name
+        self.cmd_vel_wrong_type: list[str] = []
+        """Publishers on cmd_vel of the other message type (never heard)."""
         for mode in Mode:
             self.create_service(Trigger, f"~/set_mode/{mode.value.lower()}", self._mode_service(mode))
         self.create_service(Trigger, "~/estop", self._on_estop)
@@ -192,74 +273,154 @@ class DeploymentNode(Node):
         self.create_timer(WRITER_CHECK_PERIOD_S, self._check_writers)
         self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics)
 
-        self.realtime = RealtimeStatus(p["realtime_priority"])
-        self._state_event = threading.Event()
+        self.lock = threading.Lock()
+        """Guards the request queue (never held across a cycle)."""
+        self._requests: collections.deque = collections.deque()
+        self._due: float | None = None  # arrival of a joint state that is due a cycle
+        c.interrupt = self._urgent  # a cycle waiting for a policy step stops waiting for these
         self._pacer = StatePacer(c.period)
-        self._state_arrival = 0.0
-        self._had_state = False
         self._autostart = p["autostart"]
-        self._status_key = None
+        self._status_version = None
         self._logged_transitions = 0
-        self._publish_status(force=True)
+        self.loop_scheduling = "not started"
+        self.exit_commands = 0
+        """Damping commands the exit sent (the loop's count)."""
+        self._publish_status()
         self._thread = threading.Thread(target=self._control_loop, name="deployment-control", daemon=True)
         self._thread.start()
-        self.get_logger().info(
-            f"{c.config.path} path on {self.command_topic} at {1 / c.period:g} Hz (policy every {c.decimation} "
-            f"cycles), trigger {p['trigger']}{', DRY RUN: no command is published' if c.config.dry_run else ''}; "
-            f"mode {c.mode.value}")
-
-    # ------------------------------------------------------------------ the control thread
-    def _control_loop(self) -> None:
-        p = self.params
-        if p["realtime_priority"] > 0:
-            self.realtime = request_realtime(p["realtime_priority"], p["lock_memory"])
-            if self.realtime.granted:  # (rclpy wants one severity per logging call site)
+        if p["realtime_priority"] > 0:  # (rclpy wants one severity per logging call site)
+            if self.realtime.granted:
                 self.get_logger().info(f"real-time scheduling: {self.realtime.describe()}")
             else:
                 self.get_logger().warning(f"real-time scheduling refused: {self.realtime.describe()}")
-        period = self.controller.period
-        if p["trigger"] == "clock":
-            clock = DeadlineClock(period)
+        self.get_logger().info(
+            f"{c.config.path} path on {self.command_topic} at {1 / c.period:g} Hz (policy every {c.decimation} "
+            f"cycles), trigger {p['trigger']}{', DRY RUN: no command is published' if c.config.dry_run else ''}; "
+            f"{self.switch_interval}; mode {c.mode.value}")
+
+    # ------------------------------------------------------------------ the control thread
+    def _control_loop(self) -> None:
+        c = self.controller
+        self.loop_scheduling = set_thread_scheduling(self.realtime.requested_priority if self.realtime.granted else 0,
+                                                     self.cpus) if (self.cpus or self.realtime.granted) else "inherited"
+        self._deadlines = DeadlineClock(c.period) if self.params["trigger"] == "clock" else None
+        """Deadlines of trigger 'clock', or of a silent state stream's cycles (None: states pace the loop)."""
+        self._last_state = None  # arrival of the last state that triggered a cycle
+        self._exit_deadlines, self._exit_left = None, 0
+        with self.owned.opened():
             while True:
-                deadline, lost = clock.wait(self._stop)
-                if deadline is None:
-                    return
-                self.controller.stats.lost_cycles += lost
+                try:
+                    if self._loop_once():
+                        return
+                except Exception as exc:  # noqa: BLE001 - the loop must outlive a bug, unless the context is gone
+                    if not self.context.ok():
+                        return
+                    self.get_logger().error(f"control loop: {type(exc).__name__}: {exc}", throttle_duration_sec=1.0)
+
+    def _loop_once(self) -> bool:
+        """One wake of the control loop: take what came, answer requests, cycle when due. True when the
+        loop is over (its exit damping sent)."""
+        c, period = self.controller, self.controller.period
+        now = time.monotonic()
+        if self._exit_deadlines is None and (self._stop.is_set() or self._stop_signalled()):
+            self._exit_deadlines = DeadlineClock(period, start=now - period)
+            self._exit_left = max(1, int(round(self.params["exit_damping_seconds"] / period)))
+        clock = self._exit_deadlines or self._deadlines
+        self._due = None
+        self.owned.wait((clock.next if clock else now + period) - time.monotonic())
+        now, due = time.monotonic(), self._due
+        if self._exit_deadlines is not None:  # the exit window: damping on deadlines from the newest state
+            self._answer_pending(False, "the node is shutting down")
+            if now >= self._exit_deadlines.next:
+                self._exit_deadlines.next += period * (1 + max(0, int((now - self._exit_deadlines.next) // period)))
+                self._send(c.damping_command())
+                self.exit_commands += 1
+                self._exit_left -= 1
+            return self._exit_left <= 0
+        stalled = c.loop_awake(now)
+        self._serve_requests()
+        clock = self._deadlines
+        if self.params["trigger"] == "clock":
+            if now >= clock.next:
+                lost = max(0, int((now - clock.next) // period))
+                deadline = clock.next + lost * period
+                clock.next = deadline + period
+                c.stats.lost_cycles += lost
                 self._cycle(deadline)
-            return
-        timeout = self.controller.config.state_timeout
-        stale_clock = None
-        while not self._stop.is_set():
-            if self._state_event.wait(timeout):
-                self._state_event.clear()
-                if self._stop.is_set():
-                    return
-                stale_clock, timeout = None, self.controller.config.state_timeout
-                self._cycle(self._state_arrival)
-            elif self._had_state and not self._stop.is_set():
-                # the state stream went silent: cycle on deadlines (the cycles damp) until it is back
-                stale_clock = stale_clock or DeadlineClock(period, start=time.monotonic() - period)
-                self._cycle(stale_clock.next - period)
-                stale_clock.next += period
-                timeout = max(0.0, stale_clock.next - time.monotonic())
+            elif stalled:
+                self._cycle(now)
+        elif due is not None:
+            self._last_state, self._deadlines = due, None  # (a silent stream's clock ends: states pace the loop again)
+            self._cycle(due)
+        elif stalled:
+            self._cycle(now)
+        elif clock is not None:  # the state stream is silent: cycle on deadlines (the cycles damp)
+            if now >= clock.next:
+                deadline = clock.next
+                clock.next = max(deadline + period, now)
+                self._cycle(deadline)
+        elif self._last_state is not None and now - self._last_state > c.config.state_timeout:
+            self._deadlines = DeadlineClock(period, start=now)
+            self._cycle(now)
+        if c.version != self._status_version:
+            self._publish_status()
+        return False
+
+    def _urgent(self) -> bool:
+        """A request, an e-stop or a stop waits for the loop."""
+        return bool(self._requests) or self._stop.is_set() or self._stop_signalled()
+
+    def _stop_signalled(self) -> bool:
+        """A SIGINT/SIGTERM (or request_stop) for this process since the node started."""
+        at = runtime.stop_requested_at()
+        return at is not None and at >= self._started_at
+
+    # the loop's own subscriptions: called in the control thread as it takes each message
+    def _on_imu(self, msg: Imu) -> None:
+        o, g, a = msg.orientation, msg.angular_velocity, msg.linear_acceleration
+        self.controller.imu((o.w, o.x, o.y, o.z), (g.x, g.y, g.z), stamp_seconds(msg.header), time.monotonic(),
+                            accel=(a.x, a.y, a.z))
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        now, c = time.monotonic(), self.controller
+        c.joint_state(msg.name, msg.position, msg.velocity, stamp_seconds(msg.header), now)
+        stream = c.inputs.joints
+        if stream.advanced_at == now and self._pacer.due(stream.last_stamp) and self.params["trigger"] == "state":
+            self._due = now
+
+    def _on_cmd_vel(self, msg) -> None:
+        t = msg.twist if self.cmd_vel_type is TwistStamped else msg
+        if not self.controller.velocity_command(t.linear.x, t.linear.y, t.angular.z, time.monotonic()):
+            self.get_logger().warning("cmd_vel with NaN/inf ignored", throttle_duration_sec=2.0)
 
     def _cycle(self, trigger: float) -> None:
-        with self.lock:
-            try:
-                command = self.controller.cycle(trigger)
-            except Exception as exc:  # noqa: BLE001 - a bug must not end the loop with the last command holding
-                command = self.controller.internal_fault(f"command cycle raised {type(exc).__name__}: {exc}")
-            self._autostart_step()
-            answered = self.controller.inputs.joints.last_stamp
-        if command is not None and self.command_pub is not None:
-            self._message.data = command.data().tolist()
-            self.command_pub.publish(self._message)
-            self.controller.stats.latency.add(time.monotonic() - trigger)
+        c = self.controller
+        try:
+            command = c.cycle(trigger)
+        except Exception as exc:  # noqa: BLE001 - a bug must not end the loop with the last command holding
+            command = c.internal_fault(f"command cycle raised {type(exc).__name__}: {exc}")
+        if command is not None:
+            if c.loop_awake() and command.mode != Mode.DAMP:
+                # the process stalled between the cycle's start and here: never send what it built
+                command = c.damping_command()
+            self._send(command)
+            latency = time.monotonic() - trigger
+            c.stats.latency.add(latency)
+            if c.stepped:
+                c.stats.step_latency.add(latency)
+            answered = c.inputs.joints.last_stamp
             if self.cycle_pub is not None and answered is not None:
-                header = Header(frame_id=command.mode.value)
+                header = self._cycle_header
+                header.frame_id = f"{command.mode.value} {c.cycle_index}"
                 header.stamp.sec, header.stamp.nanosec = divmod(int(round(answered * 1e9)), 10**9)
                 self.cycle_pub.publish(header)
-        self._publish_status()
+        self._autostart_step()
+
+    def _send(self, command) -> None:
+        if self.command_pub is None:
+            return
+        command.write(self._array)
+        self.command_pub.publish(self._message)
 
     def _autostart_step(self) -> None:
         c = self.controller
@@ -275,86 +436,88 @@ class DeploymentNode(Node):
             self.get_logger().info(f"autostart: {message}")
             self._autostart = "" if ok else self._autostart
 
-    def _command_message(self) -> Float64MultiArray:
+    def _command_message(self) -> tuple[Float64MultiArray, array.array]:
+        """The one command message every cycle fills in place, and its data buffer."""
         J = self.robot.num_joints
         msg = Float64MultiArray()
         if self.controller.config.path == "pd":
             F = len(PD_FIELDS)
             msg.layout.dim = [MultiArrayDimension(label="joints", size=J, stride=J * F),
                               MultiArrayDimension(label=",".join(PD_FIELDS), size=F, stride=F)]
+            size = J * F
         else:
             msg.layout.dim = [MultiArrayDimension(label="joints", size=J, stride=J)]
-        return msg
+            size = J
+        msg.data = array.array("d", bytes(8 * size))
+        buffer = msg.data  # the message's own array (the setter may copy what it is given)
+        self._array = np.frombuffer(buffer, dtype=np.float64)  # a view: cycles write into the message in place
+        return msg, buffer
 
-    # ------------------------------------------------------------------ inputs
-    def _on_joint_state(self, msg: JointState) -> None:
-        now = time.monotonic()
+    # ------------------------------------------------------------------ requests (answered by the loop)
+    def _ask(self, action, what: str, response: Trigger.Response) -> Trigger.Response:
+        request = _Request(action)
         with self.lock:
-            self.controller.joint_state(msg.name, msg.position, msg.velocity, stamp_seconds(msg.header), now)
-            joints = self.controller.inputs.joints
-            due = joints.advanced_at == now and self._pacer.due(joints.last_stamp)
-        if due:
-            self._state_arrival, self._had_state = now, True
-            self._state_event.set()
+            self._requests.append(request)
+        self.owned.wake()
+        if request.done.wait(REQUEST_TIMEOUT_S):
+            ok, message = request.answer
+        else:
+            ok, message = False, f"the control loop did not answer within {REQUEST_TIMEOUT_S:g} s"
+        return self._answer(response, ok, message, what)
 
-    def _on_imu(self, msg: Imu) -> None:
-        o, g = msg.orientation, msg.angular_velocity
+    def _serve_requests(self) -> None:
+        if not self._requests:
+            return
         with self.lock:
-            self.controller.imu((o.w, o.x, o.y, o.z), (g.x, g.y, g.z), stamp_seconds(msg.header))
+            pending, self._requests = list(self._requests), collections.deque()
+        for request in pending:
+            try:
+                request.answer = request.action()
+            except Exception as exc:  # noqa: BLE001 - a request must not end the loop
+                request.answer = (False, f"{type(exc).__name__}: {exc}")
+            request.done.set()
 
-    def _on_cmd_vel(self, msg: Twist) -> None:
+    def _answer_pending(self, ok: bool, message: str) -> None:
         with self.lock:
-            ok = self.controller.velocity_command(msg.linear.x, msg.linear.y, msg.angular.z)
-        if not ok:
-            self.get_logger().warning("cmd_vel with NaN/inf ignored", throttle_duration_sec=2.0)
+            pending, self._requests = list(self._requests), collections.deque()
+        for request in pending:
+            request.answer = (ok, message)
+            request.done.set()
 
-    # ------------------------------------------------------------------ requests
     def _answer(self, response: Trigger.Response, ok: bool, message: str, what: str) -> Trigger.Response:
         response.success, response.message = bool(ok), message
         if ok:  # (rclpy wants one severity per logging call site)
             self.get_logger().info(f"{what}: {message}")
         else:
             self.get_logger().warning(f"{what}: {message}")
-        self._publish_status()
         return response
 
     def _mode_service(self, mode: Mode):
         def serve(request, response):
-            with self.lock:
-                ok, message = self.controller.request_mode(mode)
-            return self._answer(response, ok, message, f"set_mode {mode.value}")
+            return self._ask(lambda: self.controller.request_mode(mode), f"set_mode {mode.value}", response)
         return serve
 
     def _on_estop(self, request, response):
-        with self.lock:
-            ok, message = self.controller.estop("e-stop service")
-        return self._answer(response, ok, message, "estop")
+        return self._ask(lambda: self.controller.estop("e-stop service"), "estop", response)
 
     def _on_rearm(self, request, response):
-        with self.lock:
-            ok, message = self.controller.rearm()
-        return self._answer(response, ok, message, "rearm")
+        return self._ask(self.controller.rearm, "rearm", response)
 
     def _on_load_policy(self, request, response):
         path = self.get_parameter(POLICY_PARAMETER).value
         if not path:
             return self._answer(response, False, "parameter 'policy' names no file: set it first", "load_policy")
-        with self.lock:
-            if self.controller.mode not in (Mode.PASSIVE, Mode.DAMP):
-                ok, message = self.controller.load_policy(path)  # refuses, naming the mode
-            else:
-                ok, message = None, None
-        if ok is None:  # load (ONNX Runtime set-up, warm-up) outside the lock, so cycles go on meanwhile
-            from motionvl.deploy.policy import DeployedPolicy
-            from motionvl.policy_io import ContractError
+        if self.controller.mode not in (Mode.PASSIVE, Mode.DAMP):  # refuse before the load (the loop checks again)
+            return self._ask(lambda: self.controller.load_policy(path), "load_policy", response)
+        # load (ONNX Runtime set-up, warm-up) here, not in the loop, so cycles go on meanwhile
+        from motionvl.deploy.policy import DeployedPolicy
+        from motionvl.policy_io import ContractError
 
-            try:
-                policy = DeployedPolicy(path, self.robot)
-            except ContractError as exc:
-                return self._answer(response, False, str(exc), "load_policy")
-            with self.lock:
-                ok, message = self.controller.load_policy(policy)
-        return self._answer(response, ok, message, "load_policy")
+        try:
+            policy = DeployedPolicy(path, self.robot)
+        except ContractError as exc:
+            return self._answer(response, False, str(exc), "load_policy")
+        return self._ask(lambda: self.controller.load_policy(policy), "load_policy", response)
 
     def _on_set_parameters(self, params) -> SetParametersResult:
         for param in params:
@@ -387,36 +550,43 @@ class DeploymentNode(Node):
             time.sleep(0.02)
 
     def _check_writers(self) -> None:
-        """One writer on the command topic (ours) and one on each state topic (the robot's), or a fault."""
+        """One writer on the command topic (ours) and one on each state topic (the robot's), or a fault;
+        cmd_vel publishers of the other message type are reported (never heard)."""
         others = self._other_writers()
         state_writers = {topic: self._publishing_nodes(topic) for topic in self.state_topics}
-        with self.lock:
-            before = self.controller.command_writers, self.controller.state_writers
-            self.controller.command_writers = len(others)
-            self.controller.state_writers = state_writers
+        c = self.controller  # plain attribute writes: the loop reads them at its next cycle
+        before = c.command_writers, c.state_writers
+        c.command_writers = len(others)
+        c.state_writers = state_writers
         if others and not before[0]:
             self.get_logger().error(f"another publisher on {self.command_topic}: {others}")
         for topic, names in state_writers.items():
             if len(names) > 1 and len(before[1].get(topic, ())) <= 1:
                 self.get_logger().error(f"{len(names)} publishers on {topic}: {names}; the state must come from one "
                                         "source")
+        want = f"geometry_msgs/msg/{self.cmd_vel_type.__name__}"
+        wrong = sorted(f"{i.node_namespace.rstrip('/')}/{i.node_name} ({i.topic_type})"
+                       for i in self.get_publishers_info_by_topic(self.cmd_vel_topic) if i.topic_type != want)
+        if wrong and wrong != self.cmd_vel_wrong_type:
+            self.get_logger().error(f"{self.cmd_vel_topic}: publisher(s) of another type than {want} (cmd_vel_type "
+                                    f"{self.params['cmd_vel_type']!r}), never heard: {wrong}")
+        self.cmd_vel_wrong_type = wrong
 
     # ------------------------------------------------------------------ reporting
-    def _publish_status(self, force: bool = False) -> None:
-        with self.lock:
-            c = self.controller
-            last = c.modes.transitions[-1] if c.modes.transitions else None
-            key = (c.mode, c.stand_complete, tuple(str(f) for f in c.modes.faults),
-                   None if c.policy is None else str(c.policy.path), len(c.modes.transitions))
-            if key == self._status_key and not force:
-                return
-            new_transitions = c.modes.transitions[self._logged_transitions:]
-            self._logged_transitions = len(c.modes.transitions)
-            self._status_key = key
-            status = {"mode": c.mode.value, "stand_complete": c.stand_complete, "faults": list(key[2]),
-                      "policy": key[3], "path": c.config.path, "dry_run": c.config.dry_run, "cycle": c.cycle_index,
-                      "transition": None if last is None else {"from": last.source.value, "to": last.target.value,
-                                                               "why": last.why, "cycle": last.cycle}}
+    def _publish_status(self) -> None:
+        """~/status when something in it changed (called by the loop, and once at start)."""
+        c = self.controller
+        self._status_version = c.version
+        transitions = c.modes.transitions
+        last = transitions[-1] if transitions else None
+        new_transitions = transitions[self._logged_transitions:]
+        self._logged_transitions = len(transitions)
+        status = {"mode": c.mode.value, "stand_complete": c.stand_complete,
+                  "faults": [str(f) for f in c.modes.faults],
+                  "policy": None if c.policy is None else str(c.policy.path), "path": c.config.path,
+                  "dry_run": c.config.dry_run, "cycle": c.cycle_index,
+                  "transition": None if last is None else {"from": last.source.value, "to": last.target.value,
+                                                           "why": last.why, "cycle": last.cycle}}
         for t in new_transitions:  # every mode change and fault, with its reason, in the log too
             text = f"{t.source.value} -> {t.target.value}: {t.why} (cycle {t.cycle})"
             if t.why in ("requested",) or t.why.startswith("re-armed"):
@@ -426,18 +596,26 @@ class DeploymentNode(Node):
         self.status_pub.publish(String(data=json.dumps(status)))
 
     def _publish_diagnostics(self) -> None:
-        with self.lock:
-            s = self.controller.status()
+        s = self.controller.status()  # read beside the loop: copies of its figures, no lock on the cycle
         level = DiagnosticStatus.ERROR if s["faults"] else (
-            DiagnosticStatus.WARN if s["mode"] == "PASSIVE" or s["overruns"] else DiagnosticStatus.OK)
+            DiagnosticStatus.WARN if s["mode"] == "PASSIVE" or s["overruns"] or self.cmd_vel_wrong_type
+            else DiagnosticStatus.OK)
+        runner = self.controller.runner
         values = {"mode": s["mode"], "faults": "; ".join(s["faults"]) or "none", "fault_count": s["fault_count"],
                   "stand_progress": s["stand_progress"], "policy": s["policy"], "path": s["path"],
                   "command_topic": self.command_topic, "dry_run": s["dry_run"], "cycles": s["cycles"],
                   "policy_steps": s["policy_steps"], "overruns": s["overruns"], "lost_cycles": s["lost_cycles"],
+                  "late_cycles": s["late_cycles"], "skipped_steps": s["skipped_steps"],
                   "command_velocity": s["command"], "realtime": self.realtime.describe(),
+                  "loop_thread": self.loop_scheduling,
+                  "policy_thread": getattr(runner, "scheduling", "no policy worker"),
+                  "gil_switch_interval_ms": round(sys.getswitchinterval() * 1e3, 4),
+                  "extra_joint_names": ", ".join(f"{k} ({v})" for k, v in s["extra_joint_names"].items()) or "none",
+                  "cmd_vel_type": self.params["cmd_vel_type"],
+                  "cmd_vel_wrong_type": "; ".join(self.cmd_vel_wrong_type) or "none",
                   **{f"dropped_{k}": v for k, v in s["dropped"].items()},
                   **{f"clips_{k}": v for k, v in s["clips"].items()}}
-        for name in ("period_ms", "period_error_ms", "latency_ms", "inference_ms"):
+        for name in ("period_ms", "period_error_ms", "latency_ms", "step_latency_ms", "inference_ms"):
             for stat in ("p50", "p99", "max"):
                 values[f"{name[:-3]}_{stat}_ms"] = s[name][stat]
         last = s["last_transition"]
@@ -451,29 +629,28 @@ class DeploymentNode(Node):
 
     # ------------------------------------------------------------------ exit
     def stop_control(self) -> None:
-        """Stop the control thread (idempotent)."""
+        """Ask the loop for its exit (damping for exit_damping_seconds, then it ends) and wait for it
+        (idempotent)."""
         self._stop.set()
         if self._thread is None:
             return
-        self._state_event.set()
+        self.owned.wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=2.0)
+            self._thread.join(timeout=self.params["exit_damping_seconds"] + JOIN_MARGIN_S)
 
     def send_exit_damping(self) -> int:
-        """The last action: damping commands from the newest state for exit_damping_seconds at the
-        command rate (the drive's own watchdog takes over after). Returns how many were sent."""
-        if self.command_pub is None or self._thread is None:  # never started: nothing was commanded
+        """Damping commands from the newest state for exit_damping_seconds at the command rate, sent from
+        the calling thread: the exit when the loop could not send it (it never started, or did not end).
+        Returns how many were sent."""
+        if self.command_pub is None or self.controller is None:
             return 0
         period = self.controller.period
         count = max(1, int(round(self.params["exit_damping_seconds"] / period)))
         clock = DeadlineClock(period)
         sent = 0
         for _ in range(count):
-            with self.lock:
-                command = self.controller.damping_command()
-            self._message.data = command.data().tolist()
             try:
-                self.command_pub.publish(self._message)
+                self._send(self.controller.damping_command())
             except Exception as exc:  # the context went away under us: nothing more can be sent
                 self.get_logger().error(f"exit damping stopped after {sent} commands: {exc}")
                 break
@@ -483,10 +660,15 @@ class DeploymentNode(Node):
         return sent
 
     def destroy_node(self) -> None:
-        self.stop_control()
-        sent = self.send_exit_damping()
-        if sent:
-            self.get_logger().info(f"exit: sent {sent} damping commands")
+        if self._thread is not None:
+            self.stop_control()
+            if self._thread.is_alive():
+                self.get_logger().error("the control loop did not end: sending the exit damping from here")
+                self.exit_commands += self.send_exit_damping()
+            if self.exit_commands:
+                self.get_logger().info(f"exit: sent {self.exit_commands} damping commands")
+        if self.controller is not None and not self.controller.close(timeout=0.5):
+            self.get_logger().warning("a policy step was still running at exit (it hangs outside ONNX Runtime)")
         super().destroy_node()
 
 

@@ -28,10 +28,12 @@ that composes several nodes calls `run_nodes([factory, ...], name, args)`. The p
    A second signal during 2-4 interrupts nothing: it cuts what is left of the budget to
    `HURRY_S`. The budget (4 s) ends before `ros2 launch` escalates (SIGTERM 5 s after its SIGINT,
    then SIGKILL 5 s later). If it runs out (a thread that does not stop), the process says what it
-   was waiting for and leaves at once with `os._exit` and the same exit code, instead of tearing
-   down the interpreter under a running thread. A node that chooses to leave work unfinished (a
-   training iteration in flight: resume redoes it) says so with `abandon_work()`; the process then
-   leaves the same way once the other steps are done.
+   was waiting for and leaves at once with `os._exit`, instead of tearing down the interpreter under a
+   running thread: with exit code 1 when the budget ran out by itself (a stop that did not finish is a
+   failure a supervisor must see), with the process's own when a second signal asked for the hurry.
+   A node that chooses to leave work unfinished (a training iteration in flight: resume redoes it)
+   says so with `abandon_work()`; the process then leaves the same way once the other steps are
+   done, with its own exit code.
 
 For nodes with long work loops: `stop_requested()` says whether the process is stopping (a loop
 on a thread of the node's own can poll it; stopping it is still the job of destroy_node), and
@@ -160,6 +162,12 @@ def abandon_work(what: str) -> None:
     """Called from a node's destroy_node: `what` (a thread still working) is left unfinished and the
     process leaves without waiting for it (os._exit once the remaining shutdown steps are done)."""
     _STOP.abandoned.append(what)
+
+
+def stop_requested_at() -> float | None:
+    """Monotonic time of the first stop request (None: none). A node's own thread can start its last
+    action at the signal, before the executors stop (the deployment node's exit damping does)."""
+    return _STOP.requested_at
 
 
 def run_node(factory: Callable[[], "Node"], name: str, args=None, threads: int | None = 1,
@@ -302,7 +310,7 @@ def _finish(nodes: list, spinners: list, logger, budget_s: float) -> int:
                            f"{HURRY_S:g} s after a second signal); leaving without it")
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(exit_code)
+            os._exit(exit_code or (0 if _STOP.signals >= 2 else 1))
         if isinstance(outcome, BaseException):
             logger.error(f"{what} raised:\n" + "".join(traceback.format_exception(outcome)))
             exit_code = 1

@@ -29,6 +29,10 @@ Subscribes (reliable, depth 1: only the newest command matters):
   cmd_vel                  geometry_msgs/Twist          velocity command (linear.x, linear.y, angular.z)
   <gantry_release_topic>   std_msgs/String              (with `gantry`) the deployment node's status
                                                        JSON: the gantry lets go at stand_complete
+Publishes also:
+  ~/actuation  std_msgs/String  (transient local, on change) what the actuators do: pd (position mode),
+                                torque, drive (drive-side PD) or damping (the drives' watchdog: no
+                                command for command_timeout, or none yet).
 Services:
   ~/reset  std_srvs/Trigger  back to the standing pose, targets at the default pose (and back
                              into the gantry when there is one); starts a held simulation.
@@ -43,14 +47,24 @@ Hardware emulation ("effort" mode) takes both command paths of the deployment no
 states in motor names, order, sign and zero offset, the IMU in its mounted frame, and commands
 in motor order mapped back (so a non-identity joint mapping is tested end to end).
 
+Timing: a stepping thread of the node's own (not an executor timer) advances physics on absolute
+monotonic deadlines (publish_rate_hz x realtime_factor; 1 ms apart when realtime is false), publishes
+imu/data and then joint_states first, takes the commands itself as they arrive (its own wait set:
+`motionvl.ros.owned`) and only then publishes odom, foot_forces, ~/command, /clock and /tf, so the
+controller's cycle never competes with the rest of the publishing. The hardware emulation's drives
+fall back to damping when commands stop for command_timeout (a drive's own watchdog: after kill -9
+or a power loss of the host nothing else would stop the last command); ~/actuation says what they
+do. realtime_priority asks for SCHED_FIFO (a 500 Hz host-torque rehearsal on a loaded machine).
+
 Stamps are simulated time: consumers should run with use_sim_time:=true (the launch files do);
-the simulator itself must not (its timer would wait for the /clock it publishes).
+the simulator itself must not (it publishes the /clock).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 
 import numpy as np
@@ -67,11 +81,13 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from motionvl.deploy.commands import PD_FIELDS
-from motionvl.envs.config import RandomizationConfig
 from motionvl.deploy.mapping import JointMapping
+from motionvl.deploy.scheduling import request_realtime
+from motionvl.envs.config import RandomizationConfig
 from motionvl.robot import ConfigError, load_robot_config
-from motionvl.ros.runtime import run_node
+from motionvl.ros.owned import OwnedSubscriptions
 from motionvl.ros.params import declare_parameters
+from motionvl.ros.runtime import run_node
 from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain
 from motionvl.sim.model import SOLE_SITES
 from motionvl.sim.single import MODES, CommandError, SingleSim
@@ -94,7 +110,7 @@ PARAMETERS = {
                          "'effort': hardware emulation, commands are joint torques."),
     **TERRAIN_PARAMETERS,
     "command_timeout": (0.5, "Seconds (simulated) after which cmd_vel is zeroed and, in effort mode, the emulated "
-                             "driver falls back to damping; 0 disables. Position targets are held."),
+                             "drives fall back to damping (their own watchdog); 0 disables. Position targets are held."),
     "odom_frame": ("odom", "Frame id of odom and the /tf parent."),
     "emulate_hardware": (False, "Behave like the robot config's hardware section describes: joint states and commands "
                                 "in motor names, order, sign and offset; the IMU in its mounted frame."),
@@ -112,6 +128,8 @@ PARAMETERS = {
                       "(and again after ~/reset)."),
     "gantry_release_topic": ("deployment/status", "std_msgs/String JSON status whose stand_complete (or mode RUN) "
                                                   "lets the gantry go."),
+    "realtime_priority": (0, "SCHED_FIFO priority asked for every thread of the process (0: ask for nothing); the "
+                             "node says when the system refuses."),
 }
 
 COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
@@ -122,6 +140,8 @@ LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, histor
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 WARN_PERIOD_S = 2.0  # throttle for bad-input warnings
 MAX_CATCH_UP_S = 0.25  # most simulated time one tick may add when the wall clock ran ahead
+FAST_TICK_S = 0.001  # wall seconds between ticks when realtime is false
+COMMAND_WAIT_SHARE = 0.5  # of a tick: how long the rest of the publishing waits for the command
 
 
 class SimulatorNode(Node):
@@ -158,6 +178,8 @@ class SimulatorNode(Node):
         self.odom_pub = self.create_publisher(Odometry, "odom", STATE_QOS)
         self.command_pub = self.create_publisher(TwistStamped, "~/command", STATE_QOS)
         self.feet_pub = self.create_publisher(Float64MultiArray, "foot_forces", STATE_QOS)
+        self.actuation_pub = self.create_publisher(String, "~/actuation", LATCHED_QOS)
+        self._actuation = None
         self._touch = [self.sim.index.sensor[f"{site}_touch"] for site in SOLE_SITES]
         self.clock_pub = self.create_publisher(Clock, "/clock", CLOCK_QOS)
         if TFMessage is not None:
@@ -165,71 +187,105 @@ class SimulatorNode(Node):
         else:
             self.tf_pub = None
             self.get_logger().info("tf2_msgs is not installed (no PyPI wheel): /tf is off; odom carries the base pose")
+        self._messages()
 
-        self.create_subscription(Float64MultiArray, "joint_position_commands", self._on_position_array, COMMAND_QOS)
-        self.create_subscription(Float64MultiArray, "joint_effort_commands", self._on_effort_array, COMMAND_QOS)
-        self.create_subscription(Float64MultiArray, "joint_drive_commands", self._on_drive_array, COMMAND_QOS)
-        self.create_subscription(JointState, "joint_drive_commands/joint_names", self._on_drive_names, LATCHED_QOS)
+        # taken by the stepping thread itself, as they arrive (motionvl.ros.owned); the reset on the executor
+        self._lock = threading.Lock()
+        """The simulator between the stepping thread and the reset service."""
+        owned = self.owned = OwnedSubscriptions(self)
+        owned.add(Float64MultiArray, "joint_position_commands", self._on_position_array, COMMAND_QOS)
+        owned.add(Float64MultiArray, "joint_effort_commands", self._on_effort_array, COMMAND_QOS)
+        owned.add(Float64MultiArray, "joint_drive_commands", self._on_drive_array, COMMAND_QOS)
+        owned.add(JointState, "joint_drive_commands/joint_names", self._on_drive_names, LATCHED_QOS)
         if p["gantry"]:
-            self.create_subscription(String, p["gantry_release_topic"], self._on_deployment_status, LATCHED_QOS)
-        self.create_subscription(JointState, "joint_commands", self._on_joint_command, COMMAND_QOS)
-        self.create_subscription(Twist, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
+            owned.add(String, p["gantry_release_topic"], self._on_deployment_status, LATCHED_QOS)
+        owned.add(JointState, "joint_commands", self._on_joint_command, COMMAND_QOS)
+        owned.add(Twist, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_service(Trigger, "~/hold", self._on_hold)
 
-        self._wall: float | None = None  # wall time of the last tick (None: not started yet)
-        self._debt = 0.0  # simulated seconds owed to the wall clock
-        # as fast as possible: a 1 ms timer adds one publish period of simulated time per tick
-        self._timer = self.create_timer(self.period if self.realtime else 0.001, self._tick)
-        if p["hold_until_reset"]:
-            self._timer.cancel()
+        if p["realtime_priority"] > 0:
+            rt = request_realtime(p["realtime_priority"])
+            if rt.granted:  # (rclpy wants one severity per logging call site)
+                self.get_logger().info(f"real-time scheduling: {rt.describe()}")
+            else:
+                self.get_logger().warning(f"real-time scheduling refused: {rt.describe()}")
+        self._tick_s = self.period / self.realtime_factor if self.realtime else FAST_TICK_S
+        self._restart = True  # (re)start the deadlines (at start and after a reset)
+        self._next = 0.0  # the next tick's deadline (monotonic)
+        self._unanswered_since: float | None = None  # lockstep: wall time of a state no command answered yet
+        self._commanded = False  # a command came since the last state was published
+        self._held = bool(p["hold_until_reset"])  # ~/hold: no stepping, no publishing until ~/reset
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="simulator-step", daemon=True)
+        self._thread.start()
         self.get_logger().info(
             f"simulating {self.robot.name} ({self.robot.num_joints} joints, dt {self.sim.model.opt.timestep} s) in "
             f"{p['mode']} mode, {'real time x%g' % self.realtime_factor if self.realtime else 'as fast as possible'}, "
             f"publishing at {p['publish_rate_hz']:g} Hz{' once ~/reset starts it' if p['hold_until_reset'] else ''}")
 
     # ------------------------------------------------------------------ stepping
+    def _run(self) -> None:
+        with self.owned.opened():
+            while not self._stop.is_set():
+                try:
+                    self._tick()
+                except Exception as exc:  # noqa: BLE001 - the simulation must outlive a bug, unless the context is gone
+                    if not self.context.ok():
+                        return
+                    self.get_logger().error(f"simulator step: {type(exc).__name__}: {exc}", throttle_duration_sec=1.0)
+
     def _tick(self) -> None:
-        if self._awaiting_command():
+        """One tick: wait for its deadline (taking commands as they come; in lockstep also until a command
+        answered the last state), advance physics by the periods due, publish the state a controller waits
+        for, take its command, publish the rest."""
+        if self._held:  # (commands are still taken: the last one stands when it runs again)
+            self.owned.wait(self._tick_s)
             return
-        if self.realtime:
+        if self._restart:
+            self._restart, self._next, self._unanswered_since = False, time.monotonic(), None
+        while True:
             now = time.monotonic()
-            elapsed = self.period if self._wall is None else now - self._wall  # first tick: one period
-            self._wall = now
-            self._debt += elapsed * self.realtime_factor
-            if self._debt > MAX_CATCH_UP_S:
-                self.get_logger().warning(f"physics cannot keep up with real time x{self.realtime_factor:g}; "
-                                          "dropping simulated time", throttle_duration_sec=WARN_PERIOD_S)
-                self._debt = MAX_CATCH_UP_S
-            # whole publish periods, so that every state published is one period after the last (a
-            # controller paced by the states then runs at the simulated rate, not at the timer's jitter);
-            # a tick that comes too early for one publishes nothing
-            dt = self.sim.model.opt.timestep
-            steps = max(1, int(round(self.period / dt)))
-            periods = int(self._debt / (steps * dt) + 0.5)
-            if periods == 0:
+            awaiting = self._unanswered_since is not None and now - self._unanswered_since < self.lockstep_wait
+            if now >= self._next and not awaiting:
+                break
+            until = self._unanswered_since + self.lockstep_wait if awaiting and now >= self._next else self._next
+            self.owned.wait(until - now)
+            if self._stop.is_set() or self._restart:
                 return
-            self.sim.step(periods * steps)
-            self._debt -= periods * steps * dt
-        else:
-            self.sim.advance(self.period)
-        self._maybe_push()
-        self.publish_state()
+        late = now - self._next
+        if self._unanswered_since is not None:  # lockstep waited for the answer: no time is owed meanwhile
+            self._next, late = now, 0.0
+            self._unanswered_since = None
+        ticks = 1 + max(0, int(late // self._tick_s))
+        self._next += ticks * self._tick_s
+        if not self.realtime:
+            ticks = 1  # one publish period of simulated time per tick: consumers follow /clock
+        elif ticks * self.period > MAX_CATCH_UP_S:
+            self.get_logger().warning(f"physics cannot keep up with real time x{self.realtime_factor:g}; "
+                                      "dropping simulated time", throttle_duration_sec=WARN_PERIOD_S)
+            ticks = max(1, int(MAX_CATCH_UP_S / self.period))
+        steps = max(1, int(round(self.period / self.sim.model.opt.timestep)))
+        with self._lock:
+            if self._held:
+                return
+            self.sim.step(ticks * steps)
+            self._maybe_push()
+            state = self.sim.state()
+            self._commanded = False
+            self._publish_primary(state)
         if self.lockstep:
             self._unanswered_since = time.monotonic()
-
-    def _awaiting_command(self) -> bool:
-        """Lockstep: the last state has no answer yet and the wait has not run out. No simulated time
-        is owed to the wall clock meanwhile."""
-        if self._unanswered_since is None:
-            return False
-        now = time.monotonic()
-        if now - self._unanswered_since < self.lockstep_wait:
-            if self._wall is not None:
-                self._wall = now
-            return True
-        self._unanswered_since = None
-        return False
+        # this state's command is the controller's business now: take it before publishing the rest
+        until = time.monotonic() + COMMAND_WAIT_SHARE * self._tick_s
+        while not self._commanded and not self._stop.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            self.owned.wait(left)
+        with self._lock:
+            if not self._held:
+                self._publish_secondary(state)
 
     def _randomize(self) -> None:
         r = self.randomization
@@ -247,39 +303,58 @@ class SimulatorNode(Node):
             self._next_push += self.randomization.push_interval_s
             self.get_logger().info(f"push: {np.round(kick, 3).tolist()} m/s at t={self.sim.clock:.2f} s")
 
-    def publish_state(self) -> None:
-        s = self.sim.state()
-        stamp = Time(nanoseconds=int(round(s.clock * 1e9))).to_msg()
-        self.clock_pub.publish(Clock(clock=stamp))
-
-        js = JointState()
-        js.header.stamp = stamp
+    def _messages(self) -> None:
+        """The messages every tick fills in place (their constant fields set once)."""
         hw = self.hardware
+        self._js = JointState(name=list(self.robot.joint_names if hw is None else hw.motor_names))
+        self._imu = Imu()
+        self._imu.header.frame_id = self.robot.imu_link
+        self._odom = Odometry()
+        self._odom.header.frame_id, self._odom.child_frame_id = self.odom_frame, self.robot.base_link
+        self._cmd = TwistStamped()
+        self._cmd.header.frame_id = self.robot.base_link
+        self._clock = Clock()
+
+    def publish_state(self) -> None:
+        """Publish every state topic for the simulator's state now."""
+        state = self.sim.state()
+        self._publish_primary(state)
+        self._publish_secondary(state)
+
+    def _publish_primary(self, s) -> None:
+        """imu/data, then joint_states: what a controller's cycle waits for (the IMU first, so that the
+        cycle the joint state starts has the IMU of the same instant)."""
+        stamp = Time(nanoseconds=int(round(s.clock * 1e9))).to_msg()
+        hw = self.hardware
+        imu_quat, gyro, accel = s.base_quat, s.imu_gyro, s.imu_accel
+        if hw is not None:  # what an IMU mounted at imu_rpy in the pelvis reports
+            imu_quat, gyro = hw.base_to_imu(s.base_quat, s.imu_gyro)
+            accel = hw.base_to_imu(s.base_quat, s.imu_accel)[1]
+        imu = self._imu
+        imu.header.stamp = stamp
+        imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z = (float(v) for v in imu_quat)
+        imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (float(v) for v in gyro)
+        imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = (float(v) for v in accel)
+        self.imu_pub.publish(imu)
+
+        js = self._js
+        js.header.stamp = stamp
         if hw is None:
-            js.name = list(self.robot.joint_names)
             js.position, js.velocity, js.effort = s.joint_pos.tolist(), s.joint_vel.tolist(), s.joint_effort.tolist()
         else:  # what the drives report: motor order, sign and zero offset
-            js.name = list(hw.motor_names)
             js.position = hw.to_motor_position(s.joint_pos).tolist()
             js.velocity = hw.to_motor_signed(s.joint_vel).tolist()
             js.effort = hw.to_motor_signed(s.joint_effort).tolist()
         self.joint_state_pub.publish(js)
 
-        imu_quat, gyro, accel = s.base_quat, s.imu_gyro, s.imu_accel
-        if hw is not None:  # what an IMU mounted at imu_rpy in the pelvis reports
-            imu_quat, gyro = hw.base_to_imu(s.base_quat, s.imu_gyro)
-            accel = hw.base_to_imu(s.base_quat, s.imu_accel)[1]
-        imu = Imu()
-        imu.header.stamp, imu.header.frame_id = stamp, self.robot.imu_link
-        imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z = (float(v) for v in imu_quat)
-        imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (float(v) for v in gyro)
-        imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = (float(v) for v in accel)
-        self.imu_pub.publish(imu)
+    def _publish_secondary(self, s) -> None:
+        """/clock, odom, foot_forces, ~/command, /tf, and ~/actuation when it changed."""
+        stamp = self._imu.header.stamp
+        self._clock.clock = stamp
+        self.clock_pub.publish(self._clock)
         w, x, y, z = (float(v) for v in s.base_quat)
-
-        odom = Odometry()
-        odom.header.stamp, odom.header.frame_id = stamp, self.odom_frame
-        odom.child_frame_id = self.robot.base_link
+        odom = self._odom
+        odom.header.stamp = stamp
         pose = odom.pose.pose
         pose.position.x, pose.position.y, pose.position.z = (float(v) for v in s.base_pos)
         pose.orientation.w, pose.orientation.x, pose.orientation.y, pose.orientation.z = w, x, y, z
@@ -290,8 +365,8 @@ class SimulatorNode(Node):
 
         self.feet_pub.publish(Float64MultiArray(data=[float(self.sim.data.sensordata[t][0]) for t in self._touch]))
 
-        cmd = TwistStamped()
-        cmd.header.stamp, cmd.header.frame_id = stamp, self.robot.base_link
+        cmd = self._cmd
+        cmd.header.stamp = stamp
         cmd.twist.linear.x, cmd.twist.linear.y, cmd.twist.angular.z = (float(v) for v in s.command)
         self.command_pub.publish(cmd)
 
@@ -303,11 +378,20 @@ class SimulatorNode(Node):
             r.w, r.x, r.y, r.z = w, x, y, z
             self.tf_pub.publish(TFMessage(transforms=[tf]))
 
+        actuation = self.sim.actuation
+        if actuation != self._actuation:
+            if actuation == "damping" and self._actuation is not None:
+                self.get_logger().warning(f"no command for {self.sim.command_timeout:g} s: the emulated drives damp")
+            self._actuation = actuation
+            self.actuation_pub.publish(String(data=actuation))
+
     # ------------------------------------------------------------------ inputs
     def _apply(self, what: str, fn, *args) -> None:
         self._unanswered_since = None  # lockstep: answered, even by a command refused below
+        self._commanded = True
         try:
-            fn(*args)
+            with self._lock:
+                fn(*args)
         except CommandError as exc:
             self.get_logger().warning(f"{what} ignored, holding the last good command: {exc}",
                                    throttle_duration_sec=WARN_PERIOD_S)
@@ -360,7 +444,8 @@ class SimulatorNode(Node):
         except ValueError:
             return
         if isinstance(status, dict) and (status.get("stand_complete") or status.get("mode") == "RUN"):
-            self.sim.release_gantry()
+            with self._lock:
+                self.sim.release_gantry()
             self.get_logger().info(f"gantry released at t={self.sim.clock:.3f} s (STAND complete)")
 
     def _on_joint_command(self, msg: JointState) -> None:
@@ -373,22 +458,32 @@ class SimulatorNode(Node):
         self._apply("cmd_vel", self.sim.set_velocity_command, msg.linear.x, msg.linear.y, msg.angular.z)
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        self.sim.reset()
-        self._randomize()
-        self._wall, self._debt, self._unanswered_since = None, 0.0, None
-        held = self._timer.is_canceled()
-        self._timer.reset()
-        response.success = True
-        response.message = f"reset to the standing pose at t={self.sim.clock:.3f} s{' (running again)' if held else ''}"
-        self.get_logger().info(response.message)
+        with self._lock:
+            self.sim.reset()
+            self._randomize()
+            held, self._held, self._restart = self._held, False, True
+            message = f"reset to the standing pose at t={self.sim.clock:.3f} s{' (running again)' if held else ''}"
+        self.owned.wake()
+        response.success, response.message = True, message
+        self.get_logger().info(message)
         return response
 
     def _on_hold(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        self._timer.cancel()
-        response.success = True
-        response.message = f"held at t={self.sim.clock:.3f} s: nothing is stepped or published until ~/reset"
-        self.get_logger().info(response.message)
+        with self._lock:  # after this nothing is stepped or published: the stepping thread holds it to do either
+            self._held = True
+            message = f"held at t={self.sim.clock:.3f} s: nothing is stepped or published until ~/reset"
+        response.success, response.message = True, message
+        self.get_logger().info(message)
         return response
+
+    def destroy_node(self) -> None:
+        stop = getattr(self, "_stop", None)  # (a constructor that raised started no thread)
+        if stop is not None:
+            stop.set()
+            self.owned.wake()
+            if self._thread.is_alive() and threading.current_thread() is not self._thread:
+                self._thread.join(timeout=5.0)
+        super().destroy_node()
 
 
 def main(args=None) -> int:
