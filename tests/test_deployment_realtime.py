@@ -194,7 +194,7 @@ def test_cpu_affinity_pins_the_control_loop_and_a_bad_list_is_refused(deployment
     import os
 
     cpu = sorted(os.sched_getaffinity(0))[-1]
-    node, drives = deployment("pd", cpu_affinity=str(cpu), gil_switch_interval=0.001)
+    node, drives = deployment("pd", cpu_affinity=[cpu], gil_switch_interval=0.001)
     drives.step(ROBOT.default_pose)
     assert wait_for(lambda: f"CPUs [{cpu}]" in drives.diagnostic_values().get("loop_thread", "")), \
         drives.diagnostic_values().get("loop_thread")
@@ -206,4 +206,4 @@ def test_cpu_affinity_pins_the_control_loop_and_a_bad_list_is_refused(deployment
 
     with pytest.raises(ConfigError, match="cpu_affinity"):
         DeploymentNode(context=ros_context, namespace="/bad_cpus", parameter_overrides=[
-            Parameter("cpu_affinity", value="one"), Parameter("realtime_priority", value=0)])
+            Parameter("cpu_affinity", value=["one"]), Parameter("realtime_priority", value=0)])

@@ -397,7 +397,8 @@ def test_the_readmes_node_commands_run_as_written(graph):
 
 # per-parameter values for -p where a type's generic other value would not be valid
 DEPLOYMENT_VALUES = {"path": "torque", "command_topic": "my/commands", "trigger": "clock", "autostart": "stand",
-                     "command_rate_hz": 250.0}
+                     "command_rate_hz": 250.0, "cmd_vel_type": "twist_stamped",
+                     "cpu_affinity": [sorted(os.sched_getaffinity(0))[-1]]}
 
 
 def _other_value(name: str, default):

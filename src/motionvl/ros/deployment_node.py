@@ -147,7 +147,7 @@ PARAMETERS = {
     "realtime_priority": (50, "SCHED_FIFO priority asked for every thread of the process (0: ask for nothing); the "
                               "policy worker takes one less. The node says when the system refuses."),
     "lock_memory": (True, "mlockall the process with the real-time request."),
-    "cpu_affinity": ("", "CPUs the control loop thread may run on, e.g. '1' or '2,3' (as ros2_control's "
+    "cpu_affinity": ([], "CPUs the control loop thread may run on, e.g. [1] or [2, 3] (as ros2_control's "
                          "cpu_affinity); empty: any."),
     "gil_switch_interval": (0.0005, "s: the interpreter's GIL switch interval (sys.setswitchinterval): how long the "
                                     "loop may wait for another thread's Python code. 0: Python's default (5 ms)."),
@@ -182,11 +182,10 @@ def deploy_config(p: dict) -> DeployConfig:
     return DeployConfig(**fields, cmd_vel_accel=(p["cmd_vel_accel"], p["cmd_vel_accel"], p["cmd_yaw_accel"]))
 
 
-def parse_cpus(text: str) -> tuple:
-    try:
-        return tuple(int(c) for c in str(text).replace(" ", "").split(",") if c)
-    except ValueError:
-        raise ConfigError(f"parameter cpu_affinity must list CPU numbers ('1' or '2,3'), got {text!r}") from None
+def parse_cpus(cpus: list) -> tuple:
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cpus):
+        raise ConfigError(f"parameter cpu_affinity must list CPU numbers ([1] or [2, 3]), got {cpus!r}")
+    return tuple(cpus)
 
 
 def stamp_seconds(header) -> float:
