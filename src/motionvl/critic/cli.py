@@ -7,8 +7,9 @@
 
 The kinematic critic (default; no model, not a VLM) reads the recorded trajectory and needs no
 frames, so it renders only with --out. A VLM critic gets the frames sampled every --every
-seconds; its descriptors are then cross-checked against the kinematic measurements
-(`merge_measurements`: stated numbers that disagree are flagged as contradictions).
+seconds; its claims are then cross-checked against the kinematic measurements
+(`motionvl.critic.crosscheck`: claims that disagree are flagged as contradictions and the alignment is
+scaled by the share of measurable claims the kinematics confirms).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def make_vlm_critic(args):
 
 
 def run(args: argparse.Namespace) -> int:
+    from motionvl.critic.crosscheck import cross_check
     from motionvl.critic.kinematic import KinematicCritic
-    from motionvl.critic.schema import merge_measurements
     from motionvl.render.cli import render_from_args, rollout_from_args, write_outputs
 
     from motionvl.robot import ConfigError
@@ -86,8 +87,7 @@ def run(args: argparse.Namespace) -> int:
         fb = kinematic.critique(traj, task, previous_best=previous)
     else:
         fb = make_vlm_critic(args).critique(frames, times, task, previous_best=previous)
-        if fb.valid:
-            fb = merge_measurements(fb, kinematic.measure(traj))
+        fb = cross_check(fb, kinematic.measure(traj))
     timings["critique_s"] = round(time.perf_counter() - t1, 3)
     fb.meta.update(policy=name, command=list(command), terrain=args.terrain, seconds=args.seconds, **timings)
     if args.out:
