@@ -78,11 +78,18 @@ def test_candidates_are_played_by_the_deployment_node_and_judged_by_vlm_critic(g
     policy = write_random_policy(folder / "policy.onnx")
     results = []
     render = egl_works()
+    last_cycle = -1
     for cid in ("c1", "c2"):  # the second one starts from a reset simulator and a re-armed deployment node
-        latched_before = set((playback._status or {}).get("faults") or [])  # e.g. the last candidate's fall
         result = playback.play(cid, policy, folder / cid, render=render and cid == "c1", critique=CritiqueRequest(TASK))
         meta = result.meta
-        assert not latched_before & set(meta["faults"]), "a fault of the candidate before is not this one's"
+        # armed by design, whatever the machine's speed: on a state the deployment node took after the reset, at a
+        # status without latched faults; every fault of the candidate was first seen after that status
+        armed = meta["armed"]
+        assert armed["state_stamp"] >= armed["reset_at_s"] and armed["imu_stamp"] >= armed["reset_at_s"], armed
+        assert armed["armed_cycle"] > last_cycle, "armed after everything the candidate before did"
+        assert all(f["cycle"] > armed["armed_cycle"] for f in meta["fault_log"]), (armed, meta["fault_log"])
+        assert sorted(f["fault"] for f in meta["fault_log"]) == meta["faults"], "each fault counted once"
+        last_cycle = max([armed["armed_cycle"]] + [f["cycle"] for f in meta["fault_log"]])
         assert meta["reached_run"], meta
         assert {"DAMP->PASSIVE", "PASSIVE->STAND", "STAND->RUN"} <= set(meta["transitions"]), meta["transitions"]
         assert meta["policy_steps"] > 0 and 0.0 <= result.clipped_share <= 1.0

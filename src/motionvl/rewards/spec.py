@@ -5,9 +5,10 @@
 with every term normalised to about [0, 1] (see `terms.py`), sign +1 for rewards and -1 for
 costs, weight in [0, 1], scale in SCALE_RANGE and every numeric term parameter within
 +-PARAM_LIMIT: every field that changes the reward is bounded. `reward_key(spec)` is the one
-definition of "the same reward" (duplicates, the exported policy's reward_spec_hash). Calling a spec returns the total and each term's signed, weighted
-per-step contribution, so the environment's per-term episode sums are the per-term episode
-rewards the ablation table reports, and they add up to the episode return.
+definition of "the same reward" (duplicates, the exported policy's reward_spec_hash). Calling a spec
+returns the total and each term's signed, weighted per-step contribution, so the environment's
+per-term episode sums are the per-term episode rewards the ablation table reports, and they add up
+to the episode return.
 
 File format (YAML or JSON, same keys)::
 
