@@ -35,10 +35,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="transformers: the local model directory; openai: the model name the server expects")
     parser.add_argument("--base-url", default=None, help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                        help="openai: seconds the endpoint may take to accept a connection (default 10)")
+    parser.add_argument("--read-timeout", type=float, default=300.0, metavar="S",
+                        help="openai: seconds the endpoint may take to answer one request (default 300)")
     parser.add_argument("--device", default="auto", help="transformers: auto, cpu, cuda:0, ...")
     parser.add_argument("--contact-sheet", action="store_true", help="VLM: send one timestamped grid image")
     parser.add_argument("--previous-best", default=None, help="a previous feedback JSON file to judge against")
     parser.add_argument("--out", default=None, help="also write rollout.mp4, contact_sheet.png, trajectory.npz, feedback.json here")
+    parser.add_argument("--camera", default="side", help="model camera the frames are rendered from (default side: the "
+                                                         "critic's view, square to the walk)")
+    parser.set_defaults(width=448, height=336)  # the playback's frames: what a VLM critic sees in the search
 
 
 def make_vlm_critic(args):
@@ -52,7 +59,8 @@ def make_vlm_critic(args):
                              use_contact_sheet=args.contact_sheet)
     if not (args.base_url and args.model):
         raise SystemExit("motionvl critique: --critic openai needs --base-url URL and --model NAME")
-    return create_critic("openai", base_url=args.base_url, model=args.model, use_contact_sheet=args.contact_sheet)
+    return create_critic("openai", base_url=args.base_url, model=args.model, use_contact_sheet=args.contact_sheet,
+                         connect_timeout_s=args.connect_timeout, read_timeout_s=args.read_timeout)
 
 
 def run(args: argparse.Namespace) -> int:
