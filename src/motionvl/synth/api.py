@@ -230,11 +230,15 @@ def fixed_field_problem(parent: RewardSpec | dict, spec: RewardSpec | dict) -> s
     value function are tuned to), else None."""
     def fields(s):
         raw = s.to_dict() if isinstance(s, RewardSpec) else (s or {})
-        return {"scale": float(raw.get("scale", 1.0)), "only_positive": bool(raw.get("only_positive", False))}
+        scale, positive = raw.get("scale", 1.0), raw.get("only_positive", False)
+        number = isinstance(scale, (int, float)) and not isinstance(scale, bool)
+        return {"scale": float(scale) if number else scale, "only_positive": positive}
 
     before, after = fields(parent), fields(spec)
-    changed = [f"{k} {before[k]:g} -> {after[k]:g}" if k == "scale" else f"{k} {before[k]} -> {after[k]}"
-               for k in before if before[k] != after[k]]
+    if not isinstance(after["scale"], float):
+        after["scale"] = repr(after["scale"])
+    changed = [f"scale {before['scale']:g} -> {after['scale']:g}" if k == "scale" and isinstance(after[k], float)
+               else f"{k} {before[k]} -> {after[k]}" for k in before if before[k] != after[k]]
     if not changed:
         return None
     return ("the spec changes " + ", ".join(changed) + ": scale and only_positive are fixed at r*'s "
