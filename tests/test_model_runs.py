@@ -223,12 +223,13 @@ def test_a_hostile_model_server_cannot_steer_stall_or_fool_the_run(tmp_path, sta
     exported = load_reward_spec(run_dir / "reward_spec.yaml")
     assert exported.scale == 1.0 and reward_key(exported) in {reward_key(ledger.get("start", "start")["spec"]),
                                                               reward_key(first["spec"])}
-    ev = cfg.evaluation
-    evaluation = evaluate(run_dir / "policy.onnx", episodes=ev.episodes, seconds=ev.seconds, command=tuple(ev.command),
-                          randomize=True, seed=ev.seed, robot_dt=not ev.training_physics,
-                          success_fraction=ev.success_fraction, robot=settings.robot())
-    played = InProcessPlayback(cfg.playback, robot=settings.robot()).play("again", run_dir / "policy.onnx",
-                                                                          tmp_path / "again", render=False)
+    ev, task = cfg.evaluation, settings.task_object()
+    evaluation = evaluate(run_dir / "policy.onnx", episodes=ev.episodes, seconds=ev.seconds, command=task.command,
+                          randomize=True, seed=ev.seed, robot_dt=not ev.training_physics, criterion=task.criterion,
+                          terrain=task.terrain, terrain_level=task.terrain_level, robot=settings.robot())
+    played = InProcessPlayback(cfg.playback, robot=settings.robot()).play(
+        "again", run_dir / "policy.onnx", tmp_path / "again", render=False, command=task.command, terrain=task.terrain,
+        terrain_level=task.terrain_level)
     feedback = KinematicCritic().critique(played.trajectory(), TASK)
     again = {"evaluation": evaluation, "playback": played.summary(), "feedback": feedback.to_dict()}
     assert feedback.valid and gate_failures(again, None, cfg.gates) == []
