@@ -44,11 +44,12 @@ def _graph(context, spinners, *, deployment: bool = True, camera: bool = False, 
     spinners.add(SimulatorNode(context=context, parameter_overrides=_params(
         mode="effort", gantry=True, publish_rate_hz=50.0, lockstep=True, hold_until_reset=True)))  # as the training graph
     if deployment:
-        # a shared test machine can stall a thread longer than a robot's drives may: lenient stale-state and
-        # overrun faults (the faults themselves are test_deployment_node's)
+        # a shared test machine can stall a thread longer than a robot's drives may: lenient stale-state, overrun,
+        # late-step and stalled-loop faults, as config/simulation_playback.yaml's and more (the faults themselves are
+        # test_deployment_node's)
         spinners.add(DeploymentNode(context=context, parameter_overrides=_params(
             path="pd", allow_rearm=True, autostart="", stand_seconds=0.5, state_timeout=2.0, overrun_periods=100,
-            realtime_priority=0)))
+            policy_deadline_share=10.0, watchdog_periods=100, realtime_priority=0)))
     spinners.add(VlmCriticNode(context=context, parameter_overrides=_params(backend="kinematic")), threads=2)
     if camera:
         from motionvl.ros.camera_renderer_node import CameraRendererNode
@@ -93,7 +94,7 @@ def test_candidates_are_played_by_the_deployment_node_and_judged_by_vlm_critic(g
         assert meta["reached_run"], meta
         assert {"DAMP->PASSIVE", "PASSIVE->STAND", "STAND->RUN"} <= set(meta["transitions"]), meta["transitions"]
         assert meta["policy_steps"] > 0 and 0.0 <= result.clipped_share <= 1.0
-        assert result.trajectory_path.exists() and len(result.trajectory().time) > 10
+        assert result.trajectory_path.exists() and len(result.trajectory().time) >= 2, "the rollout (a fall may end it)"
         assert result.fault is None or result.fault.startswith(("fault:", "fell")), result.fault
         assert result.feedback["valid"], result.feedback
         assert result.feedback["meta"]["rollout_id"] == meta["rollout_id"], "the feedback is for this rollout"
