@@ -127,10 +127,6 @@ def is_comparison(request: dict) -> bool:
     return '"preferred"' in request["json"]["messages"][0]["content"]
 
 
-def frame_count(request: dict) -> int:
-    return request["images"]
-
-
 def said_interval(request: dict) -> float | None:
     """The frame interval the critique prompt states ("one frame every 0.10 s")."""
     text = "".join(p.get("text", "") for p in request["json"]["messages"][1]["content"] if p.get("type") == "text")
