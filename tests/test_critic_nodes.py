@@ -362,6 +362,8 @@ def test_critic_node_vlm_path_collects_frames_and_never_blocks(graph, ros_contex
     fb = MotionFeedback.from_json(probe.feedback[0].data)
     assert fb.critic == "fake-vlm" and fb.valid
     assert fb.descriptors[0].contradiction is True  # merged with the kinematic measurement (57 deg knees)
+    check = fb.meta["cross_check"]  # its only measurable claim was contradicted: its alignment counts nothing
+    assert (check["measurable"], check["confirmed"], check["stated_alignment"]) == (1, 0, 0.7) and fb.alignment_score == 0
     assert fb.meta["frames"] == n_frames and fb.meta["trigger"] == "boundary"
     assert json.loads(probe.feedback[1].data)["meta"]["trigger"] == "service"
     assert image_to_rgb(Image(height=12, width=16, encoding="bgr8", step=48,

@@ -317,5 +317,7 @@ def test_critique_cli_vlm_endpoint_is_cross_checked_by_kinematics(capsys):
     assert len(images) == 11  # 1 s every 0.1 s
     knee = descriptor(fb, "knee_flexion")
     assert knee.contradiction and knee.measured_value == pytest.approx(26.0, abs=2.0)
+    check = fb.meta["cross_check"]  # the alignment printed is the one the search would rank with
+    assert check["stated_alignment"] == 0.9 and check["share"] < 1 and fb.alignment_score == pytest.approx(0.9 * check["share"])
     assert not descriptor(fb, "torso_upright").contradiction
     assert fb.meta["contradictions"] == ["knee_flexion"]

@@ -383,7 +383,8 @@ def test_params_override_defaults():
     ("terms: {}", "no terms"),
     ("terms: [alive]", "'terms' must be a mapping"),
     ("weights: {alive: 1}", "unknown keys ['weights']"),
-    ("scale: 0\nterms: {alive: 1}", "scale must be a positive number"),
+    ("scale: 0\nterms: {alive: 1}", "scale 0 outside [0.1, 10]"),
+    ("scale: 1000\nterms: {alive: 1}", "scale 1000 outside [0.1, 10]"),
     ("terms: {alive: [1, 2", "not valid YAML"),
     ("- alive", "expected a mapping"),
 ])

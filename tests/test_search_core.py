@@ -14,7 +14,7 @@ from motionvl.search.config import GateConfig, RankingConfig, SearchConfig, load
 from motionvl.search.decision import decide, gate_failures, verdict_of
 from motionvl.search.dispatch import Dispatcher, SlotState
 from motionvl.search.ledger import Ledger, LedgerWriteError
-from motionvl.search.lineage import describe_diff, spec_hash
+from motionvl.search.lineage import describe_diff
 
 
 # ----------------------------------------------------------------------------- ledger
@@ -194,13 +194,27 @@ def test_an_offline_run_is_never_labelled_llm_or_vlm():
     assert mode_label("reference", None, None) == "RL-Base"
 
 
-def test_spec_hash_and_diff_words():
+def test_one_definition_of_the_same_reward_counts_the_scale_and_not_the_name():
+    """reward_key is what duplicates and the exported reward_spec_hash use: a rescaled reward is another reward
+    (the synthesizer's old fingerprint called it the same), a renamed one or one written with the weight shorthand
+    or a term's alias is not."""
+    from motionvl.rewards.spec import RewardSpec, reward_key
+    from motionvl.synth import term_diff
+
     spec = load_reward_spec().to_dict()
-    renamed = {**spec, "name": "other"}
-    assert spec_hash(spec) == spec_hash(renamed)
+    assert reward_key(spec) == reward_key({**spec, "name": "other", "description": "else"})
+    shorthand = json.loads(json.dumps(spec))
+    shorthand["terms"]["lin_vel_z"] = spec["terms"]["lin_vel_z"]["weight"]
+    assert "params" not in spec["terms"]["lin_vel_z"] and reward_key(shorthand) == reward_key(spec)
+    aliased = {**spec, "terms": {("survival" if k == "alive" else k): v for k, v in spec["terms"].items()}}
+    assert reward_key(aliased) == reward_key(spec) == reward_key(RewardSpec.from_dict(aliased))
     heavier = json.loads(json.dumps(spec))
     heavier["terms"]["orientation"]["weight"] = 0.6
-    assert spec_hash(heavier) != spec_hash(spec)
+    scaled = {**spec, "scale": 2.0}
+    assert len({reward_key(spec), reward_key(heavier), reward_key(scaled), reward_key({**spec, "only_positive": True})}) == 4
+    diff = term_diff(RewardSpec.from_dict(spec), RewardSpec.from_dict(scaled))
+    assert diff == [{"term": "*", "change": "scale", "old": 1.0, "new": 2.0}], "a scale change shows in the diff"
+    assert describe_diff(diff) == "scale 1.0->2.0"
     assert describe_diff([{"term": "orientation", "change": "weight", "old": 0.3, "new": 0.6},
                           {"term": "knee_extension", "change": "added", "old": None, "new": {"weight": 0.2}}]) == \
         "orientation 0.3->0.6, +knee_extension 0.2"

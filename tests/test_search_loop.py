@@ -18,7 +18,7 @@ from motionvl.rewards.spec import RewardSpec, load_reward_spec
 from motionvl.search.decision import decide
 from motionvl.search.dispatch import LocalProcessSlot
 from motionvl.search.ledger import Ledger
-from motionvl.search.lineage import spec_hash
+from motionvl.rewards.spec import reward_key
 from motionvl.search.loop import Search, SearchSettings
 from motionvl.search.playback import InProcessPlayback
 from motionvl.synth import Candidate, make_synthesizer
@@ -81,7 +81,7 @@ def test_a_search_ends_with_an_exported_policy_naming_its_run_spec_and_code(fini
     run_dir, summary, _ = finished_run
     props = {p.key: json.loads(p.value) for p in onnx.load(str(run_dir / "policy.onnx")).metadata_props}
     spec = load_reward_spec(run_dir / "reward_spec.yaml").to_dict()
-    assert props["motionvl_run"] == "run" and props["reward_spec_hash"] == spec_hash(spec) == summary["reward_spec_hash"]
+    assert props["motionvl_run"] == "run" and props["reward_spec_hash"] == reward_key(spec) == summary["reward_spec_hash"]
     assert summary["best"] in ("start", "i1k1", "i1k2")
     assert props["code_version"].startswith(("git:", "motionvl"))
     assert props["search_label"] == "RL-Rules+Kinematic", "an offline run is not called LLM or VLM"
@@ -339,8 +339,11 @@ def test_refused_code_a_trainer_crash_and_the_call_cap_leave_r_star_and_the_run_
     second = ledger.get("decided", "i2")
     assert second["winner"] is None and "cap reached" in second["note"]
     tried = ledger.get("synthesis", "i2")["request"]["tried"]
-    assert [(t["id"], t["parent"], t["outcome"]) for t in tried] == [("i1k1", "start", "failed"), ("i1k2", "start", "failed")]
-    assert tried[0]["code"] == refused["code"], "iteration 2 was told what iteration 1 tried (an answer lacks a spec)"
+    assert [(t["id"], t["parent"], t["outcome"]) for t in tried] == [("i1k1", "start", "failed"), ("i1k2", "start", "failed"),
+                                                                     ("i1k3", "start", "refused")]
+    assert tried[0]["code"] == refused["code"], "iteration 2 was told what iteration 1 tried"
+    assert "returned a scalar" in tried[0]["reason"] and "killed by signal 9" in tried[1]["reason"], "with the causes"
+    assert "unparseable" in tried[2]["reason"], "and the answer refused at synthesis, with why"
     assert summary["best"] == "start" and (run_dir / "policy.onnx").exists(), "the run finished on r*"
     assert ledger.get("trained", "final")["outcome"]["start_iteration"] == 2, "the final run continues the start"
 

@@ -12,7 +12,7 @@ from motionvl.rewards.terms import REGISTRY
 from motionvl.robot import package_root
 from motionvl.synth import (BACKENDS, Candidate, SynthesisError, SynthesisRequest, make_synthesizer,
                             term_diff)
-from motionvl.synth.api import spec_fingerprint
+from motionvl.rewards.spec import reward_key
 from motionvl.synth.context import build_prompt, robot_summary, term_levels
 
 TASK = "walk forward with straight knees"
@@ -224,13 +224,13 @@ def test_a_revision_of_an_unchanged_parent_proposes_nothing_tried_before():
     tried = _tried(first)
     assert len(tried) == 3
     second = propose(k=3, feedback=feedback, iteration=1, tried=tried)
-    fingerprints = {spec_fingerprint(t) for t in tried}
+    fingerprints = {reward_key(t) for t in tried}
     assert all(c.ok for c in second), [c.rejection for c in second]
-    assert not fingerprints & {spec_fingerprint(c.spec) for c in second}, "an earlier candidate came back"
+    assert not fingerprints & {reward_key(c.spec) for c in second}, "an earlier candidate came back"
     assert any(t.name == "knee_extension" for c in second for t in c.spec.terms), "the task's move goes on, varied"
     # without the history the same round repeats itself
     again = propose(k=3, feedback=feedback, iteration=1)
-    assert fingerprints & {spec_fingerprint(c.spec) for c in again}
+    assert fingerprints & {reward_key(c.spec) for c in again}
 
 
 def test_the_prompt_shows_what_was_tried_and_why_it_lost():
@@ -238,7 +238,7 @@ def test_the_prompt_shows_what_was_tried_and_why_it_lost():
     prompt = build_prompt(SynthesisRequest(TASK, 1, 2, parent=load_reward_spec(), tried=tried).checked())
     section = prompt.sections["tried"]
     assert "i1k1 (parent start)" in section and "added knee_extension" in section
-    assert "gated: success rate 78.1% < 85.0%" in section and "stance knee 12.2 deg" in section
+    assert "gated: \"success rate 78.1% < 85.0%" in section and "stance knee 12.2 deg" in section
     with pytest.raises(SynthesisError, match="tried must be a list"):
         SynthesisRequest(TASK, 1, 2, tried=[1, 2]).checked()
     assert "tried" not in SynthesisRequest(TASK, 0, 2).to_dict(), "a request without history keeps its replay key"

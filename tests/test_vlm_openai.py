@@ -132,8 +132,8 @@ def test_valid_answer_and_request_shape(monkeypatch):
     monkeypatch.setenv("MOTIONVL_OPENAI_API_KEY", "sk-test-123")
     frames, times = random_frames(4, h=48, w=64)
     with ScriptedOpenAIServer([("reply", GOOD_TEXT)]) as srv:
-        fb = critic_for(srv).critique(frames, times, "walk forward with straight knees",
-                                      previous_best="walked with bent knees")
+        fb = critic_for(srv, image_format="png").critique(frames, times, "walk forward with straight knees",
+                                                          previous_best="walked with bent knees")
     assert fb.valid, fb.error
     assert fb.critic == "openai:scripted-vlm" and fb.better_than_best is True
     assert dict(fb.features) == {"knees_bent": 0.8, "torso_leaning_forward": 0.6}
@@ -163,8 +163,8 @@ def test_valid_answer_and_request_shape(monkeypatch):
      lambda fb: "extracted JSON from surrounding text" in fb.meta["repairs"]),
     (GOOD_TEXT[:GOOD_TEXT.index('"unjudged"') + 17],  # truncated inside the last list
      lambda fb: "closed truncated output" in fb.meta["repairs"] and fb.unjudged == ["spe"]),
-    (GOOD_TEXT.replace("0.8", '"80%"').replace("0.6", "60"),
-     lambda fb: [d.confidence for d in fb.descriptors] == [0.8, 0.6]),
+    (GOOD_TEXT.replace("0.8", '"80%"').replace("0.6", '"medium"'),
+     lambda fb: [d.confidence for d in fb.descriptors] == [0.8, 0.5]),
 ])
 def test_sloppy_answers_are_repaired_without_reask(reply, check):
     frames, times = random_frames(2)
@@ -319,7 +319,7 @@ COMPARISON = json.dumps({"preferred": "second", "confidence": 0.75, "reason": "s
 def test_compare_sends_both_rollouts_labelled_and_reads_the_verdict_field():
     first, second = Rollout(*random_frames(3, h=40, w=56, seed=1)), Rollout(*random_frames(2, h=40, w=56, seed=2))
     with ScriptedOpenAIServer([("reply", COMPARISON)]) as srv:
-        c = critic_for(srv).compare(first, second, "walk forward with straight knees")
+        c = critic_for(srv, image_format="png").compare(first, second, "walk forward with straight knees")
     assert c.valid and c.preferred == "second" and c.confidence == 0.75 and c.reason == "straighter knees in stance"
     assert c.critic == "openai:scripted-vlm" and c.meta["attempts"] == 1 and c.meta["frames_used"] == 5
     system, user = srv.requests[0]["json"]["messages"]

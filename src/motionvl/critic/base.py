@@ -170,8 +170,10 @@ class _Asked:
     latency_s: float
 
 
-def _ask_with_reask(ask: AskFn, parse: Callable[[str], Any], reask: bool) -> _Asked:
-    """Ask, parse, and once more with the parse error when the answer is unusable; never raises."""
+def _ask_with_reask(ask: AskFn, parse: Callable[[str], Any], reask: bool, max_answer_chars: int | None = None
+                    ) -> _Asked:
+    """Ask, parse, and once more with the parse error when the answer is unusable; never raises. An answer longer
+    than `max_answer_chars` is not parsed: it is unusable for its size (and kept cut to that length)."""
     t0 = time.monotonic()
     log: list[dict] = []
     followups: list[tuple[str, str]] = []
@@ -183,13 +185,23 @@ def _ask_with_reask(ask: AskFn, parse: Callable[[str], Any], reask: bool) -> _As
             reply = ask(list(followups))
         except Exception as e:  # noqa: BLE001 - a critic must never crash the loop
             error = f"backend error: {type(e).__name__}: {e}"
-            log.append({"backend_error": error})
+            log.append({"backend_error": error, **({"usage": e.usage} if isinstance(getattr(e, "usage", None), dict)
+                                                   else {})})
             parsed = None
             break
         text = reply.text if isinstance(reply.text, str) else ("" if reply.text is None else str(reply.text))
-        last_text = text
         entry = dict(reply.meta)
         log.append(entry)
+        if max_answer_chars is not None and len(text) > max_answer_chars:
+            parsed = None
+            problem = (f"the answer is {len(text)} characters long, more than {max_answer_chars}: answer with the JSON "
+                       "object only, one short note per descriptor")
+            last_text = text[:max_answer_chars] + f" ... [{len(text) - max_answer_chars} more characters not kept]"
+            followups = [("assistant", last_text), ("user", reask_text(problem))]
+            error = f"parse error: {problem}"
+            entry["parse_error"] = problem
+            continue
+        last_text = text
         parsed = parse(text)
         if parsed.ok:
             return _Asked(parsed, reply, "", log, text, round(time.monotonic() - t0, 4))
@@ -202,19 +214,22 @@ def _ask_with_reask(ask: AskFn, parse: Callable[[str], Any], reask: bool) -> _As
 
 
 def _attempts_meta(asked: _Asked) -> dict:
+    from motionvl.llm.usage import totals
+
     return {"attempts": len(asked.log), "reasked": len(asked.log) > 1, "attempt_log": asked.log,
-            "latency_s": asked.latency_s}
+            "latency_s": asked.latency_s, "usage": totals(e.get("usage") for e in asked.log)}
 
 
 def critique_with_reask(ask: AskFn, critic: str, task: str, reask: bool = True,
-                        token_confidence_weight: float = 0.5) -> MotionFeedback:
+                        token_confidence_weight: float = 0.5, max_answer_chars: int | None = None) -> MotionFeedback:
     """Run the ask -> parse -> (re-ask once) -> feedback protocol; never raises.
 
     ``meta`` of the result has ``attempts`` (model calls made), ``attempt_log`` (per call: the
-    backend's meta plus ``parse_error`` if any) and ``latency_s``. A transport error (after
+    backend's meta plus ``parse_error`` if any), ``usage`` (summed over the calls: calls, tokens,
+    images, bytes) and ``latency_s``. A transport error (after
     the backend's own retries) is not re-asked: it ends the critique with ``valid=False``.
     """
-    asked = _ask_with_reask(ask, lambda text: parse_feedback(text, critic, task), reask)
+    asked = _ask_with_reask(ask, lambda text: parse_feedback(text, critic, task), reask, max_answer_chars)
     if asked.parsed is None:
         return MotionFeedback.invalid(critic, task, asked.error, raw_text=asked.last_text, meta=_attempts_meta(asked))
     fb = asked.parsed.feedback
@@ -226,9 +241,10 @@ def critique_with_reask(ask: AskFn, critic: str, task: str, reask: bool = True,
     return fb
 
 
-def compare_with_reask(ask: AskFn, critic: str, task: str, reask: bool = True) -> Comparison:
+def compare_with_reask(ask: AskFn, critic: str, task: str, reask: bool = True,
+                       max_answer_chars: int | None = None) -> Comparison:
     """The same protocol for a comparison answer (:func:`motionvl.critic.parsing.parse_comparison`)."""
-    asked = _ask_with_reask(ask, lambda text: parse_comparison(text, critic, task), reask)
+    asked = _ask_with_reask(ask, lambda text: parse_comparison(text, critic, task), reask, max_answer_chars)
     if asked.parsed is None:
         return Comparison.invalid(critic, task, asked.error, raw_text=asked.last_text, meta=_attempts_meta(asked))
     comparison = asked.parsed.comparison

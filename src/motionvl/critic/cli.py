@@ -7,8 +7,9 @@
 
 The kinematic critic (default; no model, not a VLM) reads the recorded trajectory and needs no
 frames, so it renders only with --out. A VLM critic gets the frames sampled every --every
-seconds; its descriptors are then cross-checked against the kinematic measurements
-(`merge_measurements`: stated numbers that disagree are flagged as contradictions).
+seconds; its claims are then cross-checked against the kinematic measurements
+(`motionvl.critic.crosscheck`: claims that disagree are flagged as contradictions and the alignment is
+scaled by the share of measurable claims the kinematics confirms).
 """
 
 from __future__ import annotations
@@ -34,10 +35,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="transformers: the local model directory; openai: the model name the server expects")
     parser.add_argument("--base-url", default=None, help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                        help="openai: seconds the endpoint may take to accept a connection (default 10)")
+    parser.add_argument("--read-timeout", type=float, default=300.0, metavar="S",
+                        help="openai: seconds the endpoint may take to answer one request (default 300)")
     parser.add_argument("--device", default="auto", help="transformers: auto, cpu, cuda:0, ...")
     parser.add_argument("--contact-sheet", action="store_true", help="VLM: send one timestamped grid image")
     parser.add_argument("--previous-best", default=None, help="a previous feedback JSON file to judge against")
     parser.add_argument("--out", default=None, help="also write rollout.mp4, contact_sheet.png, trajectory.npz, feedback.json here")
+    parser.add_argument("--camera", default="side", help="model camera the frames are rendered from (default side: the "
+                                                         "critic's view, square to the walk)")
+    parser.set_defaults(width=448, height=336)  # the playback's frames: what a VLM critic sees in the search
 
 
 def make_vlm_critic(args):
@@ -51,12 +59,13 @@ def make_vlm_critic(args):
                              use_contact_sheet=args.contact_sheet)
     if not (args.base_url and args.model):
         raise SystemExit("motionvl critique: --critic openai needs --base-url URL and --model NAME")
-    return create_critic("openai", base_url=args.base_url, model=args.model, use_contact_sheet=args.contact_sheet)
+    return create_critic("openai", base_url=args.base_url, model=args.model, use_contact_sheet=args.contact_sheet,
+                         connect_timeout_s=args.connect_timeout, read_timeout_s=args.read_timeout)
 
 
 def run(args: argparse.Namespace) -> int:
+    from motionvl.critic.crosscheck import cross_check
     from motionvl.critic.kinematic import KinematicCritic
-    from motionvl.critic.schema import merge_measurements
     from motionvl.render.cli import render_from_args, rollout_from_args, write_outputs
 
     from motionvl.robot import ConfigError
@@ -86,8 +95,7 @@ def run(args: argparse.Namespace) -> int:
         fb = kinematic.critique(traj, task, previous_best=previous)
     else:
         fb = make_vlm_critic(args).critique(frames, times, task, previous_best=previous)
-        if fb.valid:
-            fb = merge_measurements(fb, kinematic.measure(traj))
+        fb = cross_check(fb, kinematic.measure(traj))
     timings["critique_s"] = round(time.perf_counter() - t1, 3)
     fb.meta.update(policy=name, command=list(command), terrain=args.terrain, seconds=args.seconds, **timings)
     if args.out:

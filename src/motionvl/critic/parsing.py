@@ -6,9 +6,11 @@
 2. repairs common breakage (:func:`repair_json`): smart quotes, single-quoted strings, Python
    literals (True/False/None), comments, trailing commas, bare NaN, and output truncated by the
    token limit (dangling key/value dropped, open string and brackets closed);
-3. coerces values the model commonly writes loosely: confidences as percentages ("85%", 85) or
-   words ("high"), numbers in strings ("35 deg"), unknown regions (-> "whole_body"), direction
-   synonyms ("raise" -> "increase"), "yes"/"no" verdicts;
+3. coerces values the model commonly writes loosely without changing a number's meaning: a
+   percentage written as one ("85%"), confidence words ("high"), numbers in strings ("35 deg"),
+   unknown regions (-> "whole_body"), direction synonyms ("raise" -> "increase"), "yes"/"no"
+   verdicts; a number out of its range (a confidence or score outside [0, 1], a knee angle of
+   -4000 deg) is refused and re-asked, never rescaled;
 4. validates against the schema and returns either a feedback or a precise error string
    naming the JSON path ("descriptors[2].confidence: ...") that the caller sends back once
    (see :func:`motionvl.critic.base.critique_with_reask`).
@@ -27,7 +29,7 @@ import re
 from typing import Any
 
 from .schema import (ABSTAIN, DIRECTIONS, FEATURE_LABELS, PREFERENCES, QUANTITIES, REGIONS, Comparison, Descriptor,
-                     MotionFeedback, SchemaError, Suggestion, discretise, normalise_label)
+                     MotionFeedback, SchemaError, Suggestion, canonical_value, discretise, normalise_label)
 
 
 @dataclasses.dataclass
@@ -313,7 +315,8 @@ _NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def coerce_unit_interval(x: Any, path: str) -> tuple[float, str | None]:
-    """A confidence/score as a float in [0, 1]: accepts 0.8, "0.8", 80, "80%", "high".
+    """A confidence/score as a float in [0, 1]: accepts 0.8, "0.8", "80%", "high"; a bare number outside [0, 1]
+    (7.5, 80) is refused, never read as a percentage or rescaled.
     Returns (value, repair-note or None); raises ValueError with the path otherwise."""
     note = None
     if isinstance(x, bool):
@@ -333,12 +336,23 @@ def coerce_unit_interval(x: Any, path: str) -> tuple[float, str | None]:
     if not isinstance(x, (int, float)) or not math.isfinite(float(x)):
         raise ValueError(f"{path}: expected a number in [0, 1], got {x!r}")
     v = float(x)
-    if 1.0 < v <= 100.0:
-        v /= 100.0
-        note = f"{path}: {x!r} read as a percentage"
     if not 0.0 <= v <= 1.0:
-        raise ValueError(f"{path}: {x!r} is outside [0, 1]")
+        raise ValueError(f"{path}: {x!r} is outside [0, 1] (write a number between 0 and 1)")
     return v, note
+
+
+def _check_range(label: str, value: float | None, unit: str | None, path: str) -> None:
+    """ValueError when a stated value of a measurable quantity is outside what a body can show."""
+    q = QUANTITIES.get(normalise_label(label))
+    if q is None or value is None:
+        if value is not None and abs(value) > 1e6:
+            raise ValueError(f"{path}: {value!r} is not a plausible measurement")
+        return
+    v = canonical_value(label, value, unit)
+    lo, hi = q.valid
+    if not lo <= v <= hi:
+        raise ValueError(f"{path}: {value!r}{' ' + unit if unit else ''} is outside what a body can show for "
+                         f"{normalise_label(label)} ({lo:g} to {hi:g} {q.unit})".rstrip())
 
 
 def _coerce_number(x: Any, path: str) -> tuple[float | None, str | None]:
@@ -438,6 +452,7 @@ def feedback_from_answer(obj: Any, critic: str, task: str, repairs: list[str]
         if unit is not None and not isinstance(unit, str):
             unit = str(unit)
         unit = unit or unit_from_value
+        _check_range(label, value, unit, f"{p}.value")
         note_txt = d.get("note", d.get("notes", d.get("evidence", ""))) or ""
         region = _region(d.get("region"), label, f"{p}.region", repairs)
         norm = normalise_label(label)

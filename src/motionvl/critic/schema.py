@@ -134,36 +134,38 @@ class Quantity:
     rules: tuple[tuple[float | None, float | None, str], ...]
     """(low, high, feature): the feature holds when low <= value < high (None = unbounded)."""
     meaning: str
+    valid: tuple[float, float] = (-math.inf, math.inf)
+    """The values a body can show (canonical unit): a stated value outside is refused and re-asked."""
 
 
 QUANTITIES: dict[str, Quantity] = {
     "knee_flexion": Quantity("knees", "deg", 10.0,
                              ((None, 15.0, "knees_straight"), (30.0, None, "knees_bent")),
-                             "mean knee flexion angle while the foot is on the ground, 0 = straight"),
+                             "mean knee flexion angle while the foot is on the ground, 0 = straight", (-30.0, 180.0)),
     "knee_lift": Quantity("knees", "m", 0.05,
                           ((0.15, None, "high_knee_lift"), (None, 0.05, "low_knee_lift")),
-                          "mean peak rise of the swing knee"),
+                          "mean peak rise of the swing knee", (-1.0, 2.0)),
     "torso_pitch": Quantity("torso", "deg", 7.0,
                             ((None, -15.0, "torso_leaning_backward"), (-8.0, 8.0, "torso_upright"),
                              (15.0, None, "torso_leaning_forward")),
-                            "mean trunk pitch, positive = leaning forward"),
+                            "mean trunk pitch, positive = leaning forward", (-180.0, 180.0)),
     "torso_roll": Quantity("torso", "deg", 7.0,
                            ((None, -12.0, "torso_leaning_sideways"), (12.0, None, "torso_leaning_sideways")),
-                           "mean trunk roll"),
+                           "mean trunk roll", (-180.0, 180.0)),
     "foot_clearance": Quantity("feet", "m", 0.03,
                                ((None, 0.03, "feet_dragging"), (0.12, None, "high_foot_clearance")),
-                               "mean peak swing-foot height above the ground"),
+                               "mean peak swing-foot height above the ground", (-0.5, 2.0)),
     "stance_width": Quantity("hips", "m", 0.05,
                              ((None, 0.08, "narrow_stance"), (0.35, None, "wide_stance")),
-                             "mean lateral distance between the feet"),
+                             "mean lateral distance between the feet", (-1.0, 2.0)),
     "forward_speed": Quantity("whole_body", "m/s", 0.15,
                               ((None, -0.1, "walking_backward"), (-0.05, 0.05, "standing_still"),
                                (0.1, None, "walking_forward")),
-                              "mean forward velocity of the base"),
+                              "mean forward velocity of the base", (-10.0, 10.0)),
     "gait_asymmetry": Quantity("whole_body", "", 0.1,
                                ((None, 0.1, "symmetric_gait"), (0.2, None, "asymmetric_gait")),
-                               "0 = left and right steps identical, 1 = completely different"),
-    "fell": Quantity("whole_body", "", 0.5, ((0.5, None, "fell"),), "1 if the robot fell"),
+                               "0 = left and right steps identical, 1 = completely different", (0.0, 1.0)),
+    "fell": Quantity("whole_body", "", 0.5, ((0.5, None, "fell"),), "1 if the robot fell", (0.0, 1.0)),
 }
 """Measured quantities (label -> definition) shared by the VLM prompt and the kinematic critic."""
 

@@ -30,13 +30,15 @@ from typing import Any, Callable
 from motionvl.critic.base import Rollout, create_critic
 from motionvl.critic.kinematic import KinematicCritic
 from motionvl.critic.rollouts import CollectedRollout, json_object
-from motionvl.critic.schema import Comparison, MotionFeedback, merge_measurements
+from motionvl.critic.crosscheck import cross_check
+from motionvl.critic.schema import Comparison, MotionFeedback
 
 BACKENDS = ("kinematic", "transformers", "openai")
 
 
 def backend_factory(backend: str, *, model: str = "", base_url: str = "", device: str = "auto",
-                    use_contact_sheet: bool = False) -> Callable[[], Any]:
+                    use_contact_sheet: bool = False, connect_timeout_s: float | None = None,
+                    read_timeout_s: float | None = None) -> Callable[[], Any]:
     """A function building the named critic backend; ValueError naming what is missing."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -49,7 +51,8 @@ def backend_factory(backend: str, *, model: str = "", base_url: str = "", device
                                      use_contact_sheet=use_contact_sheet)
     if not (model and base_url):
         raise ValueError("backend 'openai' needs base_url and model")
-    return lambda: create_critic("openai", base_url=base_url, model=model, use_contact_sheet=use_contact_sheet)
+    return lambda: create_critic("openai", base_url=base_url, model=model, use_contact_sheet=use_contact_sheet,
+                                 connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +87,8 @@ class CriticService:
         make_critic: builds the critic backend (called once, on first use).
         model, robot: the MuJoCo model and robot config a rollout's trajectory is rebuilt with.
         default_task: the task when a request carries none.
-        merge_kinematics: cross-check a VLM's descriptors with the kinematic measurements.
+        merge_kinematics: cross-check a VLM's claims with the kinematic measurements (motionvl.critic.crosscheck:
+            contradictions marked, the alignment scaled by the share of measurable claims confirmed).
         keep_rollouts: finished rollouts kept for comparisons by id.
         rollout_dir: save every critiqued rollout under this directory (None = do not save).
     """
@@ -159,7 +163,7 @@ class CriticService:
                                    previous_best=collected.previous_best,
                                    trajectory=rollout.trajectory)
         if feedback.valid and rollout.trajectory is not None and self.merge_kinematics:
-            feedback = merge_measurements(feedback, self.kinematic.measure(rollout.trajectory))
+            feedback = cross_check(feedback, self.kinematic.measure(rollout.trajectory))
         return feedback
 
     def _remember(self, rollout: Rollout, rollout_id: Any, index: int, feedback: MotionFeedback) -> None:

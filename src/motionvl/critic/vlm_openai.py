@@ -13,6 +13,7 @@ log-probabilities and, when the server returns them, combines them with the stat
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -31,10 +32,11 @@ class OpenAICritic(VLMCritic):
         base_url: e.g. "http://127.0.0.1:8000" or "http://127.0.0.1:8000/v1".
         model: the model name the server expects.
         api_key: else env MOTIONVL_OPENAI_API_KEY, else OPENAI_API_KEY, else none (local servers).
-        timeout_s, max_retries, backoff, backoff_max_s: per-request timeout; retries on
-            5xx/429/connection errors/timeouts with delays backoff * 2**k (capped at backoff_max_s).
+        connect_timeout_s, read_timeout_s (timeout_s: the older name of the read timeout), max_retries, backoff,
+            backoff_max_s: per-request timeouts; retries on 5xx/429/connection errors/timeouts with delays
+            backoff * 2**k (capped at backoff_max_s).
         max_tokens: generation budget per answer.
-        image_format: "png" (lossless) or "jpeg" (smaller; jpeg_quality).
+        image_format: "jpeg" (default: ~6x smaller than PNG at the playback's 448 x 336) or "png" (lossless).
         json_mode: ask for ``response_format={"type": "json_object"}``.
         request_logprobs: ask for token log-probabilities (combined with stated confidences).
         extra_body: more request fields, sent as given.
@@ -44,14 +46,17 @@ class OpenAICritic(VLMCritic):
         temperature, token confidence, re-ask).
     """
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 120.0,
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float | None = None,
                  max_retries: int = 3, backoff: float = 1.0, backoff_max_s: float = 30.0, max_tokens: int = 1024,
-                 image_format: str = "png", jpeg_quality: int = 90, json_mode: bool = False,
+                 image_format: str = "jpeg", jpeg_quality: int = 90, json_mode: bool = False,
                  request_logprobs: bool = False, name: str | None = None, extra_body: dict | None = None,
-                 image_detail: str | None = None, **options: Any):
+                 image_detail: str | None = None, connect_timeout_s: float | None = None,
+                 read_timeout_s: float | None = None, **options: Any):
         super().__init__(name or f"openai:{model}", **options)
-        self.client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries,
-                                 backoff_s=backoff, backoff_max_s=backoff_max_s)
+        from motionvl.synth.llm import timeouts
+
+        self.client = ChatClient(base_url, model, api_key=api_key, max_retries=max_retries, backoff_s=backoff,
+                                 backoff_max_s=backoff_max_s, **timeouts(timeout_s, connect_timeout_s, read_timeout_s))
         self.model = model
         self.max_tokens = int(max_tokens)
         self.image_format = image_format
@@ -76,19 +81,36 @@ class OpenAICritic(VLMCritic):
         return msgs
 
     def _ask(self, prompt: CritiquePrompt, followups: list[tuple[str, str]]) -> Reply:
+        from motionvl.llm.openai_client import ChatClientError
+        from motionvl.llm.usage import estimate_tokens, reported_tokens
+
         self.requests_made += 1
-        res = self.client.chat(self.messages(prompt, followups), max_tokens=self.max_tokens,
-                               temperature=self.temperature,
-                               response_format={"type": "json_object"} if self.json_mode else None,
-                               logprobs=self.request_logprobs, **self.extra_body)
+        messages = self.messages(prompt, followups)
+        images = len(prompt.images)
+        text_chars = len(prompt.system) + len(prompt.text) + sum(len(t) for _, t in followups)
+        try:
+            res = self.client.chat(messages, max_tokens=self.max_tokens, temperature=self.temperature,
+                                   response_format={"type": "json_object"} if self.json_mode else None,
+                                   logprobs=self.request_logprobs, **self.extra_body)
+        except ChatClientError as exc:  # the request went out (perhaps several times): it counts
+            sent = len(json.dumps(messages)) * max(1, exc.attempts)
+            exc.usage = {"calls": 1, "images": images, "bytes_sent": sent, "bytes_received": exc.bytes_received,
+                         "prompt_tokens": estimate_tokens(text_chars)}
+            raise
         spans = probs = None
         if res.logprobs:
             spans = token_offsets([t for t, _ in res.logprobs])
             probs = [float(np.exp(lp)) for _, lp in res.logprobs]
+        reported = res.usage if isinstance(res.usage, dict) else {}
+        prompt_tokens, guessed_prompt = reported_tokens(reported.get("prompt_tokens"), estimate_tokens(text_chars))
+        completion_tokens, guessed_completion = reported_tokens(reported.get("completion_tokens"),
+                                                                estimate_tokens(len(res.text)))
+        usage = {"calls": 1, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "images": images,
+                 "bytes_sent": res.bytes_sent, "bytes_received": res.bytes_received}
         return Reply(text=res.text, token_spans=spans, token_probs=probs,
                      meta={"http_attempts": res.attempts, "finish_reason": res.finish_reason,
-                           "generated_tokens": (res.usage or {}).get("completion_tokens"),
-                           "prompt_tokens": (res.usage or {}).get("prompt_tokens"),
+                           "generated_tokens": completion_tokens, "prompt_tokens": prompt_tokens,
+                           "tokens_estimated": guessed_prompt or guessed_completion, "usage": usage,
                            "latency_s": round(res.latency_s, 4)})
 
     def _describe(self) -> dict:

@@ -88,8 +88,10 @@ class TransformersVLMCritic(VLMCritic):
                 out = self._generate(self.messages(prompt, followups, system_role=False))
         else:
             out = self._generate(self.messages(prompt, followups, system_role=self.system_role))
+        usage = {"calls": 1, "prompt_tokens": int(out.prompt_tokens or 0), "completion_tokens": int(out.n_tokens or 0),
+                 "images": len(prompt.images)}
         return Reply(text=out.text, token_spans=out.token_spans, token_probs=out.token_probs,
-                     meta={"generated_tokens": out.n_tokens, "prompt_tokens": out.prompt_tokens,
+                     meta={"generated_tokens": out.n_tokens, "prompt_tokens": out.prompt_tokens, "usage": usage,
                            "finish_reason": out.finish_reason, "latency_s": round(out.latency_s, 4)})
 
     def _describe(self) -> dict:

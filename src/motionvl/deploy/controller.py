@@ -539,7 +539,8 @@ class Controller:
 
     # ------------------------------------------------------------------ reporting
     def status(self) -> dict:
-        """Mode, latched faults, ramp, policy, clips and loop statistics (JSON-able)."""
+        """Mode, latched faults, ramp, policy, clips, the stamps of the newest joint state and IMU reading taken (what
+        the checks judge now) and loop statistics (JSON-able)."""
         last = self.modes.transitions[-1] if self.modes.transitions else None
         return {
             "mode": self.mode.value, "stand_complete": self.stand_complete,
@@ -553,6 +554,7 @@ class Controller:
             "clips": dict(self.builder.clips),
             "dropped": {s.name: s.dropped for s in (self.inputs.joints, self.inputs.imu)},
             "extra_joint_names": dict(self.inputs.extra_names),
+            "state_stamp": self.inputs.joints.last_stamp, "imu_stamp": self.inputs.imu.last_stamp,
             **self.stats.summary(),
         }
 

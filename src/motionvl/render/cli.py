@@ -41,8 +41,8 @@ def add_common_rollout_arguments(parser: argparse.ArgumentParser) -> None:
                              "task's, else 4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--robot-config", default=None, help="robot YAML (default: the package's config/robot.yaml)")
-    parser.add_argument("--width", type=int, default=320, help="frame width in pixels (default 320)")
-    parser.add_argument("--height", type=int, default=240, help="frame height in pixels (default 240)")
+    parser.add_argument("--width", type=int, default=320, help="frame width in pixels (default %(default)s)")
+    parser.add_argument("--height", type=int, default=240, help="frame height in pixels (default %(default)s)")
     parser.add_argument("--every", type=float, default=0.1, help="seconds between frames (default 0.1, as in the paper)")
     parser.add_argument("--hq", action="store_true",
                         help="4096 px shadows and 4x anti-aliasing (about 3x slower on a CPU renderer)")
@@ -108,13 +108,14 @@ def render_settings_from_args(args):
 
 
 def render_from_args(args, robot, traj):
-    """(frames, times, seconds spent rendering) of the trajectory with the tracking camera."""
+    """(frames, times, seconds spent rendering) of the trajectory with args.camera (default the tracking camera)."""
     from motionvl.render.camera import render_trajectory
-    from motionvl.sim.model import build_model
+    from motionvl.sim.model import TRACKING_CAMERA, build_model
 
     model = build_model(robot, terrain_from_args(args))
     t0 = time.perf_counter()
     frames, times = render_trajectory(model, traj, every_s=args.every, width=args.width, height=args.height,
+                                      camera=getattr(args, "camera", None) or TRACKING_CAMERA,
                                       settings=render_settings_from_args(args))
     return frames, times, time.perf_counter() - t0
 

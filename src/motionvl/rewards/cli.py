@@ -1,6 +1,7 @@
 """`motionvl reward ...`: tools for generated reward code.
 
-  motionvl reward check FILE   check FILE as training will (exit 0 ok, 1 rejected, 2 no file or bad config)
+  motionvl reward check FILE   check FILE as training will (exit 0 ok, 1 rejected, 2 no file or bad config);
+                               --run RUN_DIR: as that search's trainers will (its environment count and overrides)
   motionvl reward doc          print the reward code format, the np namespace and the state fields
 """
 
@@ -21,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "what training accepts")
     check.add_argument("--num-envs", type=int, default=None,
                        help="test batch size (default: the training config's env.num_envs)")
+    check.add_argument("--run", type=Path, default=None, metavar="RUN_DIR",
+                       help="a search's run directory: check on the environment its trainers use (its training config "
+                            "with the run's num_envs and overrides), as the search checks its candidates")
     check.add_argument("--timeout", type=float, default=60.0, help="wall-time limit of the whole check, s")
     check.add_argument("--seed", type=int, default=None, help="seed of the test batches (default: fresh)")
     sub.add_parser("doc", help="print the reward code format and the state API (the LLM's reference)")
@@ -42,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
     from motionvl.robot import ConfigError
 
     try:
-        env_cfg = TrainConfig.from_yaml(args.training_config).env
+        if args.run is not None:
+            env_cfg = run_environment(args.run)
+        else:
+            env_cfg = TrainConfig.from_yaml(args.training_config).env
     except ConfigError as exc:
         print(f"motionvl reward check: {exc}", file=sys.stderr)
         return 2
@@ -62,3 +69,18 @@ def run(args: argparse.Namespace) -> int:
         for line in warnings:
             print(f"  {line}", file=sys.stderr)
     return 0
+
+
+def run_environment(run_dir: Path):
+    """The training environment a search run's trainers use (its training config with the run's overrides)."""
+    from motionvl.rl.config import TrainConfig
+    from motionvl.robot import ConfigError
+    from motionvl.search.ledger import Ledger
+    from motionvl.search.loop import SearchError, recorded_training_overrides
+
+    try:
+        overrides = recorded_training_overrides(run_dir)
+    except SearchError as exc:
+        raise ConfigError(f"--run {run_dir}: {exc}") from None
+    train_config = (Ledger(run_dir).get("run", "settings") or {}).get("train_config")
+    return TrainConfig.from_yaml(train_config, overrides=overrides).env

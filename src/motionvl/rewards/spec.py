@@ -3,9 +3,12 @@
     total = scale * dt * sum_i(sign_i * weight_i * term_i(state))
 
 with every term normalised to about [0, 1] (see `terms.py`), sign +1 for rewards and -1 for
-costs, weight in [0, 1]. Calling a spec returns the total and each term's signed, weighted
-per-step contribution, so the environment's per-term episode sums are the per-term episode
-rewards the ablation table reports, and they add up to the episode return.
+costs, weight in [0, 1], scale in SCALE_RANGE and every numeric term parameter within
++-PARAM_LIMIT: every field that changes the reward is bounded. `reward_key(spec)` is the one
+definition of "the same reward" (duplicates, the exported policy's reward_spec_hash). Calling a spec
+returns the total and each term's signed, weighted per-step contribution, so the environment's
+per-term episode sums are the per-term episode rewards the ablation table reports, and they add up
+to the episode return.
 
 File format (YAML or JSON, same keys)::
 
@@ -51,6 +54,12 @@ environments and 3-4x on small batches, where the sandbox's fixed cost per opera
 a candidate clear of the bound, while a term that makes the rollout many times slower fails."""
 SOURCES = ("library", "generated")
 _TOP_KEYS = ("name", "description", "scale", "only_positive", "terms", "code")
+SCALE_RANGE = (0.1, 10.0)
+"""Bounds of a spec's `scale`. Terms are normalised and weights lie in [0, 1], so the scale only sets the reward's
+overall magnitude, which PPO's settings (and a warm start's value function) are tuned to at 1: a factor of ten either
+way is plenty for a hand-written spec. Generated candidates keep their parent's scale (motionvl.synth)."""
+PARAM_LIMIT = 1e4
+"""Largest magnitude of a numeric term parameter (SI units: no kernel width, height or force needs more)."""
 
 
 class RewardSpecError(ConfigError):
@@ -103,8 +112,10 @@ class RewardSpec:
         self._where = where
         # only_positive clips the total at 0 (legged_gym's option against learning to fall early);
         # the per-term contributions are then no longer summing to the total.
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-            errors.append(f"scale must be a positive number, got {scale!r}")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            errors.append(f"scale must be a number in [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}], got {scale!r}")
+        elif not SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
+            errors.append(f"scale {scale:g} outside [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}]")
         if not isinstance(only_positive, bool):
             errors.append(f"only_positive must be true or false, got {only_positive!r}")
         self._compiled = self._compile(errors) if self.code else None
@@ -419,6 +430,41 @@ def reward_spec_from_text(text: str, where: str = "reward spec") -> RewardSpec:
     return RewardSpec.from_dict(raw, where=where)
 
 
+def reward_key(spec: "RewardSpec | dict") -> str | None:
+    """What makes two specs the same reward, as 16 hex digits: the scale, only_positive, every term's weight, params
+    and source (library names with their aliases resolved), and the generated code (surrounding blank space aside).
+    Name and description do not count. None for a mapping without terms (nothing to compare)."""
+    raw = spec.to_dict() if isinstance(spec, RewardSpec) else spec
+    if not isinstance(raw, dict) or not isinstance(raw.get("terms"), dict):
+        return None
+    terms = {}
+    for name, entry in raw["terms"].items():
+        entry = entry if isinstance(entry, dict) else {"weight": entry}
+        source = entry.get("source") or "library"
+        name = ALIASES.get(str(name), str(name)) if source == "library" else str(name)
+        terms[name] = [_number(entry.get("weight")), _plain(entry.get("params") or {}), source]
+    body = {"scale": _number(raw.get("scale", 1.0)), "only_positive": bool(raw.get("only_positive", False)),
+            "terms": terms, "code": (raw.get("code") or "").strip() or None}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _number(value):
+    try:
+        return round(float(value), 9)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _number(value)
+    return value
+
+
 def _term_from(name: str, entry: Any) -> TermSpec:
     if isinstance(entry, (int, float)) and not isinstance(entry, bool):
         entry = {"weight": entry}
@@ -451,6 +497,8 @@ def _param_errors(params: dict, defaults: dict) -> list[str]:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 errs.append(f"param {quote(key)} must be a finite number, got {value!r}")
+            elif abs(value) > PARAM_LIMIT:
+                errs.append(f"param {quote(key)} {value:g} outside [-{PARAM_LIMIT:g}, {PARAM_LIMIT:g}]")
             elif key in POSITIVE_PARAMS and value <= 0:
                 errs.append(f"param {quote(key)} must be > 0, got {value}")
         elif not isinstance(value, type(default)):

@@ -47,7 +47,8 @@ Publishes:
                                      transition}: on every change, transient local (depth 1).
   /diagnostics  diagnostic_msgs/DiagnosticArray  mode, faults, clips, overruns, late cycles, loop
                                      period and latency p50/p99/max, policy inference time, real-time
-                                     status, extra joint names, cmd_vel publishers of the wrong type.
+                                     status, extra joint names, cmd_vel publishers of the wrong type, the stamps of
+                                     the newest joint state and IMU reading taken.
   ~/cycle       std_msgs/Header      (publish_cycle_stamps only) after each command: the stamp of the
                                      joint state it answered, frame_id "<command mode> <cycle index>"
                                      (`motionvl bench deploy` pairs the stamps; tests count cycles).
@@ -612,6 +613,7 @@ class DeploymentNode(Node):
                   "extra_joint_names": ", ".join(f"{k} ({v})" for k, v in s["extra_joint_names"].items()) or "none",
                   "cmd_vel_type": self.params["cmd_vel_type"],
                   "cmd_vel_wrong_type": "; ".join(self.cmd_vel_wrong_type) or "none",
+                  "state_stamp": s["state_stamp"], "imu_stamp": s["imu_stamp"],
                   **{f"dropped_{k}": v for k, v in s["dropped"].items()},
                   **{f"clips_{k}": v for k, v in s["clips"].items()}}
         for name in ("period_ms", "period_error_ms", "latency_ms", "step_latency_ms", "inference_ms"):

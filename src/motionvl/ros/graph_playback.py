@@ -10,9 +10,13 @@ that candidate's playback fails with the reason in the ledger, the search goes o
 
   1  deployment ~/set_mode/damp; its `policy` parameter set to the candidate's ONNX file
   2  simulator ~/reset: the standing pose, in the gantry (as the in-process playback starts); a simulator
-     held since the last playback (`hold_until_reset`) steps and publishes from here
-  3  deployment ~/load_policy (the contract check), ~/rearm (allow_rearm: a simulation-only graph),
-     ~/set_mode/passive
+     held since the last playback (`hold_until_reset`) steps and publishes from here; its answer names the
+     simulated time of the reset
+  3  deployment ~/load_policy (the contract check); then, once the deployment node's /diagnostics show it
+     has taken a joint state and an IMU reading stamped at or after the reset (so no state of the last
+     candidate can reach its checks any more: an older one is dropped as out of order), ~/rearm
+     (allow_rearm: a simulation-only graph) and a status without latched faults: the candidate is armed
+     there, and its faults are those first seen after that status; ~/set_mode/passive
   4  cmd_vel at the playback's command from here on (COMMAND_PUBLISH_HZ); ~/set_mode/stand; the gantry
      lets go when the ramp completes; motionvl.deploy.playback.SETTLE_S of simulated time on the ground
   5  ~/set_mode/run; rollout/boundary start; `seconds` of simulated time in RUN (less when a fault ends
@@ -32,6 +36,7 @@ Calls deployment/{set_mode/*, load_policy, rearm, set_parameters} and simulator/
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -61,7 +66,9 @@ MODES = ("damp", "passive", "stand", "run")
 COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 STATE_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 REQUEST_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-STATUS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+# the deployment node publishes a status per transition, several within a cycle or two: a queue deep enough that
+# the executor takes each one (the node's latched history of one serves a late joiner)
+STATUS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 ANSWER_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -229,6 +236,45 @@ class GraphPlayback:
         self._statuses = [self._status]
         return True
 
+    def _reset(self) -> float:
+        """Reset the simulator; the simulated time of the reset (from its answer)."""
+        answer = self._trigger(self.reset_client, "simulator ~/reset")
+        found = re.search(r"\bt=(-?[0-9.]+) s", answer)
+        if found is None:
+            raise PlaybackError(f"simulator ~/reset answered without the time of the reset: {answer!r}")
+        return float(found.group(1))
+
+    def _state_after(self, stamp: float) -> dict:
+        """The deployment node's first /diagnostics showing it has taken a joint state and an IMU reading stamped at
+        or after `stamp` (simulated time): {state_stamp, imu_stamp}."""
+        def taken():
+            _, values = self._diagnostics or (0.0, {})
+            stamps = {k: _float(values.get(k)) for k in ("state_stamp", "imu_stamp")}
+            return stamps if all(v is not None and v >= stamp - 1e-9 for v in stamps.values()) else None
+        return self._wait(taken, self.step_timeout_s, f"the deployment node took no state of the simulator's reset "
+                                                       f"at t={stamp:.3f} s (its /diagnostics)")
+
+    def _arm(self, reset_at: float) -> dict:
+        """Re-arm the deployment node on the state of the reset (see the module docstring, step 3); what it was
+        armed on: {reset_at_s, state_stamp, imu_stamp, rearm, armed_cycle}."""
+        stamps = self._state_after(reset_at)
+        with self._changed:
+            before = (self._status or {}).get("cycle") or 0
+        message = self._trigger(self.rearm_client, "deployment ~/rearm", retry_until_s=self.step_timeout_s)
+        if message.startswith("re-armed"):  # faults were latched: armed at the status of this re-arm, not before
+            def rearmed() -> bool:
+                t = (self._status or {}).get("transition") or {}
+                if str(t.get("why", "")).startswith("re-armed") and (t.get("cycle") or 0) >= before:
+                    return self._statuses_from_clean()
+                return False
+            self._wait(rearmed, self.step_timeout_s, "no status of the deployment node's re-arm without latched faults")
+        else:  # nothing was latched when the node took the reset's state: any clean status stands
+            self._wait(self._statuses_from_clean, self.step_timeout_s, "the deployment node's status still shows "
+                                                                        "latched faults after ~/rearm")
+        with self._changed:
+            armed = self._statuses[0].get("cycle")
+        return {"reset_at_s": reset_at, **stamps, "rearm": message, "armed_cycle": armed}
+
     def _set_policy(self, path: str) -> None:
         value = ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=path)
         request = SetParameters.Request(parameters=[ParameterMsg(name="policy", value=value)])
@@ -267,12 +313,11 @@ class GraphPlayback:
             self._trigger(self.mode_clients["damp"], "deployment ~/set_mode/damp")
             before = self._clip_counters(time.monotonic())
             self._set_policy(policy_path)
-            self._trigger(self.reset_client, "simulator ~/reset")  # a held simulator runs from here
+            reset_at = self._reset()  # a held simulator runs from here
             self._wait(lambda: self._sim_time is not None, step, "no odom from the simulator")
             self._trigger(self.load_client, "deployment ~/load_policy")
-            self._trigger(self.rearm_client, "deployment ~/rearm", retry_until_s=step)
-            # this candidate's faults and transitions: from the first status without the last one's latched faults
-            self._wait(self._statuses_from_clean, step, "the deployment node's status still shows latched faults")
+            # this candidate's faults and transitions: from the status that armed it on the reset's state
+            armed = self._arm(reset_at)
             self._trigger(self.mode_clients["passive"], "deployment ~/set_mode/passive")
             self._commanding = True
             self._trigger(self.mode_clients["stand"], "deployment ~/set_mode/stand", retry_until_s=step)
@@ -323,8 +368,9 @@ class GraphPlayback:
         summary = {"path": "ros graph", "seconds": float(cfg.seconds), "command": command, "terrain": terrain,
                    "terrain_level": terrain_level,
                    "reached_run": bool(run.success), "refusal": None if run.success else run.message,
-                   "run_started_at_s": started_at, "rollout_id": rollout_id,
+                   "run_started_at_s": started_at, "rollout_id": rollout_id, "armed": armed,
                    "faults": sorted({f for s in statuses for f in s.get("faults") or []}),
+                   "fault_log": _fault_log(statuses),
                    "transitions": _transitions(statuses), "fell": bool(traj is not None and traj.fell.any()),
                    "distance_m": _distance(traj, command), "samples": collected.counts() if run.success else {}}
         share = 0.0
@@ -432,6 +478,24 @@ def _key(value) -> str:
 
 def _faults(status: dict | None) -> list:
     return list((status or {}).get("faults") or [])
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _fault_log(statuses: list) -> list:
+    """Each fault of a candidate's statuses with the status cycle it was first seen in, in order."""
+    seen, out = set(), []
+    for s in statuses:
+        for fault in s.get("faults") or []:
+            if fault not in seen:
+                seen.add(fault)
+                out.append({"fault": fault, "cycle": s.get("cycle")})
+    return out
 
 
 def _transitions(statuses: list) -> list:

@@ -64,7 +64,10 @@ PARAMETERS = {
     "settings_file": ("", "YAML of search settings laid over the preset (SearchConfig keys); empty: none."),
     "overrides": ([""], "Search settings as KEY=VALUE strings laid over the preset and settings file."),
     "run_dir": ("runs/search", "The search's run directory (ledger, candidates, exported policy, report)."),
-    "resume": (False, "Continue the search recorded in run_dir."),
+    "resume": (False, "Continue the search recorded in run_dir (its backends, models and endpoints as recorded)."),
+    "allow_backend_change": (False, "With resume: switch to the synthesizer/critic, models and endpoints given here "
+                                    "(recorded in the ledger); without it a resume refuses a model or endpoint that "
+                                    "differs from the recorded one and keeps the recorded backends."),
     "synthesizer": ("rules", "The synthesizer backend the reward_synthesizer node runs (or the in-process one)."),
     "synthesizer_node": (True, "Ask the reward_synthesizer node; false: a synthesizer in this process."),
     "synth_model": ("", "In-process synthesizer: openai model name or transformers model directory."),
@@ -192,18 +195,23 @@ class OrchestratorNode(Node):
         from motionvl.search.backends import BackendOptions, load_settings, make_critic, make_synthesizer
         from motionvl.search.config import SearchConfig
 
+        # on resume the backend names (whose parameters always have a value) count only when switching is allowed
+        switch = not p["resume"] or p["allow_backend_change"]
         self.settings = load_settings(p["run_dir"], resume=p["resume"], task=p["task"], mode=p["mode"],
-                                      preset=p["preset"], synthesizer=p["synthesizer"], critic=p["critic"],
+                                      preset=p["preset"], synthesizer=p["synthesizer"] if switch else None,
+                                      critic=p["critic"] if switch else None,
                                       settings_file=p["settings_file"] or None,
                                       overrides=[o for o in p["overrides"] if o], render=p["render"],
                                       train_config=p["train_config"] or None, start_run=p["start_run"] or None,
-                                      robot_config=p["robot_config"] or None)
+                                      robot_config=p["robot_config"] or None, synth_model=p["synth_model"] or None,
+                                      synth_base_url=p["synth_base_url"] or None,
+                                      critic_model=p["critic_model"] or None,
+                                      critic_base_url=p["critic_base_url"] or None,
+                                      allow_backend_change=p["allow_backend_change"])
         self.robot = self.settings.robot()
         self.cfg = SearchConfig.from_dict(self.settings.config)
         self.lost_s = self.cfg.limits.trainer_lost_s
-        options = BackendOptions(synth_model=p["synth_model"] or None, synth_base_url=p["synth_base_url"] or None,
-                                 critic_model=p["critic_model"] or None, critic_base_url=p["critic_base_url"] or None,
-                                 device=p["device"])
+        options = BackendOptions(device=p["device"])  # models and endpoints: the settings (recorded on resume)
         self.lock = threading.Lock()
         self.trainers: dict[str, dict] = {}  # name -> {"received": time, "data": heartbeat}
         self.slots: dict[str, GraphTrainer] = {}
@@ -327,7 +335,8 @@ class OrchestratorNode(Node):
                                  slots=self.alive_trainers,
                                  resume=self.p["resume"], log=self.get_logger().info, progress=False,
                                  on_record=self._publish_record, on_state=self._publish_state,
-                                 no_trainer_s=self.cfg.limits.startup_s)
+                                 no_trainer_s=self.cfg.limits.startup_s,
+                                 allow_backend_change=self.p["allow_backend_change"])
             self.result = self.search.run()
             self.get_logger().info(f"search finished: {json.dumps(self.result, default=str)}")
         except SearchStopped:

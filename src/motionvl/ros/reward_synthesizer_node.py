@@ -53,9 +53,12 @@ PARAMETERS = {
     "robot_config": ("", "Robot YAML for the prompt's robot summary and the sandbox; empty = config/robot.yaml."),
     "max_calls": (0, "The run's cap on model calls (repairs count); 0 = no cap."),
     "max_tokens": (0, "The run's cap on prompt + completion tokens; 0 = no cap."),
+    "max_bytes": (0, "The run's cap on bytes sent to and received from the endpoint; 0 = no cap."),
     "max_repairs": (2, "Model backends: repairs per candidate after a rejected answer."),
     "max_new_tokens": (2048, "Model backends: the answer's token limit."),
-    "timeout_s": (120.0, "openai: per-request timeout, s."),
+    "connect_timeout_s": (10.0, "openai: seconds the endpoint may take to accept a connection."),
+    "read_timeout_s": (300.0, "openai: seconds the endpoint may take to answer one request (a line is logged every "
+                              "10 s while it waits)."),
     "max_retries": (3, "openai: retries with exponential backoff on transport errors, 5xx and 429."),
     "response_format": ("auto", "openai: 'auto' (JSON schema where the server takes it), 'json_schema', "
                                 "'json_object' or 'none'."),
@@ -83,11 +86,14 @@ def synthesizer_options(p: dict) -> dict:
         options["max_calls"] = p["max_calls"]
     if p["max_tokens"]:
         options["max_tokens"] = p["max_tokens"]
+    if p["max_bytes"]:
+        options["max_bytes"] = p["max_bytes"]
     if backend in ("openai", "transformers"):
         options.update(max_repairs=p["max_repairs"], max_new_tokens=p["max_new_tokens"])
     if backend == "openai":
-        options.update(base_url=p["base_url"], model=p["model"], timeout_s=p["timeout_s"],
-                       max_retries=p["max_retries"], response_format=p["response_format"])
+        options.update(base_url=p["base_url"], model=p["model"], connect_timeout_s=p["connect_timeout_s"],
+                       read_timeout_s=p["read_timeout_s"], max_retries=p["max_retries"],
+                       response_format=p["response_format"])
     elif backend == "transformers":
         options.update(model_dir=p["model_dir"], device=p["device"])
     return options
@@ -97,8 +103,10 @@ class RewardSynthesizerNode(Node):
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
         p = declare_parameters(self, PARAMETERS)
-        if p["max_calls"] < 0 or p["max_tokens"] < 0:
-            raise ConfigError("max_calls and max_tokens must be >= 0 (0 = no cap)")
+        if p["max_calls"] < 0 or p["max_tokens"] < 0 or p["max_bytes"] < 0:
+            raise ConfigError("max_calls, max_tokens and max_bytes must be >= 0 (0 = no cap)")
+        if not (p["connect_timeout_s"] > 0 and p["read_timeout_s"] > 0):
+            raise ConfigError("connect_timeout_s and read_timeout_s must be > 0")
         try:
             self.synthesizer = make_synthesizer(p["backend"], **synthesizer_options(p))
         except SynthesisError as exc:

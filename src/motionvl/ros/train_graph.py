@@ -79,7 +79,7 @@ def _watch_trainers(children: list, logs: Path, ended: threading.Event) -> None:
             return
 
 
-def _playback_graph(params_file: Path, orchestrator: dict) -> list:
+def _playback_graph(params_file: Path, orchestrator: dict, critic_parameters: dict | None = None) -> list:
     """Factories of the nodes a ros playback needs: simulator, deployment (simulation mode), vlm_critic with the
     orchestrator's critic, and camera_renderer when frames are wanted (rendering on, or a critic that sees)."""
     playback_file = package_root() / PLAYBACK_YAML
@@ -108,7 +108,8 @@ def _playback_graph(params_file: Path, orchestrator: dict) -> list:
 
         return VlmCriticNode(parameter_overrides=_parameters(values(
             "vlm_critic", backend=critic, model=orchestrator.get("critic_model") or "",
-            base_url=orchestrator.get("critic_base_url") or "", device=orchestrator.get("device") or "auto")))
+            base_url=orchestrator.get("critic_base_url") or "", device=orchestrator.get("device") or "auto",
+            **(critic_parameters or {}))))
 
     factories = [simulator, deployment, vlm_critic]
     if orchestrator.get("render", True) or critic != "kinematic":
@@ -122,12 +123,14 @@ def _playback_graph(params_file: Path, orchestrator: dict) -> list:
 
 def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trainers: int = 1,
                     trainers_in_process: bool = False, record: bool = False, train_config: str | None = None,
-                    params_file: str | Path | None = None, robot_config: str | None = None) -> int:
+                    params_file: str | Path | None = None, robot_config: str | None = None,
+                    critic_parameters: dict | None = None) -> int:
     """Run the graph until the search ends. orchestrator: its parameter values (task, mode, run_dir, ..., terrain)
     and the task's terrain_level (both passed on to the playback graph's FLOOR_NODES);
     synthesizer: the reward_synthesizer node's (None: the orchestrator synthesizes in process); robot_config:
-    the trainers' robot YAML (None: the params file's, as the other nodes). Returns 0 when the search finished,
-    1 when it failed or a node could not start."""
+    the trainers' robot YAML (None: the params file's, as the other nodes); critic_parameters: more of the
+    vlm_critic node's (its model endpoint's timeouts). Returns 0 when the search finished, 1 when it failed or a
+    node could not start."""
     from motionvl.ros.orchestrator_node import OrchestratorNode
     from motionvl.ros.runtime import run_nodes
 
@@ -158,7 +161,7 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
             return RewardSynthesizerNode(parameter_overrides=_parameters(synthesizer))
         factories.append(synthesizer_node)
     if orchestrator.get("playback") == "ros":
-        factories += _playback_graph(params_file, orchestrator)
+        factories += _playback_graph(params_file, orchestrator, critic_parameters)
     if record:
         def recorder():
             from motionvl.ros.recorder_node import RecorderNode

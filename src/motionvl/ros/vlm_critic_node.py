@@ -80,13 +80,18 @@ PARAMETERS = {
                              "(local model directory) or 'openai' (OpenAI-compatible endpoint)."),
     "model": ("", "transformers: the model directory; openai: the model name the server expects."),
     "base_url": ("", "openai: the endpoint, e.g. http://127.0.0.1:8000/v1."),
+    "connect_timeout_s": (10.0, "openai: seconds the endpoint may take to accept a connection."),
+    "read_timeout_s": (300.0, "openai: seconds the endpoint may take to answer one request (a line is logged every 10 s "
+                              "while it waits)."),
     "device": ("auto", "transformers: 'auto', 'cpu', 'cuda:0', ..."),
     "use_contact_sheet": (False, "VLM backends: send one timestamped grid image instead of one image per frame."),
     "task": ("", "Task sentence used when a boundary message carries none."),
     "frame_interval_s": (0.1, "Keep at most one camera frame per this many seconds of stamp time (paper: 0.1)."),
     "max_frames": (600, "Most frames kept per rollout; later frames are dropped (the VLM backends thin further)."),
     "max_samples": (30000, "Most joint-state samples kept per rollout (10 min at 50 Hz)."),
-    "merge_kinematics": (True, "After a VLM critique, cross-check its descriptors with the kinematic measurements."),
+    "merge_kinematics": (True, "After a VLM critique, cross-check its claims with the kinematic measurements: "
+                               "contradictions marked, its alignment scaled by the share of measurable claims "
+                               "confirmed (motionvl.critic.crosscheck)."),
     "command_topic": ("simulator/command", "geometry_msgs/TwistStamped topic of the velocity command in effect."),
     "keep_rollouts": (4, "Finished rollouts kept for comparisons by id (memory: their frames)."),
     "rollout_dir": ("", "Save every critiqued rollout (frames + trajectory) under this directory; its path goes in "
@@ -138,7 +143,9 @@ class VlmCriticNode(Node):
         if critic_factory is None:
             try:
                 critic_factory = backend_factory(p["backend"], model=p["model"], base_url=p["base_url"],
-                                                 device=p["device"], use_contact_sheet=bool(p["use_contact_sheet"]))
+                                                 device=p["device"], use_contact_sheet=bool(p["use_contact_sheet"]),
+                                                 connect_timeout_s=p["connect_timeout_s"],
+                                                 read_timeout_s=p["read_timeout_s"])
             except ValueError as exc:
                 raise ConfigError(f"parameters: {exc}") from None
         self.p = p

@@ -4,7 +4,7 @@
     motionvl train --task "turn left in place" --out runs/turn   # commanded, trained and judged as a turn
     motionvl train --task "..." --mode synth+critic --synthesizer openai --synth-base-url URL --synth-model NAME \\
                    --critic openai --critic-base-url URL --critic-model NAME --preset cpu --out runs/s1
-    motionvl train --out runs/s1 --resume          # continue after a crash or kill -9
+    motionvl train --out runs/s1 --resume          # continue after a crash or kill -9 (same backends and models)
     motionvl train --report runs/s1                 # rewrite the report of a run
 
 Modes (the paper's ablation): reference (RL-Base: the reference reward alone for the whole budget),
@@ -44,16 +44,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "synthesizers only)")
     parser.add_argument("--mode", choices=MODES, default="synth+critic", help="ablation mode (default synth+critic)")
     parser.add_argument("--preset", default="quick", help="budget preset of config/search.yaml: quick, cpu, gpu (default quick)")
-    parser.add_argument("--synthesizer", choices=SYNTHESIZERS, default="rules",
-                        help="reward synthesizer backend (default rules: offline, model-free, not an LLM)")
+    parser.add_argument("--synthesizer", choices=SYNTHESIZERS, default=None,
+                        help="reward synthesizer backend (default rules: offline, model-free, not an LLM; a resumed "
+                             "run: the recorded one)")
     parser.add_argument("--synth-model", default=None, help="openai: model name; transformers: local model directory")
     parser.add_argument("--synth-base-url", default=None, help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument("--replay", type=Path, default=None, help="replay: the recorded run directory whose answers to replay")
-    parser.add_argument("--critic", choices=CRITICS, default="kinematic",
-                        help="motion critic (default kinematic: offline gait analysis, not a VLM)")
+    parser.add_argument("--critic", choices=CRITICS, default=None,
+                        help="motion critic (default kinematic: offline gait analysis, not a VLM; a resumed run: the "
+                             "recorded one)")
     parser.add_argument("--critic-model", default=None, help="transformers: local model directory; openai: model name")
     parser.add_argument("--critic-base-url", default=None, help="openai: endpoint of the critic")
     parser.add_argument("--device", default="auto", help="transformers backends: auto, cpu, cuda:0, ...")
+    parser.add_argument("--connect-timeout", type=float, default=None, metavar="S",
+                        help="seconds a model endpoint may take to accept a connection (default: the settings' "
+                             "limits.model_connect_timeout_s, 10)")
+    parser.add_argument("--read-timeout", type=float, default=None, metavar="S",
+                        help="seconds a model endpoint may take to answer one request (default: the settings' "
+                             "limits.model_read_timeout_s, 300)")
+    parser.add_argument("--allow-backend-change", action="store_true",
+                        help="with --resume: switch to the backends, models or endpoints given (recorded in the "
+                             "ledger); without it a resume uses the recorded ones and refuses others")
     parser.add_argument("--out", type=Path, default=None, help=f"run directory (default {DEFAULT_OUT}/<preset>)")
     parser.add_argument("--resume", action="store_true", help="continue the search in --out where it stopped")
     parser.add_argument("--record", action="store_true", help="also record the run's topics as a rosbag (ROS route)")
@@ -82,21 +93,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace):
+    """This session's backend options: the device and timeouts (models and endpoints come from the settings)."""
     from motionvl.search.backends import BackendOptions
 
-    return BackendOptions(synth_model=args.synth_model, synth_base_url=args.synth_base_url,
-                          replay=str(args.replay) if args.replay else None, critic_model=args.critic_model,
-                          critic_base_url=args.critic_base_url, device=args.device)
+    for name in ("connect_timeout", "read_timeout"):
+        value = getattr(args, name, None)
+        if value is not None and not value > 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be > 0 seconds, got {value:g}")
+    return BackendOptions(device=args.device, connect_timeout_s=args.connect_timeout, read_timeout_s=args.read_timeout)
 
 
 def settings_from_args(args: argparse.Namespace):
-    """SearchSettings from the arguments (a resumed run: the recorded ones, which the arguments may not change)."""
+    """SearchSettings from the arguments (a resumed run: the recorded ones, backends, models and endpoints too,
+    which the arguments may change only with --allow-backend-change)."""
     from motionvl.search.backends import load_settings
 
     return load_settings(args.out, resume=args.resume, task=args.task, mode=args.mode, preset=args.preset,
                          synthesizer=args.synthesizer, critic=args.critic, settings_file=args.settings,
                          overrides=command_overrides(args), render=not args.no_render, train_config=args.train_config,
-                         start_run=args.start_run, robot_config=args.robot_config)
+                         start_run=args.start_run, robot_config=args.robot_config, synth_model=args.synth_model,
+                         synth_base_url=args.synth_base_url, critic_model=args.critic_model,
+                         critic_base_url=args.critic_base_url, replay=str(args.replay) if args.replay else None,
+                         allow_backend_change=args.allow_backend_change)
 
 
 def command_overrides(args: argparse.Namespace) -> list[str]:
@@ -159,14 +177,19 @@ def _run(args: argparse.Namespace) -> int:
         make_synthesizer(settings, _options(args))
     from motionvl.ros.train_graph import run_train_graph
 
+    options = _options(args)
+    from motionvl.search.backends import model_timeouts
+
+    timeouts = model_timeouts(settings, options)
     orchestrator = {"run_dir": str(args.out), "resume": bool(args.resume), "task": settings.task, "mode": settings.mode,
                     "preset": settings.preset, "synthesizer": settings.synthesizer, "critic": settings.critic,
                     "settings_file": str(args.settings) if args.settings else "",
                     "overrides": command_overrides(args) or [""],
-                    "synth_model": args.synth_model or "", "synth_base_url": args.synth_base_url or "",
-                    "critic_model": args.critic_model or "", "critic_base_url": args.critic_base_url or "",
+                    "synth_model": settings.synth_model or "", "synth_base_url": settings.synth_base_url or "",
+                    "critic_model": settings.critic_model or "", "critic_base_url": settings.critic_base_url or "",
                     "device": args.device, "train_config": settings.train_config or "",
                     "start_run": settings.start_run or "", "render": not args.no_render, "playback": playback,
+                    "allow_backend_change": bool(args.allow_backend_change),
                     "robot_config": settings.robot_config,  # None: the node default (the package robot)
                     "terrain": task.terrain, "terrain_level": task.terrain_level}  # the playback graph's floor
     synthesizer = None
@@ -174,15 +197,17 @@ def _run(args: argparse.Namespace) -> int:
         from motionvl.search.config import SearchConfig
 
         limits = SearchConfig.from_dict(settings.config).limits
-        synthesizer = {"backend": settings.synthesizer, "base_url": args.synth_base_url or "",
-                       "model": args.synth_model or "" if settings.synthesizer == "openai" else "",
-                       "model_dir": args.synth_model or "" if settings.synthesizer == "transformers" else "",
-                       "device": args.device, "ledger": str(Path(args.replay) / "ledger.jsonl") if args.replay else "",
+        replay = settings.replay
+        synthesizer = {"backend": settings.synthesizer, "base_url": settings.synth_base_url or "",
+                       "model": settings.synth_model or "" if settings.synthesizer == "openai" else "",
+                       "model_dir": settings.synth_model or "" if settings.synthesizer == "transformers" else "",
+                       "device": args.device, "ledger": str(Path(replay) / "ledger.jsonl") if replay else "",
                        "max_calls": limits.max_synth_calls, "max_tokens": limits.max_synth_tokens,
-                       "robot_config": settings.robot_config}
+                       "max_bytes": limits.max_synth_bytes, "robot_config": settings.robot_config, **timeouts}
     code = run_train_graph(orchestrator, synthesizer=synthesizer, trainers=args.trainers,
                            trainers_in_process=args.trainers_in_process, record=args.record,
-                           train_config=settings.train_config, robot_config=settings.robot_config)
+                           train_config=settings.train_config, robot_config=settings.robot_config,
+                           critic_parameters=timeouts)
     from motionvl.search.ledger import Ledger
 
     finished = Ledger(args.out).get("run", "finished") if (args.out / "ledger.jsonl").exists() else None
@@ -212,7 +237,7 @@ def _run_without_ros(args: argparse.Namespace, settings) -> int:
     search = Search(args.out, settings, synthesizer=synthesizer, critic=critic,
                     playback=InProcessPlayback(cfg.playback, robot=settings.robot()),
                     slots=lambda: slots, resume=args.resume, progress=not args.no_progress,
-                    log=lambda msg: print(msg, flush=True))
+                    log=lambda msg: print(msg, flush=True), allow_backend_change=args.allow_backend_change)
     try:
         summary = search.run()
     finally:

@@ -32,9 +32,11 @@ def mode_label(mode: str, synthesizer: str | None, critic: str | None) -> str:
     never called an LLM, an offline critic never a VLM (RL-Rules+Kinematic, not RL-LLM+VLM)."""
     if mode == "reference":
         return "RL-Base"
+    synthesizer = (synthesizer or "").split(":")[0] or None
     synth = "LLM" if synthesizer in MODEL_SYNTHESIZERS else (synthesizer or "none").capitalize()
     if mode == "synth":
         return f"RL-{synth}"
+    critic = (critic or "").split(":")[0] or None  # a critic names itself backend:model ("openai:qwen2-vl")
     judge = "VLM" if critic in MODEL_CRITICS else (critic or "none").capitalize()
     return f"RL-{synth}+{judge}"
 
@@ -99,7 +101,15 @@ class PlaybackConfig:
     seconds: float = 10.0
     """Length of the playback (at the task's command, on its terrain)."""
     frame_interval_s: float = 0.1
-    """Seconds between frames the critic sees (the paper: 0.1 s)."""
+    """Seconds between the frames rendered and the frames a VLM critic sees (the paper: 0.1 s)."""
+    camera: str = "side"
+    """Model camera the playback is filmed with: "side" follows the robot from its right at knee-to-hip height,
+    square to the walking direction, so a VLM sees knee and ankle angles in profile and both feet."""
+    width: int = 448
+    """Frame width in pixels. A VLM reads images in patches of 14-32 px and many resize to about 448-512 px: at
+    448 x 336 the robot's leg spans ~200 px, enough to tell 10 degrees of knee bend from 30, in ~30 kB of JPEG."""
+    height: int = 336
+    """Frame height in pixels (4:3)."""
     render: bool = True
     """Render the start's and the final policy's playbacks (video and contact sheet for the report); off: none."""
     render_candidates: bool = False
@@ -131,6 +141,24 @@ class LimitConfig:
     """Model calls of the synthesizer over the run; reaching it ends proposing (the search finishes with r*)."""
     max_synth_tokens: int = 2_000_000
     """Prompt + completion tokens of the synthesizer over the run; reaching it ends proposing the same way."""
+    max_synth_bytes: int = 64_000_000
+    """Bytes sent to and received from the synthesizer's endpoint over the run (a prompt is ~32 kB: 200 calls
+    with their answers take ~8 MB); reaching it ends proposing the same way."""
+    max_critic_calls: int = 400
+    """Model calls of the critic (critiques, both orders of each comparison, re-asks) over the run. The gpu
+    preset (K=10, N=5) makes ~150 with every answer re-asked once ~300; reaching it, the critic answers
+    "cap reached" (invalid feedback: alignment counts 0, no pairwise judgement) and the search goes on."""
+    max_critic_tokens: int = 8_000_000
+    """Prompt + completion tokens of the critic over the run (16 frames of 448 x 336 are ~3-12k tokens)."""
+    max_critic_images: int = 10_000
+    """Images sent to the critic over the run: 16 per critique, 32 per comparison order."""
+    max_critic_bytes: int = 400_000_000
+    """Bytes sent to and received from the critic's endpoint over the run (~30 kB per JPEG frame)."""
+    model_connect_timeout_s: float = 10.0
+    """Seconds a model endpoint (synthesizer, critic) may take to accept a connection (`--connect-timeout`)."""
+    model_read_timeout_s: float = 300.0
+    """Seconds a model endpoint may take to answer one request, from sending it to the answer's last byte
+    (`--read-timeout`); a request waiting longer than 10 s logs a line every 10 s."""
 
     def candidate_limit_s(self, iterations: int) -> float:
         return self.startup_s + self.seconds_per_iteration * iterations + self.evaluation_s
@@ -211,6 +239,12 @@ class SearchConfig:
             (0.0 < self.evaluation.success_fraction <= 1.0, "evaluation.success_fraction must be in (0, 1]"),
             (self.playback.seconds > 0 and self.playback.frame_interval_s > 0, "playback seconds and frame interval must be > 0"),
             (self.limits.heartbeat_s > 0 and self.limits.trainer_lost_s > 0, "limits must be > 0"),
+            (self.limits.model_connect_timeout_s > 0 and self.limits.model_read_timeout_s > 0,
+             "limits.model_connect_timeout_s and model_read_timeout_s must be > 0"),
+            (min(self.limits.max_synth_calls, self.limits.max_synth_tokens, self.limits.max_synth_bytes,
+                 self.limits.max_critic_calls, self.limits.max_critic_tokens, self.limits.max_critic_images,
+                 self.limits.max_critic_bytes) >= 0, "limits.max_* caps must be >= 0"),
+            (self.playback.width >= 16 and self.playback.height >= 16, "playback width and height must be >= 16"),
         ]
         errors = [msg for ok, msg in checks if not ok]
         if errors:

@@ -29,10 +29,16 @@ def term_diff(parent: dict | None, spec: dict) -> list[dict]:
 # ----------------------------------------------------------------------------- pairwise comparison
 def compare(critic, first, second, task: str) -> dict:
     """Critic.compare(first, second, task) (motionvl.critic.Rollout each) as the ledger's
-    {preferred: 'first'|'second'|None, confidence, reason, valid}; a failing critic is an invalid answer."""
+    {preferred: 'first'|'second'|None, confidence, reason, valid, usage}; a failing critic is an invalid answer.
+    usage: what the comparison's model calls used (motionvl.llm.usage), counted against the run's critic caps."""
     try:
         c = critic.compare(first, second, task)
     except Exception as exc:  # noqa: BLE001 - a judge must never crash the search
         return {"preferred": None, "confidence": 0.0, "reason": f"comparison failed: {type(exc).__name__}: {exc}",
                 "valid": False}
-    return {"preferred": c.preferred, "confidence": float(c.confidence), "reason": c.reason, "valid": bool(c.valid)}
+    out = {"preferred": c.preferred, "confidence": float(c.confidence), "reason": c.reason, "valid": bool(c.valid)}
+    if c.meta.get("usage"):
+        out["usage"] = c.meta["usage"]
+    if not c.valid and c.error:
+        out["reason"] = c.reason or f"the critic gave no usable answer: {c.error[:500]}"
+    return out

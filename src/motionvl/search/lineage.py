@@ -1,20 +1,12 @@
-"""Where a reward came from: a term-level diff in words, a spec's hash and weights, the code version of a run."""
+"""Where a reward came from: a term-level diff in words, a spec's weights, the code version of a run. What makes two
+specs the same reward is `motionvl.rewards.spec.reward_key` (the exported policy's reward_spec_hash)."""
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import subprocess
 
 from motionvl.robot import package_root
-
-
-def spec_hash(spec: dict) -> str:
-    """First 16 hex digits of the SHA-256 of the spec's canonical JSON (name and description left out:
-    two specs that reward the same thing hash the same)."""
-    body = {k: v for k, v in spec.items() if k not in ("name", "description")}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 def describe_diff(diff: list[dict]) -> str:
@@ -30,6 +22,8 @@ def describe_diff(diff: list[dict]) -> str:
             parts.append(f"-{d['term']}")
         elif d["change"] == "weight":
             parts.append(f"{d['term']} {d['old']:g}->{d['new']:g}")
+        elif d["change"] in ("scale", "only_positive"):
+            parts.append(f"{d['change']} {d['old']}->{d['new']}")
         else:
             parts.append(f"{d['term']} {d['change']}")
     return ", ".join(parts)

@@ -16,6 +16,12 @@ replays the recorded steps and continues at the first one missing; a candidate w
 resumes from its run's checkpoint. Mode `reference` trains the reference reward alone for the whole
 budget (SearchConfig.total_iterations) and skips the iterations.
 
+Model answers are untrusted: a candidate is checked on the run's own training environment (its
+num_envs and overrides) and may not change r*'s scale or only_positive; a model critic's claims are
+cross-checked with the rollout's kinematics (motionvl.critic.crosscheck) before its alignment ranks
+anything; the synthesizer's and the critic's model use is counted over the ledger and capped
+(LimitConfig.max_synth_* / max_critic_*), so a resumed run keeps its caps.
+
 Run directory: ledger.jsonl, search.json (the settings), candidates/<id>/ (each candidate's training run,
 playback/ and its critic feedback), policy.onnx + reward_spec.yaml (the exported result), report.*.
 """
@@ -31,8 +37,9 @@ from pathlib import Path
 from typing import Callable
 
 from motionvl.critic import Rollout
+from motionvl.llm.usage import cap_measures, totals
 from motionvl.rewards import validate_spec
-from motionvl.rewards.spec import RewardSpec, load_reward_spec
+from motionvl.rewards.spec import RewardSpec, RewardSpecError, load_reward_spec, reward_key
 from motionvl.rl.jobs import OUTCOME_FILE, TrainingJob
 from motionvl.robot import ConfigError
 from motionvl.search import deps
@@ -40,13 +47,19 @@ from motionvl.search.config import MODEL_SYNTHESIZERS, MODES, SearchConfig, mode
 from motionvl.search.decision import choose_start, decide, gate_failures
 from motionvl.search.dispatch import STOPPED, Dispatcher, SlotState
 from motionvl.search.ledger import Ledger
-from motionvl.search.lineage import code_version, spec_hash
+from motionvl.search.lineage import code_version
 from motionvl.search.playback import CritiqueRequest, Playback, PlaybackResult
 from motionvl.synth import SynthesisRequest, usage_totals
 from motionvl.task import Task, make_task
+from motionvl.synth.api import fixed_field_problem
 
 START, FINAL = "start", "final"
 SETTINGS_FILE = "search.json"
+BACKEND_KEYS = ("synthesizer", "critic", "synth_model", "synth_base_url", "critic_model", "critic_base_url", "replay")
+"""Settings that say which models answer: a resume restores them and refuses another unless allowed."""
+REWARD_KEY_VERSION = 2
+"""Recorded with new runs: duplicates and the exported reward_spec_hash use motionvl.rewards.spec.reward_key (an
+older run used a hash of the spec file and a fingerprint that ignored the scale)."""
 EVALUATION_SUMMARY_KEYS = ("success_rate", "fell_fraction", "task_score", "forward_distance_m", "mean_speed_mps",
                            "tracking_error_mps", "heading_error_deg", "knee_angle_stance_deg", "torso_pitch_deg",
                            "step_frequency_hz", "swing_clearance_m", "stance_slip_mps", "episodes", "command",
@@ -95,6 +108,16 @@ class SearchSettings:
     """An existing training run of the reference reward to start from instead of training one."""
     reference_spec: str | None = None
     """The start's reward spec file (None: config/rewards/reference.yaml)."""
+    synth_model: str | None = None
+    """The synthesizer's model: openai, its name; transformers, its directory (a resume asks the same one)."""
+    synth_base_url: str | None = None
+    """The openai synthesizer's endpoint (recorded without credentials; API keys come from the environment only)."""
+    critic_model: str | None = None
+    """The critic's model: openai, its name; transformers, its directory."""
+    critic_base_url: str | None = None
+    """The openai critic's endpoint (recorded without credentials)."""
+    replay: str | None = None
+    """The replay synthesizer's recorded run directory."""
 
     @property
     def label(self) -> str:
@@ -102,6 +125,8 @@ class SearchSettings:
                           self.critic if self.mode == "synth+critic" else None)
 
     def validate(self) -> "SearchSettings":
+        for key in ("synth_base_url", "critic_base_url"):
+            setattr(self, key, without_credentials(getattr(self, key)))
         if not isinstance(self.task, str) or not self.task.strip() or not any(c.isalpha() for c in self.task):
             raise ConfigError(f"the task sentence is empty or has no words: {self.task!r}")
         if self.mode not in MODES:
@@ -148,6 +173,38 @@ def check_terrain(task: Task, robot) -> None:
                           f"cannot build: {exc}") from exc
 
 
+def without_credentials(url: str | None) -> str | None:
+    """An endpoint URL as it may be recorded: without user:password@ and query parameters (keys some APIs take)."""
+    if not url:
+        return url or None
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def recorded_settings(ledger: Ledger) -> dict | None:
+    """A run's settings as recorded, with the backend changes of later sessions (--allow-backend-change) applied."""
+    recorded = ledger.get("run", "settings")
+    if recorded is None:
+        return None
+    out = dict(recorded)
+    for key, data in ledger.items("run"):
+        if key.startswith("backend-change"):
+            out.update({k: v["to"] for k, v in data.items() if k in BACKEND_KEYS and isinstance(v, dict)})
+    return out
+
+
+def critic_usage(ledger: Ledger) -> dict:
+    """What the critic's model calls used over a run (critiques, comparisons), from its ledger."""
+    parts = [((d.get("meta") or {}).get("usage") or {}) for _, d in ledger.items("critiqued")]
+    for _, d in ledger.items("compared"):
+        parts += [(d.get(order) or {}).get("usage") or {} for order in ("challenger_first", "best_first")]
+    return totals(parts)
+
+
 class Search:
     """One search run in `run_dir` (see the module docstring). Backends are passed in: a synthesizer
     (motionvl.synth), a critic (motionvl.critic), a Playback and the trainers (`slots()` -> TrainerSlots)."""
@@ -156,11 +213,12 @@ class Search:
                  playback: Playback, slots: Callable[[], list], resume: bool = False,
                  log: Callable[[str], None] = print, progress: bool = True,
                  on_record: Callable[[dict], None] | None = None, on_state: Callable[[dict], None] | None = None,
-                 no_trainer_s: float = 0.0):
+                 no_trainer_s: float = 0.0, allow_backend_change: bool = False):
         """synthesizer: a motionvl.synth RewardSynthesizer (`propose`), or an object whose `propose_record(request)`
         returns the synthesis record itself (the orchestrator's client of the reward_synthesizer node).
         on_record(record): every ledger record as written; on_state(state): the loop's state as it changes.
-        no_trainer_s: how long training waits for a trainer to appear before its jobs fail."""
+        no_trainer_s: how long training waits for a trainer to appear before its jobs fail.
+        allow_backend_change: a resume may switch backends, models or endpoints (recorded in the ledger)."""
         self.run_dir = Path(run_dir)
         self.settings = settings.validate()
         self.robot = settings.robot()
@@ -176,19 +234,28 @@ class Search:
             raise ConfigError(f"mode {settings.mode!r} needs a synthesizer")
         if self.use_critic and critic is None:
             raise ConfigError("mode 'synth+critic' needs a critic")
+        self.allow_backend_change = bool(allow_backend_change)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(self.run_dir)
         self.ledger = Ledger(self.run_dir, on_append=on_record)
-        self._open(resume)
+        try:
+            self._open(resume)
+        except BaseException:
+            self._lock.close()
+            raise
         budget = getattr(synthesizer, "budget", None)
         if budget is not None:  # what earlier sessions of the run used counts against the synthesizer's cap
             budget.restore(**usage_totals([data for _, data in self.ledger.items("synthesis")]))
+        budget = getattr(critic, "budget", None)
+        if budget is not None and hasattr(budget, "restore"):  # the same for the critic's
+            budget.restore(**cap_measures(critic_usage(self.ledger)))
         self.records: dict[str, dict] = {}
         self._bars: dict = {}
+        self._environment = None
 
     # ------------------------------------------------------------------ run directory
     def _open(self, resume: bool) -> None:
-        recorded = self.ledger.get("run", "settings")
+        recorded = recorded_settings(self.ledger)
         mine = dataclasses.asdict(self.settings)
         if recorded is None:
             if resume:
@@ -200,21 +267,54 @@ class Search:
                 raise SearchError(f"{self.run_dir} is not empty and holds no search ({foreign[0].name}); "
                                   "use a new directory")
             self.ledger.append("run", "settings", {**mine, "label": self.settings.label, "code_version": code_version(),
-                                                   "task_object": self.task.to_dict()})
+                                                   "task_object": self.task.to_dict(),
+                                                   "reward_key": REWARD_KEY_VERSION})
             (self.run_dir / SETTINGS_FILE).write_text(json.dumps(mine, indent=1))
             return
         if not resume:
             raise SearchError(f"{self.run_dir} already holds a search; pass --resume to continue it or use a new directory")
-        differ = [k for k in mine if k != "config" and recorded.get(k) != mine[k]]
+        differ = [k for k in mine if k != "config" and k not in BACKEND_KEYS and recorded.get(k) != mine[k]]
         if recorded.get("config") != mine["config"]:
             differ.append("config")
         if differ:
             raise SearchError(f"cannot resume {self.run_dir} with other settings ({', '.join(differ)} differ from the "
                               f"recorded ones in {SETTINGS_FILE}); resume with the same settings or start a new run")
+        switched = {k: {"from": recorded.get(k), "to": mine[k]} for k in BACKEND_KEYS if recorded.get(k) != mine[k]}
+        if switched and not self.allow_backend_change:
+            raise SearchError(f"cannot resume {self.run_dir} with other models or endpoints ("
+                              + ", ".join(f"{k} {v['from']!r} -> {v['to']!r}" for k, v in switched.items())
+                              + "): one run would mix two models. Resume without them (the recorded ones are used) "
+                              "or pass --allow-backend-change to switch, which the ledger records")
+        self._check_recorded_specs()
+        finished = self.ledger.get("run", "finished") is not None
+        changes = sum(1 for r in self.ledger.records if r["kind"] == "run" and r["key"].startswith("backend-change"))
+        if switched and not finished:
+            self.ledger.append("run", f"backend-change-{changes + 1}", switched)
+            self.log("backends changed on resume (recorded): " + ", ".join(f"{k} {v['from']!r} -> {v['to']!r}"
+                                                                            for k, v in switched.items()))
+        if self.ledger.get("run", "settings").get("reward_key") != REWARD_KEY_VERSION and not finished:
+            self.log("note: this run was recorded before reward_key; its duplicate checks and exported reward_spec_hash "
+                     "now use motionvl.rewards.spec.reward_key (the scale and only_positive count)")
         sessions = sum(1 for r in self.ledger.records if r["kind"] == "run" and r["key"].startswith("resumed"))
-        if self.ledger.get("run", "finished") is None:
+        if not finished:
             self.ledger.append("run", f"resumed-{sessions + 1}", {"steps_recorded": len(self.ledger.records)})
         self.log(f"resuming {self.run_dir}: {len(self.ledger.records)} steps recorded")
+
+    def _check_recorded_specs(self) -> None:
+        """SearchError naming the change when a recorded spec the run may train or rebuild no longer passes the
+        spec rules (bounds added since it was recorded)."""
+        start = self.ledger.get("start", START)
+        specs = [(START, start["spec"])] if start else []
+        for _, proposal in self.ledger.items("synthesis"):
+            specs += [(cid, c["spec"]) for cid, c in zip(proposal.get("ids") or [], proposal.get("candidates") or [])
+                      if c.get("ok") and c.get("spec") is not None]
+        for cid, spec in specs:
+            try:
+                RewardSpec.from_dict(spec, where=f"recorded spec of {cid}")
+            except RewardSpecError as exc:
+                raise SearchError(f"cannot resume {self.run_dir}: {exc}. Reward specs are bounded now (scale within "
+                                  f"[0.1, 10], term parameters within +-1e4, motionvl.rewards.spec) and this run recorded "
+                                  "one outside: start a new run") from None
 
     def stop(self) -> None:
         """Ask the search to end at its next step (from any thread); run() then raises SearchStopped."""
@@ -314,7 +414,7 @@ class Search:
             if not c.get("ok") or c.get("spec") is None:
                 record["failed"] = f"the synthesizer's answer was rejected: {c.get('rejection') or 'no spec'}"
             else:
-                check = self.ledger.once("validated", cid, lambda c=c: _validate(c["spec"], self.robot))
+                check = self.ledger.once("validated", cid, lambda c=c: self._validate(c["spec"], None))
                 if not check["ok"]:
                     record["failed"] = f"the sandbox refused it: {check['error']}"
                 else:
@@ -361,7 +461,7 @@ class Search:
                 record["failed"] = f"the synthesizer's answer was rejected: {c.get('rejection') or 'no spec'}"
             else:
                 record["diff"] = deps.term_diff(best["spec"], c["spec"])
-                check = self.ledger.once("validated", cid, lambda c=c: _validate(c["spec"], self.robot))
+                check = self.ledger.once("validated", cid, lambda c=c: self._validate(c["spec"], best["spec"]))
                 if not check["ok"]:
                     record["failed"] = f"the sandbox refused it: {check['error']}"
                 else:
@@ -420,13 +520,15 @@ class Search:
             return self.ledger.get("synthesis", key)
         if best is None:  # the start of a task no reference fits: K independent samples from scratch
             request = SynthesisRequest(task=self.settings.task, iteration=0, num_candidates=self.cfg.candidates,
-                                       seed=self.cfg.seed * 1000, temperature=self.cfg.temperature, from_scratch=True)
+                                       seed=self.cfg.seed * 1000, temperature=self.cfg.temperature, from_scratch=True,
+                                       environment=self._environment_dict())
         else:
             request = SynthesisRequest(
                 task=self.settings.task, iteration=it - 1, num_candidates=self.cfg.candidates,
                 parent=RewardSpec.from_dict(best["spec"]), parent_statistics=(best.get("outcome") or {}).get("term_stats"),
                 parent_scores=_evaluation_summary(best), feedback=best.get("feedback") if self.use_critic else None,
-                tried=self._tried(it), seed=self.cfg.seed * 1000 + it, temperature=self.cfg.temperature)
+                tried=self._tried(it), seed=self.cfg.seed * 1000 + it, temperature=self.cfg.temperature,
+                environment=self._environment_dict())
         self._state("proposing", iteration=it, best=(best or {}).get("id"))
         t0 = time.monotonic()
         capped = self._cap_reached()
@@ -452,7 +554,8 @@ class Search:
 
     def _tried(self, it: int) -> list[dict]:
         """The candidates of iterations before `it` that did not win, from the ledger (so a resumed run sees them):
-        the synthesizer proposes none of them again."""
+        the synthesizer proposes none of them again and reads why they lost or failed (the check's or training's
+        cause), with their training statistics; and the answers refused at synthesis, with why."""
         out, parent = [], START
         for key, proposal in self.ledger.items("synthesis"):
             decision = self.ledger.get("decided", key) or (self.ledger.get("chosen", START) if key == "i0" else None)
@@ -460,24 +563,73 @@ class Search:
                 continue
             for cid, c in zip(proposal.get("ids") or [], proposal.get("candidates") or []):
                 verdict = decision["verdicts"].get(cid) or {}
-                if c.get("spec") is None or verdict.get("outcome") == "won":
+                if c.get("spec") is None:
+                    if not str(c.get("rejection") or "").startswith(("cap reached", "not attempted")):
+                        out.append({"id": cid, "parent": parent, "outcome": "refused", "reason": c.get("rejection")})
+                    continue
+                if verdict.get("outcome") == "won":
                     continue
                 trained = self.ledger.get("trained", cid) or {}
+                outcome = trained.get("outcome") or {}
                 out.append({"id": cid, "parent": parent, "edits": c.get("edits") or [],
                             "terms": c["spec"].get("terms"), "code": c["spec"].get("code"),
+                            "scale": c["spec"].get("scale", 1.0), "only_positive": c["spec"].get("only_positive", False),
                             "outcome": verdict.get("outcome"), "reason": verdict.get("reason"),
-                            "scores": _evaluation_summary({"evaluation": (trained.get("outcome") or {}).get("evaluation")})})
+                            "scores": _evaluation_summary({"evaluation": outcome.get("evaluation")}),
+                            "statistics": _statistics_summary(outcome.get("term_stats"))})
             parent = START if key == "i0" else decision.get("winner") or parent
         return out
 
+    def _environment_config(self):
+        """The run's training environment (the training config with the run's overrides, its num_envs): candidates
+        are checked on it, as the trainers will run them."""
+        if self._environment is None:
+            from motionvl.rl.config import TrainConfig
+
+            self._environment = TrainConfig.from_yaml(self.settings.train_config, overrides=self.train_overrides).env
+        return self._environment
+
+    def _environment_dict(self) -> dict:
+        from motionvl.rl.config import _plain
+
+        return _plain(dataclasses.asdict(self._environment_config()))
+
+    def _validate(self, spec: dict, parent: dict | None) -> dict:
+        """The sandbox's check of a candidate on the run's environment, after the fields it may not change (r*'s
+        scale and only_positive; a sample from scratch: scale 1 and only_positive false, the reference's)."""
+        t0 = time.monotonic()
+        problem = fixed_field_problem(parent, spec)
+        if problem is None:
+            try:
+                validate_spec(spec, robot=self.robot, env_cfg=self._environment_config())
+            except ValueError as exc:
+                problem = str(exc)
+        return {"ok": problem is None, "error": problem, "wall_s": time.monotonic() - t0,
+                "num_envs": self._environment_config().num_envs}
+
+    def _critic_cap_reached(self) -> str | None:
+        """The run's caps on the critic's model use, counted over the ledger (a resumed run keeps them)."""
+        if self.critic is None or getattr(self.critic, "name", "") == "kinematic" or getattr(
+                self.critic, "offline", False):
+            return None
+        used, limits = cap_measures(critic_usage(self.ledger)), self.cfg.limits
+        caps = {"calls": limits.max_critic_calls, "tokens": limits.max_critic_tokens,
+                "images": limits.max_critic_images, "bytes": limits.max_critic_bytes}
+        for name, cap in caps.items():
+            if used[name] >= cap:
+                return f"cap reached: the critic used {used[name]} of its {cap} {name}; no more model calls"
+        return None
+
     def _cap_reached(self) -> str | None:
-        """The run's cap on synthesizer calls and tokens, counted over the ledger (so a resumed run keeps it)."""
+        """The run's cap on synthesizer calls, tokens and bytes, counted over the ledger (so a resumed run keeps it)."""
         used = usage_totals([data for _, data in self.ledger.items("synthesis")])
         limits = self.cfg.limits
         if used["calls"] >= limits.max_synth_calls:
             return f"cap reached: the synthesizer made {used['calls']} of its {limits.max_synth_calls} calls; no more proposals"
         if used["tokens"] >= limits.max_synth_tokens:
             return f"cap reached: the synthesizer used {used['tokens']} of its {limits.max_synth_tokens} tokens; no more proposals"
+        if used["bytes"] >= limits.max_synth_bytes:
+            return f"cap reached: the synthesizer used {used['bytes']} of its {limits.max_synth_bytes} bytes; no more proposals"
         return None
 
     def _job(self, cid: str, spec: dict, iterations: int, *, warm_start: str | None, final: bool = False) -> TrainingJob:
@@ -554,7 +706,7 @@ class Search:
             images = self.critic is not None and getattr(self.critic, "name", "") != "kinematic"
             render = images or (pb.render and (pb.render_candidates or cid in (START, FINAL)))
             critique = None
-            if self.use_critic and getattr(self.playback, "judges", False):
+            if self.use_critic and getattr(self.playback, "judges", False) and not self._critic_cap_reached():
                 critique = CritiqueRequest(self.settings.task, (best or {}).get("feedback"))
             try:
                 result = self.playback.play(cid, outcome["policy_path"], out, render=render, critique=critique,
@@ -570,19 +722,27 @@ class Search:
         return {"command": self.task.command, "terrain": self.task.terrain, "terrain_level": self.task.terrain_level}
 
     def _critique(self, record: dict, best: dict | None) -> dict:
-        if record["playback"].get("feedback") is not None:  # judged on the playback's path as it was played
-            return record["playback"]["feedback"]
-        t0 = time.monotonic()
-        pb = PlaybackResult.from_summary(record["playback"])
-        if not pb.trajectory_path.exists():
-            from motionvl.critic.schema import MotionFeedback
+        """The critic's feedback on a candidate's playback, its claims cross-checked with the rollout's kinematics
+        (motionvl.critic.crosscheck) whichever path judged it."""
+        from motionvl.critic.crosscheck import cross_check_dict
+        from motionvl.critic.schema import MotionFeedback
 
-            return MotionFeedback.invalid(getattr(self.critic, "name", "critic"), self.settings.task,
+        pb = PlaybackResult.from_summary(record["playback"])
+        trajectory = pb.trajectory() if pb.trajectory_path.exists() else None
+        if record["playback"].get("feedback") is not None:  # judged on the playback's path as it was played
+            return cross_check_dict(record["playback"]["feedback"], trajectory)
+        t0 = time.monotonic()
+        name = getattr(self.critic, "name", "critic")
+        if trajectory is None:
+            return MotionFeedback.invalid(name, self.settings.task,
                                           f"nothing to judge: the playback recorded no rollout ({pb.fault})").to_dict()
+        capped = self._critic_cap_reached()
+        if capped:
+            return MotionFeedback.invalid(name, self.settings.task, capped).to_dict()
         previous = (best or {}).get("feedback")
         fb = self.critic.critique(pb.frames(), pb.frame_times, self.settings.task,
-                                  previous_best=json.dumps(previous) if previous else None, trajectory=pb.trajectory())
-        data = fb.to_dict()
+                                  previous_best=json.dumps(previous) if previous else None, trajectory=trajectory)
+        data = cross_check_dict(fb.to_dict(), trajectory)
         data["meta"] = {**data.get("meta", {}), "wall_s": time.monotonic() - t0}
         return data
 
@@ -590,9 +750,10 @@ class Search:
         def ask() -> dict:
             t0 = time.monotonic()
             ch, bs = (PlaybackResult.from_summary(r["playback"]) for r in (challenger, best))
-            if not (ch.trajectory_path.exists() and bs.trajectory_path.exists()):
+            capped = self._critic_cap_reached()
+            if capped or not (ch.trajectory_path.exists() and bs.trajectory_path.exists()):
                 missing = {"preferred": None, "confidence": 0.0, "valid": False,
-                           "reason": "a playback recorded no rollout: nothing to compare"}
+                           "reason": capped or "a playback recorded no rollout: nothing to compare"}
                 return {"challenger_first": missing, "best_first": missing, "against": best["id"], "wall_s": 0.0}
             rollouts = {name: Rollout(pb.frames(), pb.frame_times, pb.trajectory()) for name, pb in
                         (("challenger", ch), ("best", bs))}
@@ -628,7 +789,7 @@ class Search:
             chosen = best
             why = (f"the longer training failed the gates ({'; '.join(gate_failures(final, best, self.cfg.gates))}): "
                    f"r* itself ({best['id']}) is exported")
-        digest = spec_hash(chosen["spec"])
+        digest = reward_key(chosen["spec"])
         meta = {"motionvl_run": self.run_dir.resolve().name, "reward_spec_hash": digest,
                 "code_version": code_version(), "task": self._task_metadata(chosen), "search_label": self.settings.label,
                 "candidate": chosen["id"]}
@@ -730,21 +891,21 @@ def write_policy(source: str | Path, target: Path, extra_metadata: dict) -> Path
     return target
 
 
-def _validate(spec: dict, robot) -> dict:
-    t0 = time.monotonic()
-    try:
-        validate_spec(spec, robot=robot)
-    except ValueError as exc:
-        return {"ok": False, "error": str(exc), "wall_s": time.monotonic() - t0}
-    return {"ok": True, "error": None, "wall_s": time.monotonic() - t0}
-
-
 def _read_outcome(run_dir: Path, cid: str) -> dict | None:
     try:
         outcome = json.loads((run_dir / OUTCOME_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return None
     return outcome if outcome.get("candidate_id") == cid and outcome.get("complete", True) else None
+
+
+def _statistics_summary(stats: dict | None) -> dict:
+    """A tried candidate's training statistics for the next prompt: per term its mean and last, the iterations."""
+    if not stats:
+        return {}
+    terms = {name: {k: t[k] for k in ("mean", "last") if isinstance(t.get(k), (int, float))}
+             for name, t in (stats.get("terms") or {}).items() if isinstance(t, dict)}
+    return {"iterations": stats.get("iterations"), "terms": terms}
 
 
 def _evaluation_summary(record: dict) -> dict:

@@ -1,9 +1,9 @@
 """Playing a candidate's policy back for the critic, and what deployability the playback measured.
 
 `Playback.play(candidate_id, policy_path, out_dir, command=, terrain=) -> PlaybackResult`: one deterministic
-rollout at the velocity command of the task on its terrain, its trajectory (what the kinematic critic reads), frames every
-`frame_interval_s` (what a VLM sees; a video and a contact sheet in out_dir) and the deployability
-the gates check: a fault (a fall, a non-finite state or action) and the share of commands clipped
+rollout at the velocity command of the task on its terrain, its trajectory (what the kinematic critic reads), frames
+every `frame_interval_s` from the side camera (what a VLM sees; a video and a contact sheet in out_dir) and the
+deployability the gates check: a fault (a fall, a non-finite state or action) and the share of commands clipped
 to the robot's limits.
 
 `InProcessPlayback` plays the policy through the deployment controller (motionvl.deploy) on the simulator
@@ -166,7 +166,8 @@ class InProcessPlayback:
             from motionvl.sim.model import build_model
 
             frames, times = render_trajectory(build_model(self.robot, floor), traj,
-                                              every_s=self.cfg.frame_interval_s)
+                                              every_s=self.cfg.frame_interval_s, width=self.cfg.width,
+                                              height=self.cfg.height, camera=self.cfg.camera)
             write_outputs(out_dir, frames, times, traj, every=self.cfg.frame_interval_s)
         elif traj is not None:
             traj.save(out_dir / "trajectory.npz")

@@ -5,7 +5,8 @@ weights with its diff against the start; a heatmap of term weights over iteratio
 and of every candidate; the lineage (parent, term-level diff, scores, why each won or lost); the
 scores and critic feedback of each iteration; learning curves; the final evaluation and gait numbers
 beside the start's; the start and final playbacks side by side; a table in the layout of the paper's
-Table I (per-term episode rewards and task scores); where the time went.
+Table I (per-term episode rewards and task scores); the model use of the synthesizer and the critic
+(calls, tokens, images, bytes against the run's caps); where the time went.
 Everything comes from the ledger and the candidates' run directories, so `motionvl train --report
 RUN_DIR` rewrites it at any time.
 """
@@ -99,6 +100,28 @@ class RunView:
 
     def timing(self) -> dict:
         return run_timing(self.ledger)
+
+    def model_use(self) -> list[dict]:
+        """Per backend that called a model (the synthesizer, the critic): its name, what it used
+        (motionvl.llm.usage.USAGE_KEYS, summed over the run) and the run's caps on it."""
+        from motionvl.llm.usage import totals
+        from motionvl.search.loop import critic_usage
+
+        limits = self.config.get("limits") or {}
+        out = []
+        synth = [d for d in self.proposals.values()]
+        names = sorted({str((d.get("synthesizer") or {}).get("backend")) for d in synth
+                        if (d.get("synthesizer") or {}).get("backend")})
+        used = totals(d.get("usage") or {} for d in synth)
+        if synth:
+            out.append({"part": "synthesizer", "backend": ", ".join(names) or self.settings.get("synthesizer"),
+                        **used, "caps": {k: limits.get(f"max_synth_{k}") for k in ("calls", "tokens", "bytes")}})
+        critiques = [d for _, d in self.ledger.items("critiqued")]
+        if critiques:
+            names = sorted({str(d.get("critic")) for d in critiques if d.get("critic")})
+            out.append({"part": "critic", "backend": ", ".join(names), **critic_usage(self.ledger),
+                        "caps": {k: limits.get(f"max_critic_{k}") for k in ("calls", "tokens", "images", "bytes")}})
+        return out
 
 
 def _task_of(settings: dict):
@@ -343,7 +366,7 @@ def write_report(run_dir: str | Path) -> dict:
         rows = [[label, _fmt(start["evaluation"].get(k), kind), _fmt(chosen["evaluation"].get(k), kind)]
                 for k, label, kind in GAIT_ROWS]
         if start.get("feedback") or chosen.get("feedback"):
-            rows.append(["critic alignment", _fmt((start.get("feedback") or {}).get("alignment_score")),
+            rows.append(["critic alignment (checked)", _fmt((start.get("feedback") or {}).get("alignment_score")),
                          _fmt((chosen.get("feedback") or {}).get("alignment_score"))])
         ev = start["evaluation"]
         doc.p(f"Reward-free evaluation on {ev.get('episodes')} held-out randomised episodes of {ev.get('seconds')} s at "
@@ -395,6 +418,18 @@ def write_report(run_dir: str | Path) -> dict:
                      _fmt(v.get("score")), outcome, reason])
     doc.table(["candidate", "parent", "term-level diff", "success", "falls", "task score", "stance knee (deg)",
                "alignment", "rank score", "outcome", "why"], rows)
+    checked = [(cid, (c.get("feedback") or {}).get("meta", {}).get("cross_check")) for cid, c in view.candidates.items()]
+    checked = [(cid, x) for cid, x in checked if x]
+    if checked:
+        from motionvl.critic.crosscheck import RULE
+
+        doc.p(f"A model critic's claims are cross-checked with the rollout's kinematics: {RULE}. "
+              + "; ".join(f"{cid}: said {_fmt(x.get('stated_alignment'))}, {x.get('confirmed')} of {x.get('measurable')} "
+                          "measurable claims confirmed"
+                          + ("" if not x.get("contradicted") else " (contradicted: " + ", ".join(
+                              f"{d['label']} said {d.get('said')} measured {_fmt(d.get('measured'), 'f1')}"
+                              for d in x["contradicted"][:4]) + ")")
+                          for cid, x in checked) + ".")
 
     # -- iterations
     doc.h("Iterations")
@@ -467,6 +502,19 @@ def write_report(run_dir: str | Path) -> dict:
             for row, level in zip(rows, reached):
                 row.append(_fmt(level, "f1"))
         doc.table(header, rows)
+
+    # -- model use
+    use = view.model_use()
+    if use:
+        doc.h("Model use")
+        doc.p("Calls, tokens (as the servers reported them where plausible, else estimated at 4 characters a token), "
+              "images and bytes over the run, per backend, against the run's caps (limits.max_synth_* and "
+              "max_critic_*). An offline backend (rules, kinematic) calls no model.")
+        keys = ("calls", "prompt_tokens", "completion_tokens", "images", "bytes_sent", "bytes_received")
+        doc.table(["part", "backend", "calls", "prompt tokens", "completion tokens", "images", "bytes sent",
+                   "bytes received", "caps"],
+                  [[u["part"], u["backend"], *[str(u.get(k, 0)) for k in keys],
+                    ", ".join(f"{k} {v}" for k, v in u["caps"].items() if v is not None) or "-"] for u in use])
 
     # -- time
     t = view.timing()

@@ -24,6 +24,9 @@ _FOOT = dict(contype=2, conaffinity=3)
 _BODY = dict(contype=4, conaffinity=1)
 
 TRACKING_CAMERA = "track"
+SIDE_CAMERA = "side"
+"""Follows the robot from its right, square to the walking direction at knee-to-hip height: the sagittal view in
+which knee and ankle angles read directly and both feet stay in the frame (what the critic's frames use)."""
 IMU_SITE = "imu"
 SOLE_SITES = ("left_sole", "right_sole")
 SOLE_HALF_SIZE = (0.11, 0.05, 0.015)
@@ -193,6 +196,10 @@ def _add_scene(spec: mujoco.MjSpec, robot: RobotConfig, terrain: TerrainConfig) 
     cam_pos = np.array([1.6, -2.2, 0.35])
     base.add_camera(name=TRACKING_CAMERA, pos=cam_pos.tolist(), mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
                     xyaxes=_look_at_xyaxes(cam_pos, np.array([0.0, 0.0, -0.1])))
+    # side view: 2.2 m to the right of the pelvis, a little below it, looking level
+    side_pos = np.array([0.0, -2.2, -0.2])
+    base.add_camera(name=SIDE_CAMERA, pos=side_pos.tolist(), mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
+                    xyaxes=_look_at_xyaxes(side_pos, np.array([0.0, 0.0, -0.2])))
 
 
 def _rough_heights(seed: int) -> np.ndarray:

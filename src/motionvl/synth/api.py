@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import json
 import re
 from typing import Any
 
+from motionvl.llm.usage import UsageBudget
 from motionvl.rewards.spec import RewardSpec
 
 MAX_TASK_CHARS = 1000
@@ -26,7 +26,7 @@ MAX_REJECTION_CHARS = 2000
 """A rejection goes back to the model for repair and into the ledger: long enough for every problem of a
 spec, short enough not to swamp the prompt."""
 
-USAGE_KEYS = ("prompt_tokens", "completion_tokens", "latency_s", "cost", "calls")
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "latency_s", "cost", "calls", "bytes_sent", "bytes_received")
 
 
 class SynthesisError(ValueError):
@@ -46,7 +46,8 @@ def bounded(text: str, limit: int = MAX_REJECTION_CHARS) -> str:
 
 
 def empty_usage() -> dict:
-    return {"prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0, "cost": 0.0, "calls": 0}
+    return {"prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0, "cost": 0.0, "calls": 0, "bytes_sent": 0,
+            "bytes_received": 0}
 
 
 def add_usage(total: dict, part: dict) -> dict:
@@ -96,7 +97,8 @@ class SynthesisRequest:
     contradictions, suggestions."""
     tried: list = dataclasses.field(default_factory=list)
     """Earlier candidates that did not become r* (newest last, at most MAX_TRIED): {id, parent, edits (term diff
-    against their parent), terms and code (their spec's), outcome, reason, scores}. A backend proposes none of
+    against their parent), terms, code, scale, only_positive (their spec's), outcome, reason, scores, statistics},
+    and the answers refused at synthesis ({id, outcome: "refused", reason}, no terms). A backend proposes none of
     them again, and a model reads why they lost."""
     seed: int = 0
     """Makes the rules backend's choices and the model's sampling repeatable."""
@@ -105,6 +107,9 @@ class SynthesisRequest:
     from_scratch: bool = False
     """No reference reward fits the task (the paper's category (ii)): write one from the term library, each
     candidate an independent sample (no parent; the reference is not shown as a start)."""
+    environment: dict | None = None
+    """The run's training environment (an EnvConfig mapping with the run's num_envs and overrides): generated code
+    is checked on it, as training will run it. None: the environment's defaults."""
 
     def checked(self) -> "SynthesisRequest":
         """A normalised copy (parent as RewardSpec, feedback as dict); SynthesisError for bad input."""
@@ -136,7 +141,7 @@ class SynthesisRequest:
         tried = self.tried or []
         if not isinstance(tried, list) or not all(isinstance(x, dict) for x in tried):
             raise SynthesisError("tried must be a list of candidate records (mappings)")
-        for name in ("parent_statistics", "parent_scores"):
+        for name in ("parent_statistics", "parent_scores", "environment"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, dict):
                 raise SynthesisError(f"{name} must be a mapping (the run's JSON file), got {type(value).__name__}")
@@ -147,10 +152,9 @@ class SynthesisRequest:
         out = dataclasses.asdict(dataclasses.replace(self, parent=None))
         out["parent"] = self.parent.to_dict() if isinstance(self.parent, RewardSpec) else self.parent
         out["feedback"] = _feedback_dict(self.feedback)
-        if not out["tried"]:
-            del out["tried"]  # a request without history keeps the key it had before `tried` existed (replay)
-        if not out["from_scratch"]:
-            del out["from_scratch"]  # likewise
+        for key in ("tried", "from_scratch", "environment"):  # a request without them keeps the key it had
+            if not out[key]:                                    # before they existed (replay)
+                del out[key]
         return out
 
     @classmethod
@@ -183,13 +187,14 @@ class Candidate:
     attempts: int
     """Model calls made for this candidate (1 + repairs; 0 when none was made)."""
     usage: dict
-    """prompt_tokens, completion_tokens, latency_s, cost, calls: summed over the attempts."""
+    """prompt_tokens, completion_tokens, latency_s, cost, calls, bytes_sent, bytes_received: summed over the attempts."""
     edits: list = dataclasses.field(default_factory=list)
     """Term-level diff against the parent (`term_diff`): [{term, change, old, new}]."""
     rationale: str = ""
     """What the backend says it changed and why."""
     exchanges: list = dataclasses.field(default_factory=list)
-    """Per attempt: {response, finish_reason, rejection, usage} (the replay backend re-reads these)."""
+    """Per attempt: {response, finish_reason, rejection, usage} (the replay backend re-reads these). In the dict form
+    the last attempt's answer is `response` alone (an answer is stored once)."""
 
     @property
     def cap_reached(self) -> bool:
@@ -198,13 +203,19 @@ class Candidate:
     def to_dict(self) -> dict:
         out = dataclasses.asdict(dataclasses.replace(self, spec=None))
         out["spec"] = self.spec.to_dict() if self.spec is not None else None
+        if out["exchanges"] and out["exchanges"][-1].get("response") == out["response"]:
+            out["exchanges"][-1] = {k: v for k, v in out["exchanges"][-1].items() if k != "response"}
         return out
 
     @classmethod
     def from_dict(cls, raw: dict) -> "Candidate":
         raw = dict(raw)
         spec = raw.pop("spec", None)
-        return cls(spec=RewardSpec.from_dict(spec, where="recorded candidate") if spec is not None else None, **raw)
+        exchanges = [dict(e) for e in raw.pop("exchanges", None) or []]
+        if exchanges and "response" not in exchanges[-1]:
+            exchanges[-1]["response"] = raw.get("response", "")
+        return cls(spec=RewardSpec.from_dict(spec, where="recorded candidate") if spec is not None else None,
+                   exchanges=exchanges, **raw)
 
 
 def rejected(reason: str, *, prompt: str = "", response: str = "", attempts: int = 0, usage: dict | None = None,
@@ -213,18 +224,31 @@ def rejected(reason: str, *, prompt: str = "", response: str = "", attempts: int
                      attempts=attempts, usage=usage or empty_usage(), exchanges=exchanges or [])
 
 
-def spec_fingerprint(spec: RewardSpec | dict) -> str:
-    """What makes two specs the same reward: their terms (weights, parameters, sources) and code."""
-    raw = spec.to_dict() if isinstance(spec, RewardSpec) else spec
-    terms = {}
-    for name, t in (raw.get("terms") or {}).items():
-        t = t if isinstance(t, dict) else {"weight": t}
-        terms[name] = [round(float(t.get("weight") or 0.0), 6), t.get("params") or {}, t.get("source") or "library"]
-    return json.dumps([terms, (raw.get("code") or "").strip()], sort_keys=True, default=str)
+def fixed_field_problem(parent: RewardSpec | dict, spec: RewardSpec | dict) -> str | None:
+    """Why a generated spec may not be trained as a revision of `parent`: it changes a field the operator owns
+    (scale, only_positive: the reward's overall magnitude and its clipping, which PPO's settings and a warm start's
+    value function are tuned to), else None."""
+    def fields(s):
+        raw = s.to_dict() if isinstance(s, RewardSpec) else (s or {})
+        scale, positive = raw.get("scale", 1.0), raw.get("only_positive", False)
+        number = isinstance(scale, (int, float)) and not isinstance(scale, bool)
+        return {"scale": float(scale) if number else scale, "only_positive": positive}
+
+    before, after = fields(parent), fields(spec)
+    if not isinstance(after["scale"], float):
+        after["scale"] = repr(after["scale"])
+    changed = [f"scale {before['scale']:g} -> {after['scale']:g}" if k == "scale" and isinstance(after[k], float)
+               else f"{k} {before[k]} -> {after[k]}" for k in before if before[k] != after[k]]
+    if not changed:
+        return None
+    return ("the spec changes " + ", ".join(changed) + ": scale and only_positive are fixed at r*'s "
+            f"(scale {before['scale']:g}, only_positive {str(before['only_positive']).lower()}); leave them out and "
+            "express emphasis through the term weights")
 
 
 def term_diff(parent: RewardSpec | None, spec: RewardSpec) -> list[dict]:
-    """Term-level changes from `parent` to `spec`: [{term, change: added|removed|weight|params|source|code, old, new}]."""
+    """Term-level changes from `parent` to `spec`: [{term, change: added|removed|weight|params|source|code|scale|
+    only_positive, old, new}] (term "*" for the spec-wide fields)."""
     before = {t.name: t for t in parent.terms} if parent is not None else {}
     after = {t.name: t for t in spec.terms}
     out: list[dict] = []
@@ -243,39 +267,20 @@ def term_diff(parent: RewardSpec | None, spec: RewardSpec) -> list[dict]:
             for name, t in before.items() if name not in after]
     if parent is not None and (parent.code or None) != (spec.code or None):
         out.append({"term": "*", "change": "code", "old": parent.code, "new": spec.code})
+    if parent is not None:
+        out += [{"term": "*", "change": field, "old": getattr(parent, field), "new": getattr(spec, field)}
+                for field in ("scale", "only_positive") if getattr(parent, field) != getattr(spec, field)]
     return out
 
 
-class CallBudget:
-    """A run's cap on model calls and tokens (None = no cap). The search restores `used` on resume."""
+class CallBudget(UsageBudget):
+    """A run's cap on the synthesizer's model calls, tokens and bytes (None = no cap); restored on resume."""
 
-    def __init__(self, max_calls: int | None = None, max_tokens: int | None = None):
-        for name, value in (("max_calls", max_calls), ("max_tokens", max_tokens)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise SynthesisError(f"{name} must be a non-negative integer or None, got {value!r}")
-        self.max_calls = max_calls
-        self.max_tokens = max_tokens
-        self.calls = 0
-        self.tokens = 0
-
-    def restore(self, calls: int = 0, tokens: int = 0) -> None:
-        """Count what earlier sessions of the run used (from the ledger's synthesis records)."""
-        self.calls, self.tokens = int(calls), int(tokens)
-
-    def exhausted(self) -> str | None:
-        """The "cap reached: ..." reason when no further call may start, else None."""
-        if self.max_calls is not None and self.calls >= self.max_calls:
-            return f"cap reached: {self.calls} of {self.max_calls} model calls used"
-        if self.max_tokens is not None and self.tokens >= self.max_tokens:
-            return f"cap reached: {self.tokens} of {self.max_tokens} tokens used"
-        return None
-
-    def charge(self, usage: dict) -> None:
-        self.calls += int(usage.get("calls", 1) or 0)
-        self.tokens += int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
-
-    def to_dict(self) -> dict:
-        return {"calls": self.calls, "tokens": self.tokens, "max_calls": self.max_calls, "max_tokens": self.max_tokens}
+    def __init__(self, max_calls: int | None = None, max_tokens: int | None = None, max_bytes: int | None = None):
+        try:
+            super().__init__("model", max_calls=max_calls, max_tokens=max_tokens, max_bytes=max_bytes)
+        except ValueError as exc:
+            raise SynthesisError(str(exc)) from None
 
 
 class RewardSynthesizer(abc.ABC):
@@ -285,8 +290,8 @@ class RewardSynthesizer(abc.ABC):
     offline: bool = True
     """True when no model is involved (the rules backend, a replay): a run is then never called an LLM run."""
 
-    def __init__(self, *, max_calls: int | None = None, max_tokens: int | None = None):
-        self.budget = CallBudget(max_calls, max_tokens)
+    def __init__(self, *, max_calls: int | None = None, max_tokens: int | None = None, max_bytes: int | None = None):
+        self.budget = CallBudget(max_calls, max_tokens, max_bytes)
 
     def propose(self, request: SynthesisRequest) -> list[Candidate]:
         """K candidates for the request (rejected ones carry their reason). SynthesisError for a bad request,

@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a MotionFeedback JSON file (the feedback.json of motionvl critique --out DIR)")
     parser.add_argument("--base-url", help="openai: the endpoint")
     parser.add_argument("--model", help="openai: the model name")
+    parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                        help="openai: seconds the endpoint may take to accept a connection (default 10)")
+    parser.add_argument("--read-timeout", type=float, default=300.0, metavar="S",
+                        help="openai: seconds the endpoint may take to answer one request (default 300)")
     parser.add_argument("--model-dir", help="transformers: a local causal LM directory")
     parser.add_argument("--ledger", type=Path, help="replay: the ledger to answer from; else: append the call to it")
     parser.add_argument("--max-repairs", type=int, default=2)
@@ -62,7 +66,8 @@ def _request(args):
 def _options(args) -> dict:
     options: dict = {}
     if args.backend == "openai":
-        options.update(base_url=args.base_url, model=args.model)
+        options.update(base_url=args.base_url, model=args.model, connect_timeout_s=args.connect_timeout,
+                       read_timeout_s=args.read_timeout)
     elif args.backend == "transformers":
         options.update(model_dir=args.model_dir)
     elif args.backend == "replay":

@@ -3,9 +3,11 @@
 Both share one loop (`ModelSynthesizer`): the context prompt (`context.build_prompt`), K candidates
 sampled one after another (each told which edits the earlier ones made, so they differ), and per
 candidate up to `max_repairs` repairs: an answer that cannot be parsed, is cut off, fails
-RewardSpec or the sandbox, or repeats r* or another candidate goes back to the model with the
-exact, bounded reason. Every call's tokens, latency and cost are recorded and charged to the
-run's cap. A model that cannot be called (endpoint unreachable after the client's retries with
+RewardSpec or the sandbox, changes r*'s scale, or repeats r* or another candidate goes back to the
+model with the exact, bounded reason. An answer longer than `max_answer_chars` is refused before it
+is parsed (and stored cut to MAX_STORED_ANSWER_CHARS). Every call's tokens (as the server reports
+them when plausible, else estimated), bytes, latency and cost are recorded and charged to the run's
+cap. A model that cannot be called (endpoint unreachable after the client's retries with
 backoff, a local model that fails to generate) rejects that candidate and the rest of the round
 with the reason; it never raises out of `propose`.
 """
@@ -17,14 +19,20 @@ import dataclasses
 import json
 import time
 
-from motionvl.rewards.spec import RewardSpec, load_reward_spec
+from motionvl.llm.usage import estimate_tokens, reported_tokens
+from motionvl.rewards.spec import RewardSpec, load_reward_spec, reward_key
 from motionvl.synth.api import (Candidate, RewardSynthesizer, SynthesisError, SynthesisRequest, add_usage, bounded,
-                                empty_usage, rejected, spec_fingerprint, term_diff)
+                                empty_usage, fixed_field_problem, rejected, term_diff)
 from motionvl.synth.context import DEFAULT_MAX_PROMPT_CHARS, Prompt, answer_format, build_prompt
 from motionvl.synth.parsing import AnswerError, extract_spec
 from motionvl.synth.validation import check_spec
 
 RESPONSE_FORMATS = ("auto", "json_schema", "json_object", "none")
+ANSWER_CHARS_PER_TOKEN = 16
+"""max_answer_chars defaults to this x max_new_tokens: a token is 3-5 characters of JSON or code, so an honest answer
+never comes near it."""
+MAX_STORED_ANSWER_CHARS = 4000
+"""An answer refused for its size is stored cut to this many characters."""
 
 
 class ModelCallError(RuntimeError):
@@ -40,11 +48,14 @@ class Completion:
     latency_s: float
     cost: float = 0.0
     tokens_estimated: bool = False
-    """The server reported no usage: counts are estimated at 4 characters per token."""
+    """The server reported no usable usage (missing, negative, absurd): counts are estimated at 4 characters per token."""
+    bytes_sent: int = 0
+    bytes_received: int = 0
 
     def usage(self) -> dict:
         return {"prompt_tokens": int(self.prompt_tokens), "completion_tokens": int(self.completion_tokens),
-                "latency_s": round(float(self.latency_s), 6), "cost": float(self.cost), "calls": 1}
+                "latency_s": round(float(self.latency_s), 6), "cost": float(self.cost), "calls": 1,
+                "bytes_sent": int(self.bytes_sent), "bytes_received": int(self.bytes_received)}
 
 
 def repair_text(rejection: str) -> str:
@@ -75,14 +86,16 @@ class ModelSynthesizer(RewardSynthesizer):
 
     def __init__(self, *, max_repairs: int = 2, max_new_tokens: int = 2048,
                  max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS, start: RewardSpec | str | None = None, robot=None,
-                 max_calls: int | None = None, max_tokens: int | None = None):
-        super().__init__(max_calls=max_calls, max_tokens=max_tokens)
+                 max_calls: int | None = None, max_tokens: int | None = None, max_bytes: int | None = None,
+                 max_answer_chars: int | None = None):
+        super().__init__(max_calls=max_calls, max_tokens=max_tokens, max_bytes=max_bytes)
         if isinstance(max_repairs, bool) or not isinstance(max_repairs, int) or not 0 <= max_repairs <= 10:
             raise SynthesisError(f"max_repairs must be an integer within 0..10, got {max_repairs!r}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 16:
             raise SynthesisError(f"max_new_tokens must be an integer >= 16, got {max_new_tokens!r}")
         self.max_repairs = max_repairs
         self.max_new_tokens = max_new_tokens
+        self.max_answer_chars = int(max_answer_chars or ANSWER_CHARS_PER_TOKEN * max_new_tokens)
         self.max_prompt_chars = int(max_prompt_chars)
         self.start = start if isinstance(start, RewardSpec) else load_reward_spec(start)
         self.robot = robot
@@ -131,7 +144,14 @@ class ModelSynthesizer(RewardSynthesizer):
             self.budget.charge(call)
             add_usage(usage, call)
             response = completion.text
-            spec, rationale, rejection = self._read(completion, parent, earlier, request, k)
+            if len(response) > self.max_answer_chars:
+                spec, rationale = None, ""
+                rejection = (f"the answer is {len(response)} characters long, more than {self.max_answer_chars} "
+                             f"({ANSWER_CHARS_PER_TOKEN} x max_new_tokens {self.max_new_tokens}): it was not read; "
+                             "answer with the JSON object only")
+                response = bounded(response, MAX_STORED_ANSWER_CHARS)
+            else:
+                spec, rationale, rejection = self._read(completion, parent, earlier, request, k)
             exchanges.append({"response": response, "finish_reason": completion.finish_reason, "rejection": rejection,
                               "usage": call, "tokens_estimated": completion.tokens_estimated})
             if spec is not None:
@@ -152,20 +172,38 @@ class ModelSynthesizer(RewardSynthesizer):
             return None, "", str(exc)
         raw.setdefault("name", f"{parent.name or 'reward'}_i{request.iteration}_k{k}"[:80])
         raw.setdefault("description", parent.description)
-        spec, rejection = check_spec(raw, where=f"candidate {k}", robot=self.robot)
+        raw.setdefault("scale", parent.scale)
+        if parent.only_positive:
+            raw.setdefault("only_positive", True)
+        fixed = fixed_field_problem(parent, raw)
+        if fixed:
+            return None, rationale, fixed
+        spec, rejection = check_spec(raw, where=f"candidate {k}", robot=self.robot, environment=request.environment)
         if spec is None:
             return None, rationale, rejection
-        mine = spec_fingerprint(spec)
-        if mine == spec_fingerprint(parent):
+        mine = reward_key(spec)
+        if mine == reward_key(parent):
             return None, rationale, "the spec is identical to r*'s terms: change at least one weight, parameter or term"
         for j, c in enumerate(earlier):
-            if c.ok and mine == spec_fingerprint(c.spec):
+            if c.ok and mine == reward_key(c.spec):
                 return None, rationale, f"the spec repeats candidate #{j} of this round: propose a different edit"
         for t in request.tried:
-            if mine == spec_fingerprint(t):
+            if mine == reward_key(t):
                 return None, rationale, (f"the spec repeats {t.get('id', 'an earlier candidate')}, tried before "
                                          f"({t.get('outcome', '?')}): propose a different edit")
         return spec, rationale, None
+
+
+def timeouts(timeout_s: float | None = None, connect_timeout_s: float | None = None,
+             read_timeout_s: float | None = None) -> dict:
+    """ChatClient's timeout options from what was given (timeout_s: the older name of read_timeout_s)."""
+    out = {}
+    if connect_timeout_s is not None:
+        out["connect_timeout_s"] = float(connect_timeout_s)
+    read = read_timeout_s if read_timeout_s is not None else timeout_s
+    if read is not None:
+        out["read_timeout_s"] = float(read)
+    return out
 
 
 class OpenAISynthesizer(ModelSynthesizer):
@@ -178,7 +216,8 @@ class OpenAISynthesizer(ModelSynthesizer):
     Prices (per million tokens) turn the reported usage into a cost.
     """
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120.0,
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float | None = None,
+                 connect_timeout_s: float | None = None, read_timeout_s: float | None = None,
                  max_retries: int = 3, backoff_s: float = 1.0, backoff_max_s: float = 30.0,
                  response_format: str = "auto", send_seed: bool = True, price_prompt_per_mtok: float = 0.0,
                  price_completion_per_mtok: float = 0.0, extra_body: dict | None = None, **common):
@@ -188,8 +227,9 @@ class OpenAISynthesizer(ModelSynthesizer):
         if response_format not in RESPONSE_FORMATS:
             raise SynthesisError(f"response_format must be one of {list(RESPONSE_FORMATS)}, got {response_format!r}")
         try:
-            self.client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries,
-                                     backoff_s=backoff_s, backoff_max_s=backoff_max_s)
+            self.client = ChatClient(base_url, model, api_key=api_key, max_retries=max_retries, backoff_s=backoff_s,
+                                     backoff_max_s=backoff_max_s, **timeouts(timeout_s, connect_timeout_s,
+                                                                             read_timeout_s))
         except ValueError as exc:
             raise SynthesisError(f"openai synthesizer: {exc}") from None
         self.model = model
@@ -230,16 +270,14 @@ class OpenAISynthesizer(ModelSynthesizer):
                         self.send_seed = False
                         continue
                 raise ModelCallError(str(exc)) from None
-        usage = result.usage or {}
-        estimated = not isinstance(usage.get("prompt_tokens"), int) or not isinstance(usage.get("completion_tokens"), int)
-        if estimated:  # ~4 characters per token
-            prompt_tokens = sum(len(str(m.get("content", ""))) for m in messages) // 4
-            completion_tokens = len(result.text) // 4
-        else:
-            prompt_tokens, completion_tokens = usage["prompt_tokens"], usage["completion_tokens"]
+        usage = result.usage if isinstance(result.usage, dict) else {}
+        prompt_tokens, guessed_prompt = reported_tokens(
+            usage.get("prompt_tokens"), estimate_tokens(sum(len(str(m.get("content", ""))) for m in messages)))
+        completion_tokens, guessed_completion = reported_tokens(usage.get("completion_tokens"),
+                                                                estimate_tokens(len(result.text)))
         cost = (prompt_tokens * self.prices[0] + completion_tokens * self.prices[1]) / 1e6
-        return Completion(result.text, result.finish_reason, int(prompt_tokens), int(completion_tokens), result.latency_s,
-                          cost, estimated)
+        return Completion(result.text, result.finish_reason, prompt_tokens, completion_tokens, result.latency_s,
+                          cost, guessed_prompt or guessed_completion, result.bytes_sent, result.bytes_received)
 
     def describe(self) -> dict:
         return {**super().describe(), "endpoint": self.client.url, "model": self.model,

@@ -2,7 +2,10 @@
 
 Accepted, in this order: the whole answer as JSON (what JSON-schema output gives); a fenced
 ```json / ```yaml block holding a mapping with `terms`; the first balanced JSON object with
-`terms` anywhere in the text. A fenced ```python block supplies `code` when the mapping has none.
+`terms` anywhere in the text. Reading is linear in the answer's length: fences and braces are found
+in one pass each, and the JSON decoder is handed at most DECODE_BUDGET times the answer's length in
+all (a pathological answer, such as 400 000 opening braces, is refused after that, not parsed for
+minutes). The callers bound an answer's size before it gets here. A fenced ```python block supplies `code` when the mapping has none.
 Keys the spec format does not know but answers commonly carry (rationale, reasoning, changes,
 explanation) are taken out as the rationale; any other unknown key is left for RewardSpec to
 reject with its list of known keys.
@@ -18,8 +21,10 @@ import yaml
 
 RATIONALE_KEYS = ("rationale", "reasoning", "explanation", "changes", "notes", "thoughts")
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_OPEN_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*)\Z", re.DOTALL)
+_LANG = re.compile(r"[ \t]*([A-Za-z0-9_+-]*)")
+_JSON_SYNTAX = re.compile(r'[{}"\\]')
+DECODE_BUDGET = 4
+"""The JSON decoder reads at most this many times the answer's length, over every attempt."""
 
 
 class AnswerError(ValueError):
@@ -42,26 +47,93 @@ def response_schema() -> dict:
             "required": ["rationale", "terms"]}
 
 
-def _as_mapping(text: str, lang: str) -> dict | None:
-    loaders = (json.loads,) if lang == "json" else (json.loads, yaml.safe_load)
+class _Decoder:
+    """json.loads within a budget of characters (DECODE_BUDGET x the answer's length over every call)."""
+
+    def __init__(self, text: str):
+        self.left = DECODE_BUDGET * max(len(text), 1)
+
+    def __call__(self, text: str):
+        if len(text) > self.left:
+            raise ValueError("decode budget spent")
+        self.left -= len(text)
+        try:
+            return _decode(text)
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
+
+
+def _decode(text: str):
+    return json.loads(text)
+
+
+def _as_mapping(text: str, lang: str, decode: _Decoder) -> dict | None:
+    loaders = (decode,) if lang == "json" else (decode, yaml.safe_load)
     for load in loaders:
         try:
             value = load(text)
-        except (ValueError, yaml.YAMLError):
+        except (ValueError, yaml.YAMLError, RecursionError):
             continue
         if isinstance(value, dict):
             return value
     return None
 
 
-def _balanced_objects(text: str):
-    decoder = json.JSONDecoder()
-    for m in re.finditer(r"\{", text):
+def _fences(text: str) -> tuple[list[tuple[str, str]], bool]:
+    """([(language, body)] of the closed ``` blocks, whether a block is left open), in one pass."""
+    blocks, pos = [], 0
+    while True:
+        start = text.find("```", pos)
+        if start < 0:
+            return blocks, False
+        newline = text.find("\n", start + 3)
+        if newline < 0:
+            return blocks, False
+        end = text.find("```", newline + 1)
+        if end < 0:
+            return blocks, True
+        lang = _LANG.match(text, start + 3, newline).group(1)
+        blocks.append((lang.lower(), text[newline + 1:end]))
+        pos = end + 3
+
+
+def _balanced_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every balanced {...}, outermost first, found in one pass. Inside braces, JSON strings (with
+    their escapes) are skipped; outside them a quote is prose."""
+    spans, stack, in_string, skip = [], [], False, -1
+    for m in _JSON_SYNTAX.finditer(text):
+        i = m.start()
+        if i == skip:  # the character after a backslash in a string
+            continue
+        ch = text[i]
+        if in_string:
+            if ch == "\\":
+                skip = i + 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = bool(stack)
+        elif ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            spans.append((stack.pop(), i + 1))
+    return sorted(spans)
+
+
+def _balanced_objects(text: str, decode: _Decoder):
+    """Mappings decoded from balanced {...} spans, earliest first; spans inside one already decoded are skipped."""
+    covered = -1
+    for start, end in _balanced_spans(text):
+        if start < covered:
+            continue
         try:
-            value, _ = decoder.raw_decode(text, m.start())
-        except json.JSONDecodeError:
+            value = decode(text[start:end])
+        except ValueError:
+            if decode.left <= 0:
+                return
             continue
         if isinstance(value, dict):
+            covered = end
             yield value
 
 
@@ -74,23 +146,24 @@ def extract_spec(text: str, *, truncated: bool = False) -> tuple[dict, str]:
     if not isinstance(text, str) or not text.strip():
         raise AnswerError("the answer is empty: reply with one JSON object holding 'rationale' and 'terms'")
     stripped = text.strip()
-    found: dict | None = _as_mapping(stripped, "json")
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    decode = _Decoder(text)
+    found: dict | None = _as_mapping(stripped, "json", decode)
+    blocks, open_fence = _fences(text)
     if found is None or "terms" not in found:
         found = None
         for lang, body in blocks:
             if lang in ("json", "yaml", "yml", ""):
-                value = _as_mapping(body, lang)
+                value = _as_mapping(body, lang, decode)
                 if value is not None and "terms" in value:
                     found = value
                     break
     if found is None:
-        found = next((v for v in _balanced_objects(text) if "terms" in v), None)
+        found = next((v for v in _balanced_objects(text, decode) if "terms" in v), None)
     if found is None:
         if truncated:
             raise AnswerError("the answer was cut off at the token limit before the JSON object closed: answer "
                               "again, shorter (a one-sentence rationale, only the terms, short code)")
-        if _OPEN_FENCE.search(text) and not blocks:
+        if open_fence and not blocks:
             raise AnswerError("the answer's code block is not closed (``` missing); the reply looks truncated")
         hint = "no JSON object" if "{" not in text else "no JSON object with a 'terms' mapping could be parsed"
         raise AnswerError(f"{hint} in the answer ({len(text)} characters): reply with exactly one JSON object "

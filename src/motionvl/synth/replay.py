@@ -9,8 +9,9 @@ One JSON line per `propose` call (the search owns the ledger file and appends th
                  seed, temperature},
      "candidates": [{spec, ok, rejection, prompt, response, attempts, usage, edits, rationale,
                      exchanges: [{response, finish_reason, rejection, usage, tokens_estimated}]}],
-     "usage": {prompt_tokens, completion_tokens, latency_s, cost, calls},       # summed over candidates
-     "budget": {calls, tokens, max_calls, max_tokens},                          # the run's totals after the call
+     "usage": {prompt_tokens, completion_tokens, latency_s, cost, calls, bytes_sent, bytes_received},
+                                        # summed over candidates
+     "budget": {calls, tokens, images, bytes, max_calls, ...},                  # the run's totals after the call
      "error": null}                     # or the SynthesisError text when the call produced no candidates
 
 `replay` answers a request with the recorded candidates of the same request (same key), else of the
@@ -93,13 +94,11 @@ def read_synthesis_records(source: str | Path | Iterable) -> list[dict]:
 
 
 def usage_totals(records: Iterable[dict]) -> dict:
-    """Calls and tokens the recorded synthesis calls used (restore a run's cap on resume)."""
-    calls = tokens = 0
-    for r in records:
-        u = r.get("usage") or {}
-        calls += int(u.get("calls") or 0)
-        tokens += int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
-    return {"calls": calls, "tokens": tokens}
+    """Calls, tokens and bytes the recorded synthesis calls used (restore a run's cap on resume)."""
+    from motionvl.llm.usage import cap_measures, totals
+
+    measured = cap_measures(totals((r.get("usage") or {}) for r in records))
+    return {"calls": measured["calls"], "tokens": measured["tokens"], "bytes": measured["bytes"]}
 
 
 class ReplaySynthesizer(RewardSynthesizer):
@@ -149,7 +148,8 @@ class ReplaySynthesizer(RewardSynthesizer):
                 out.append(Candidate(spec=None, ok=False, rejection=raw.get("rejection") or "rejected in the recording",
                                      edits=raw.get("edits") or [], rationale=rationale, **common))
                 continue
-            spec, rejection = check_spec(raw["spec"], where=f"replayed candidate {k}", robot=self.robot)
+            spec, rejection = check_spec(raw["spec"], where=f"replayed candidate {k}", robot=self.robot,
+                                         environment=request.environment)
             if spec is None:
                 out.append(Candidate(spec=None, ok=False, rejection=f"the recorded spec no longer passes: {rejection}",
                                      edits=raw.get("edits") or [], rationale=rationale, **common))

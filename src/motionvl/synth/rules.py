@@ -29,10 +29,9 @@ from typing import Callable
 
 import numpy as np
 
-from motionvl.rewards.spec import RewardSpec, TermSpec, load_reward_spec
+from motionvl.rewards.spec import RewardSpec, TermSpec, load_reward_spec, reward_key
 from motionvl.rewards.terms import ALIASES, REGISTRY
-from motionvl.synth.api import (Candidate, RewardSynthesizer, SynthesisRequest, empty_usage, rejected, spec_fingerprint,
-                                term_diff)
+from motionvl.synth.api import Candidate, RewardSynthesizer, SynthesisRequest, empty_usage, rejected, term_diff
 from motionvl.synth.context import term_levels
 from motionvl.synth.parsing import spec_answer
 from motionvl.synth.validation import check_spec
@@ -483,17 +482,18 @@ class RulesSynthesizer(RewardSynthesizer):
         rng = np.random.default_rng([request.seed, request.iteration])
         options = self._options(moves, rng)
         out: list[Candidate] = []
-        seen = {spec_fingerprint(parent.to_dict())} | {spec_fingerprint(t) for t in request.tried}
+        seen = {reward_key(parent)} | {reward_key(t) for t in request.tried}
         for label, chosen, edits in options:
             if len(out) == request.num_candidates:
                 break
             name = f"{parent.name or 'reward'}_i{request.iteration}_k{len(out)}"[:80]
             raw = apply_edits(parent, edits, name, f"{parent.description} (rules: {label})".strip())
-            if spec_fingerprint(raw) in seen:  # r* itself, or a candidate an earlier iteration tried
+            if reward_key(raw) in seen:  # r* itself, or a candidate an earlier iteration tried
                 continue
-            seen.add(spec_fingerprint(raw))
+            seen.add(reward_key(raw))
             rationale = "rules (model-free): " + "; ".join(m.reason for m in chosen)
-            spec, rejection = check_spec(raw, where=f"rules candidate {len(out)}", robot=self.robot)
+            spec, rejection = check_spec(raw, where=f"rules candidate {len(out)}", robot=self.robot,
+                                         environment=request.environment)
             response = spec_answer(raw, rationale)
             if spec is None:
                 out.append(rejected(rejection, prompt=summary, response=response))
