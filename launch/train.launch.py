@@ -2,7 +2,7 @@
 
     ros2 launch motionvl train.launch.py task:="walk forward with straight knees" [preset:=quick]
         [mode:=synth+critic] [synthesizer:=rules] [critic:=kinematic] [trainers:=1] [run_dir:=runs/search]
-        [resume:=false] [record:=false] [synth_base_url:=... synth_model:=...] [critic_base_url:=...
+        [resume:=false] [allow_backend_change:=false] [record:=false] [synth_base_url:=... synth_model:=...] [critic_base_url:=...
         critic_model:=...] [settings_file:=...] [train_config:=...] [params_file:=...] [robot_config:=...]
         [playback:=in_process|ros]
 
@@ -49,7 +49,8 @@ ARGUMENTS = {  # name -> (default, description)
     "mode": ("synth+critic", "reference (RL-Base) | synth (no critic feedback) | synth+critic"),
     "preset": ("quick", "budget preset of config/search.yaml: quick | cpu | gpu"),
     "run_dir": ("runs/search", "the search's run directory"),
-    "resume": ("false", "continue the search recorded in run_dir"),
+    "resume": ("false", "continue the search recorded in run_dir (its backends, models and endpoints as recorded)"),
+    "allow_backend_change": ("false", "with resume: switch to the synthesizer/critic and models given here (recorded)"),
     "record": ("false", "record the loop's topics into <run_dir>/bags"),
     "trainers": ("1", "policy_trainer nodes to start"),
     "synthesizer": ("rules", "reward synthesizer backend: rules (offline, not an LLM) | openai | transformers | replay"),
@@ -137,15 +138,16 @@ def generate_launch_description():
           for name, (default, text) in ARGUMENTS.items()],
     ]
     playback_file = PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "simulation_playback.yaml"])
-    for executable, name in NODES:
-        layers = [params_file, playback_file] if name == "simulator" else [params_file]
+    for executable, name in NODES:  # the playback graph's nodes take simulation_playback.yaml over the params file
+        layers = [params_file, playback_file] if name in ("simulator", "camera_renderer") else [params_file]
         actions.append(Node(package=PACKAGE, executable=executable, name=name, output="screen",
                             emulate_tty=True, parameters=[*layers, _text(name)]))
     actions.append(Node(package=PACKAGE, executable=DEPLOYMENT[0], name=DEPLOYMENT[1], output="screen", emulate_tty=True,
                         parameters=[params_file, playback_file, _text(DEPLOYMENT[1])]))
     actions.append(OpaqueFunction(function=_trainers, args=[params_file]))
     orchestrator = Node(package=PACKAGE, executable="orchestrator_node", name="orchestrator", output="screen",
-                        emulate_tty=True, parameters=[params_file, {**_text("orchestrator"), "resume": arg("resume")}])
+                        emulate_tty=True, parameters=[params_file, {**_text("orchestrator"), "resume": arg("resume"),
+                                                                    "allow_backend_change": arg("allow_backend_change")}])
     actions.append(orchestrator)
     actions.append(Node(package=PACKAGE, executable="recorder_node", name="recorder", output="screen", emulate_tty=True,
                         condition=IfCondition(arg("record")),

@@ -73,6 +73,7 @@ def _train_expectations(values: dict) -> dict:
                            *[(t, "training_config", values["train_config"]) for t in trainers]),
         "robot_config": to(*[(n, "robot_config", values["robot_config"]) for n in ROBOT_NODES]),
         "playback": to(("orchestrator", "playback", values["playback"])),
+        "allow_backend_change": to(("orchestrator", "allow_backend_change", True)),
     }
 
 
@@ -205,14 +206,15 @@ def test_every_train_launch_argument_reaches_the_nodes_that_take_it(graph, tmp_p
     training.write_text(yaml.safe_dump({"env": {"num_envs": 8}}))
     params_file = tmp_path / "my_nodes.yaml"  # params_file:= is read: a value only it sets shows up
     nodes_yaml = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    nodes_yaml["camera_renderer"]["ros__parameters"]["width"] = 96
+    nodes_yaml["camera_renderer"]["ros__parameters"]["frame_interval_s"] = 0.25
     params_file.write_text(yaml.safe_dump(nodes_yaml))
     values = {"task": "walk forward with straight knees", "mode": "synth", "preset": "cpu",
               "run_dir": str(tmp_path / "run"), "synthesizer": "openai", "synth_base_url": "http://127.0.0.1:9/v1",
               "synth_model": "007",  # text that YAML would read as a number
               "synth_model_dir": str(tmp_path / "llm"), "critic": "openai", "critic_base_url": "http://127.0.0.1:9/v2",
               "critic_model": "vlm-1", "settings_file": str(ROOT / "tests" / "data" / "search_tiny.yaml"),
-              "train_config": str(training), "robot_config": _robot_copy(tmp_path), "playback": "ros"}
+              "train_config": str(training), "robot_config": _robot_copy(tmp_path), "playback": "ros",
+              "allow_backend_change": "true"}
     expectations = _train_expectations(values)
     _checked_arguments(TRAIN, expectations, tmp_path)
     launch = launch_model.evaluate(TRAIN, {**values, "record": "true", "trainers": "2", "params_file": str(params_file)},
@@ -232,7 +234,8 @@ def test_every_train_launch_argument_reaches_the_nodes_that_take_it(graph, tmp_p
         got = graph.parameters(node, sorted(params))
         problems += [f"{argument}:={values[argument]!r}: {node}.{param} is {got[param]!r}, not {value!r}"
                      for param, (argument, value) in params.items() if got[param] != value]
-    assert graph.parameters("camera_renderer", ["width"]) == {"width": 96}, "params_file:= was not read"
+    assert graph.parameters("camera_renderer", ["frame_interval_s"]) == {"frame_interval_s": 0.25}, \
+        "params_file:= was not read"
     # trainers:=2: each trainer on its own share of the cores, every thread of its process too
     from motionvl.rl.threads import cpu_shares
 
@@ -240,8 +243,9 @@ def test_every_train_launch_argument_reaches_the_nodes_that_take_it(graph, tmp_p
         name = f"policy_trainer_{i}"
         assert graph.parameters(name, ["cpu_affinity"]) == {"cpu_affinity": share}
         assert _allowed_cpus(graph.procs[name].pid) == set(share)
-    # the simulator and deployment node also take config/simulation_playback.yaml over the params file
+    # the playback graph's nodes also take config/simulation_playback.yaml over the params file
     assert graph.parameters("simulator", ["mode", "lockstep"]) == {"mode": "effort", "lockstep": True}
+    assert graph.parameters("camera_renderer", ["camera"]) == {"camera": "side"}
     assert graph.parameters("deployment", ["allow_rearm"]) == {"allow_rearm": True}
     _assert_clean_exits(graph, graph.stop())
     assert not problems, "launch arguments lost:\n" + "\n".join(problems)

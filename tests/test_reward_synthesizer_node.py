@@ -109,3 +109,22 @@ def test_a_node_with_an_unusable_backend_refuses_to_start(ros_context, tmp_path)
     with pytest.raises(ConfigError, match="does not exist"):
         RewardSynthesizerNode(context=ros_context, parameter_overrides=[
             Parameter("backend", value="transformers"), Parameter("model_dir", value=str(tmp_path / "none"))])
+
+
+def test_a_synthesizer_node_on_another_backend_than_the_runs_ends_the_search(ros_context, spinners):
+    """One run, one model: a resumed openai run whose graph started the node on rules (train.launch.py without
+    synthesizer:=) must not take rules' answers as the model's."""
+    from motionvl.ros.orchestrator_node import LATCHED_QOS, OrchestratorNode, SynthesizerClient
+    from motionvl.search.loop import SearchError
+    from motionvl.synth.api import SynthesisRequest
+
+    spinners.add(RewardSynthesizerNode(context=ros_context))  # backend rules
+    host = Node("orchestrator_side", context=ros_context)
+    host.lock, host.waiting, host.answers = threading.Lock(), {}, {}
+    host.create_subscription(String, "synthesizer/candidates", lambda msg: OrchestratorNode._on_answer(host, msg),
+                             LATCHED_QOS)
+    spinners.add(host)
+    request = SynthesisRequest(task=TASK, iteration=1, num_candidates=1)
+    assert SynthesizerClient(host, "rules", 60.0).propose_record(request)["candidates"]
+    with pytest.raises(SearchError, match="runs backend 'rules', this run's is 'openai'"):
+        SynthesizerClient(host, "openai", 60.0).propose_record(request)

@@ -185,6 +185,12 @@ class SynthesizerClient:
         with self.node.lock:
             answer = self.node.answers.pop(rid)
             self.node.waiting.pop(rid, None)
+        ran = (answer.get("synthesizer") or {}).get("backend")  # "rules", "openai:<model>", ...
+        if ran is not None and str(ran).split(":")[0] != self.name:  # one run, one model: never mix two silently
+            from motionvl.search.loop import SearchError
+
+            raise SearchError(f"the reward_synthesizer node runs backend {ran!r}, this run's is {self.name!r}: start "
+                              f"the node with the run's backend (train.launch.py synthesizer:={self.name} and its model)")
         return {k: v for k, v in answer.items() if k not in ("request_id", "kind")}
 
 

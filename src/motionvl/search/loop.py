@@ -537,6 +537,8 @@ class Search:
         elif hasattr(self.synthesizer, "propose_record"):
             try:
                 record = self.synthesizer.propose_record(request)
+            except SearchError:  # the graph cannot serve this run (a synthesizer node on another backend)
+                raise
             except Exception as exc:  # noqa: BLE001 - a failed call ends this iteration, not the run
                 record = deps.synthesis_record(request, [], None, f"the synthesizer failed: {type(exc).__name__}: {exc}")
         else:
