@@ -41,6 +41,34 @@ def test_bench_train_measures_an_overridden_config_and_refuses_a_bad_key():
     assert bad.stdout.strip() == ""
 
 
+TINY_BENCH = ["--envs", "8", "--physics-threads", "1", "--set", "ppo.num_steps_per_env=4", "--set",
+              "ppo.num_mini_batches=1", "--set", "ppo.actor_hidden_dims=[16]", "--set", "ppo.critic_hidden_dims=[16]"]
+
+
+def test_bench_train_under_load_and_side_by_side_report_every_policy_and_trainer():
+    """`motionvl bench train --load N` measures each update-thread policy alone and beside N hogs (which are
+    gone afterwards); `--trainers N` measures N loops side by side against one alone."""
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    loaded = subprocess.run([sys.executable, "-m", "motionvl.cli", "bench", "train", *TINY_BENCH, "--load", "1",
+                             "--iterations", "2", "--update-torch-threads", "2"],
+                            capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    figures = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert {(r["hogs"], r["update_threads"]) for r in figures["rows"]} == {
+        (h, p) for h in (0, 1) for p in ("fixed-1", "fixed-2", "adaptive")}
+    assert all(sum(r["threads_used"].values()) == 2 for r in figures["rows"])
+    assert {"loaded_over_idle", "vs_best_fixed_loaded", "vs_best_fixed_idle"} <= set(figures)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] == ["while True: pass"]]
+    side = subprocess.run([sys.executable, "-m", "motionvl.cli", "bench", "train", *TINY_BENCH, "--trainers", "2",
+                           "--seconds", "0.5"], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert side.returncode == 0, side.stderr[-2000:]
+    figures = json.loads(side.stdout.strip().splitlines()[-1])
+    assert len(figures["side_by_side"]) == 2 and figures["lone_steps_per_s"] > 0
+    assert all(row["steps_per_s"] > 0 for row in figures["side_by_side"])
+
+
 def test_time_to_walk_runs_each_training_seed_with_overrides(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     tiny = ["--set", "env.num_envs=8", "--set", "env.num_threads=1", "--set", "ppo.num_steps_per_env=4",
