@@ -6,7 +6,7 @@
         critic_model:=...] [settings_file:=...] [train_config:=...] [params_file:=...] [robot_config:=...]
         [playback:=in_process|ros]
 
-Starts simulator, camera_renderer, vlm_critic, reward_synthesizer, `trainers` policy_trainer nodes
+Starts simulator, camera_renderer, vlm_critic (on the task's ground), reward_synthesizer, `trainers` policy_trainer nodes
 (policy_trainer_0 ...; each with the policy_trainer section of the params file and its own candidate
 channel), deployment (simulation mode) and the orchestrator, plus the recorder with record:=true (its
 bag in <run_dir>/bags). The launch ends when the orchestrator's search ends, with an ERROR line naming
@@ -33,15 +33,16 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 from motionvl.rl.threads import cpu_shares
+from motionvl.ros.terrain import launch_ground
 
 PACKAGE = "motionvl"
-# (executable, node name): the names are the sections of config/nodes.yaml
-NODES = (
+# (executable, node name): the names are the sections of config/nodes.yaml. The floor nodes build the task's ground.
+FLOOR_NODES = (
     ("simulator_node", "simulator"),
     ("camera_renderer_node", "camera_renderer"),
     ("vlm_critic_node", "vlm_critic"),
-    ("reward_synthesizer_node", "reward_synthesizer"),
 )
+SYNTHESIZER = ("reward_synthesizer_node", "reward_synthesizer")
 TRAINER = ("policy_trainer_node", "policy_trainer")
 DEPLOYMENT = ("deployment_node", "deployment")
 ARGUMENTS = {  # name -> (default, description)
@@ -91,6 +92,20 @@ def _text(node: str) -> dict:
     return {param: ParameterValue(LaunchConfiguration(arg), value_type=str) for param, arg in TEXT[node].items()}
 
 
+def _floor_nodes(context, params_file, playback_file):
+    """simulator, camera_renderer and vlm_critic on the task's ground (the sentence's terrain and level, or the
+    recorded task's on resume); the simulator and the camera also take simulation_playback.yaml."""
+    terrain, level = launch_ground(LaunchConfiguration("task").perform(context),
+                                   LaunchConfiguration("run_dir").perform(context))
+    ground = {"terrain": terrain, "terrain_level": level}
+    nodes = []
+    for executable, name in FLOOR_NODES:
+        layers = [params_file, playback_file] if name in ("simulator", "camera_renderer") else [params_file]
+        nodes.append(Node(package=PACKAGE, executable=executable, name=name, output="screen", emulate_tty=True,
+                          parameters=[*layers, {**_text(name), **ground}]))
+    return nodes
+
+
 def _trainers(context, params_file):
     """The policy_trainer nodes, each with the params file's policy_trainer section under its own name."""
     path = params_file.perform(context)
@@ -138,10 +153,9 @@ def generate_launch_description():
           for name, (default, text) in ARGUMENTS.items()],
     ]
     playback_file = PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "simulation_playback.yaml"])
-    for executable, name in NODES:  # the playback graph's nodes take simulation_playback.yaml over the params file
-        layers = [params_file, playback_file] if name in ("simulator", "camera_renderer") else [params_file]
-        actions.append(Node(package=PACKAGE, executable=executable, name=name, output="screen",
-                            emulate_tty=True, parameters=[*layers, _text(name)]))
+    actions.append(OpaqueFunction(function=_floor_nodes, args=[params_file, playback_file]))
+    actions.append(Node(package=PACKAGE, executable=SYNTHESIZER[0], name=SYNTHESIZER[1], output="screen",
+                        emulate_tty=True, parameters=[params_file, _text(SYNTHESIZER[1])]))
     actions.append(Node(package=PACKAGE, executable=DEPLOYMENT[0], name=DEPLOYMENT[1], output="screen", emulate_tty=True,
                         parameters=[params_file, playback_file, _text(DEPLOYMENT[1])]))
     actions.append(OpaqueFunction(function=_trainers, args=[params_file]))

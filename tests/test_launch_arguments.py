@@ -9,6 +9,7 @@ start, how many) are listed in LAUNCH_LOGIC and checked for their effect.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -40,6 +41,7 @@ LAUNCH_LOGIC = {
     TRAIN.name: {"record", "trainers", "params_file", "resume"},
     DEPLOY.name: {"sim", "record", "params_file", "bag_dir"},
 }
+FLOOR_NODES = ("simulator", "camera_renderer", "vlm_critic")
 ROBOT_NODES = ("simulator", "camera_renderer", "vlm_critic", "reward_synthesizer", "deployment", "orchestrator",
                "policy_trainer_0", "policy_trainer_1")
 
@@ -51,7 +53,8 @@ def _train_expectations(values: dict) -> dict:
 
     trainers = ("policy_trainer_0", "policy_trainer_1")
     return {
-        "task": to(("orchestrator", "task", values["task"])),
+        # the task also decides the playback nodes' ground (its terrain: uneven ground here)
+        "task": to(("orchestrator", "task", values["task"]), *[(n, "terrain", "rough") for n in FLOOR_NODES]),
         "mode": to(("orchestrator", "mode", values["mode"])),
         "preset": to(("orchestrator", "preset", values["preset"])),
         "run_dir": to(("orchestrator", "run_dir", values["run_dir"]), ("recorder", "output_dir", f"{values['run_dir']}/bags"),
@@ -208,7 +211,7 @@ def test_every_train_launch_argument_reaches_the_nodes_that_take_it(graph, tmp_p
     nodes_yaml = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
     nodes_yaml["camera_renderer"]["ros__parameters"]["frame_interval_s"] = 0.25
     params_file.write_text(yaml.safe_dump(nodes_yaml))
-    values = {"task": "walk forward with straight knees", "mode": "synth", "preset": "cpu",
+    values = {"task": "walk forward with straight knees on uneven ground", "mode": "synth", "preset": "cpu",
               "run_dir": str(tmp_path / "run"), "synthesizer": "openai", "synth_base_url": "http://127.0.0.1:9/v1",
               "synth_model": "007",  # text that YAML would read as a number
               "synth_model_dir": str(tmp_path / "llm"), "critic": "openai", "critic_base_url": "http://127.0.0.1:9/v2",
@@ -498,3 +501,13 @@ def test_motionvl_train_stops_when_no_trainer_process_is_left(tmp_path, capsys):
     finally:
         runtime._STOP.reset()
     assert "policy_trainer_0 exited (1): cannot start: bad cpu_affinity" in capsys.readouterr().err
+
+
+def test_a_resumed_launch_puts_the_playback_nodes_on_the_recorded_tasks_ground(tmp_path):
+    (tmp_path / "search.json").write_text(json.dumps({"task": "climb the stairs at level 3", "command": None}))
+    launch = launch_model.evaluate(TRAIN, {"resume": "true", "run_dir": str(tmp_path)}, workdir=tmp_path)
+    for name in FLOOR_NODES:
+        assert {k: launch.generated(name)[k] for k in ("terrain", "terrain_level")} == {"terrain": "stairs_up",
+                                                                                     "terrain_level": 3}
+    flat = launch_model.evaluate(TRAIN, {"task": "walk forward", "run_dir": str(tmp_path / "new")}, workdir=tmp_path)
+    assert flat.generated("simulator")["terrain"] == "flat" and flat.generated("simulator")["terrain_level"] == -1
