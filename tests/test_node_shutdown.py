@@ -81,6 +81,7 @@ class Feeder(Node):
         self.create_subscription(String, "trainer/progress", self._on_progress, 50)
         self.create_subscription(String, "synthesizer/candidates", self._on_answer, 50)
         self.commands: dict[str, int] = {}  # motor command topic -> messages seen
+        self.frame_pub = None  # set by publish_frames(): camera frames for a critic without a renderer
         self._ticks = 0
         self.create_timer(0.02, self._tick)
 
@@ -93,8 +94,16 @@ class Feeder(Node):
 
         self.create_subscription(Float64MultiArray, topic, count, 1)
 
+    def publish_frames(self) -> None:
+        """Publish a small grey camera frame every tick, as the camera renderer would."""
+        self.frame_pub = self.create_publisher(Image, "camera/image_raw", qos_profile_sensor_data)
+
     def _tick(self) -> None:
         stamp = self.get_clock().now().to_msg()
+        if self.frame_pub is not None:
+            frame = Image(height=48, width=64, encoding="rgb8", step=64 * 3, data=bytes([128]) * (48 * 64 * 3))
+            frame.header.stamp = stamp
+            self.frame_pub.publish(frame)
         js = JointState(name=self.joints, position=[0.0] * len(self.joints), velocity=[0.0] * len(self.joints))
         js.header.stamp = stamp
         self.joint_pub.publish(js)
@@ -373,3 +382,49 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):
         return True
+
+
+HUNG_CALL = {"reward_synthesizer_node": "the proposal in flight", "vlm_critic_node": "the critique in flight"}
+
+
+@pytest.mark.parametrize("node", sorted(HUNG_CALL))
+def test_a_model_node_stopped_during_a_hung_model_call_abandons_it_and_exits_0(node, feeder, tmp_path):
+    """A model call that never answers is not waited for past the shutdown budget: the process says it left
+    the work unfinished and exits 0 (the search asks again after a resume)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    accepted = []
+
+    def accept():  # takes the request and never answers
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+    threading.Thread(target=accept, daemon=True).start()
+    if node == "vlm_critic_node":
+        feeder.publish_frames()
+    err_path = tmp_path / "stderr.txt"
+    args = [str(BIN / node), "--ros-args", "-p", "backend:=openai", "-p", "model:=m",
+            "-p", f"base_url:=http://127.0.0.1:{server.getsockname()[1]}/v1"]
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(args, stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        assert wait_for(lambda: accepted or proc.poll() is not None, timeout=60), "no model call was made: " + err_path.read_text(errors="replace")[-2000:]
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(EXIT_TIMEOUT_S)
+        log = err_path.read_text(errors="replace")
+        assert code == 0 and f"left unfinished: {HUNG_CALL[node]}" in log and "Traceback" not in log, log[-3000:]
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

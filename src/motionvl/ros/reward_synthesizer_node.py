@@ -35,7 +35,7 @@ from std_msgs.msg import String
 
 from motionvl.robot import ConfigError
 from motionvl.ros.params import declare_parameters
-from motionvl.ros.runtime import run_node
+from motionvl.ros.runtime import abandon_work, run_node, time_left
 from motionvl.synth import (SynthesisCapReached, SynthesisError, SynthesisRequest, make_synthesizer,
                             synthesis_record)
 
@@ -160,10 +160,12 @@ class RewardSynthesizerNode(Node):
         return {"request_id": request_id, **record, "cap_reached": any(c.cap_reached for c in candidates)}
 
     def destroy_node(self):
-        # the proposal in progress is answered first; motionvl.ros.runtime bounds the wait (a model
-        # call still in flight when the stop budget ends is abandoned with the process)
+        # the proposal in flight finishes and is published if it ends within the shutdown budget; otherwise (a model call
+        # that waits) it is abandoned with the process: the search asks again after a resume
         self._jobs.put(None)
-        self._worker.join()
+        self._worker.join(timeout=max(0.0, time_left() - 0.5))
+        if self._worker.is_alive():
+            abandon_work("the proposal in flight")
         return super().destroy_node()
 
 

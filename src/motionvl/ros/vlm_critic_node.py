@@ -69,7 +69,7 @@ from motionvl.critic.schema import Comparison, MotionFeedback  # noqa: E402
 from motionvl.critic.service import BACKENDS, CriticService, backend_factory, parse_comparison_request  # noqa: E402
 from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
 from motionvl.ros.params import declare_parameters  # noqa: E402
-from motionvl.ros.runtime import run_node  # noqa: E402
+from motionvl.ros.runtime import abandon_work, run_node, time_left  # noqa: E402
 from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain  # noqa: E402
 from motionvl.sim.model import build_model  # noqa: E402
 
@@ -275,9 +275,12 @@ class VlmCriticNode(Node):
                                + (f" error: {comparison.error}" if comparison.error else ""))
 
     def destroy_node(self):
-        # the critique in progress finishes and is published (motionvl.ros.runtime bounds the wait)
+        # the critique in flight finishes and is published if it ends within the shutdown budget; otherwise (a model call
+        # that waits) it is abandoned with the process: the search asks again after a resume
         self._jobs.put(None)
-        self._worker.join()
+        self._worker.join(timeout=max(0.0, time_left() - 0.5))
+        if self._worker.is_alive():
+            abandon_work("the critique in flight")
         return super().destroy_node()
 
 
