@@ -514,3 +514,48 @@ def test_table_i_shows_the_terrain_level_training_reached(finished_run, tmp_path
     assert header.rstrip(" |").endswith("terrain level (training)") and "terrain (level)" in header
     rows = [line for line in table.splitlines() if line.startswith("| RL-Base")]
     assert rows and rows[0].rstrip(" |").endswith("3.5")
+
+
+# ----------------------------------------------------------------------------- garbage on the graph's topics
+GARBAGE_PUBLISHER = """
+import sys, time
+import rclpy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+rclpy.init()
+node = rclpy.create_node("garbage_publisher")
+qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+topics = sys.argv[1].split(",")
+payloads = ["x", "[1]", "null", '"a string"', '{"trainer": 5}', '{"request_id": 7}', '{"request_id": "r"}',
+            '{"meta": 3, "request_id": "r"}', "{" * 1000]
+pubs = [node.create_publisher(String, t, qos) for t in topics]
+while True:
+    for pub in pubs:
+        for payload in payloads:
+            pub.publish(String(data=payload))
+    time.sleep(0.2)
+"""
+GRAPH_TOPICS = ("trainer/heartbeat", "trainer/status", "trainer/progress", "trainer/statistics", "trainer/policy",
+                "synthesizer/candidates", "synthesizer/request", "reward_candidates", "rollout/boundary",
+                "critic/compare", "critic/feedback", "critic/comparison", "deployment/status")
+
+
+def test_a_search_finishes_while_malformed_messages_arrive_on_every_graph_topic(tmp_path, capfd):
+    """Non-JSON, non-object and wrongly typed messages on the topics the nodes read (a typo in `ros2 topic pub`)
+    are dropped with a warning naming the topic; the search finishes as without them."""
+    from motionvl.ros.train_graph import run_train_graph
+
+    settings = _settings_file(tmp_path, candidates=1, final_iterations=0)
+    publisher = subprocess.Popen([sys.executable, "-c", GARBAGE_PUBLISHER, ",".join(GRAPH_TOPICS)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        code = run_train_graph({"run_dir": str(tmp_path / "run"), "task": TASK, "settings_file": str(settings),
+                                "render": False}, trainers=1, trainers_in_process=True)
+        assert publisher.poll() is None, publisher.stderr.read().decode(errors="replace")[-2000:]
+    finally:
+        os.killpg(publisher.pid, signal.SIGKILL)
+        publisher.wait()
+    err = capfd.readouterr().err
+    assert code == 0 and Ledger(tmp_path / "run").get("run", "finished") is not None, err[-3000:]
+    assert "trainer/heartbeat: dropped a message that is not JSON" in err, err[-3000:]
+    assert "a callback raised" not in err and "Traceback" not in err, err[-3000:]

@@ -49,6 +49,8 @@ from pathlib import Path
 import numpy as np
 from rclpy.node import Node
 
+from motionvl.ros.records import json_record
+
 HOG = ("import os\nos.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))\nparent = os.getppid()\n"
        "while os.getppid() == parent:\n    pass")
 """A busy process (an ordinary one, whatever its parent's scheduling) that ends when the benchmark does,
@@ -378,7 +380,9 @@ class Robot(Node):
             self.answers.append((msg.stamp.sec * 10**9 + msg.stamp.nanosec, now, msg.frame_id.split(" ")[0]))
 
     def _on_status(self, msg) -> None:
-        self.mode = json.loads(msg.data).get("mode")
+        status = json_record(self, msg, "deployment/status")
+        if status is not None:
+            self.mode = status.get("mode")
 
     def _on_diagnostics(self, msg) -> None:
         for status in msg.status:

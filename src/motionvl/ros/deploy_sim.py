@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from rclpy.node import Node
 
+from motionvl.ros.records import json_record
 from motionvl.sim.math import tilt_of
 
 COMMAND_PUBLISH_HZ = 10.0
@@ -199,7 +200,9 @@ class Monitor(Node):
         self.create_subscription(String, "deployment/status", self._on_status, latched)
 
     def _on_status(self, msg) -> None:
-        status = json.loads(msg.data)
+        status = json_record(self, msg, "deployment/status")
+        if status is None:
+            return
         with self.lock:
             t = status.get("transition")
             if t and (not self.transitions or self.transitions[-1] != t):

@@ -55,6 +55,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from motionvl.critic.rollouts import Boundary, CollectLimits, RolloutCollector
+from motionvl.ros.records import json_record
 from motionvl.search.config import PlaybackConfig
 from motionvl.search.playback import SUMMARY_FILE, CritiqueRequest, PlaybackResult, clipped_share, deployment_fault
 from motionvl.task import DEFAULT_COMMAND
@@ -138,7 +139,9 @@ class GraphPlayback:
             self._changed.notify_all()
 
     def _on_status(self, msg: String) -> None:
-        status = json.loads(msg.data)
+        status = json_record(self.node, msg, "deployment/status")
+        if status is None:
+            return
         with self._changed:
             self._status = status
             self._statuses.append(status)
@@ -172,15 +175,19 @@ class GraphPlayback:
             self.collector.add_frame(_stamp(msg.header.stamp), lambda: image_to_rgb(msg))
 
     def _on_feedback(self, msg: String) -> None:
-        feedback = json.loads(msg.data)
+        feedback = json_record(self.node, msg, "critic/feedback")
+        if feedback is None:
+            return
         with self._changed:
-            self._feedback[_key((feedback.get("meta") or {}).get("rollout_id"))] = feedback
+            self._feedback[_key(_meta(feedback).get("rollout_id"))] = feedback
             self._changed.notify_all()
 
     def _on_comparison(self, msg: String) -> None:
-        comparison = json.loads(msg.data)
+        comparison = json_record(self.node, msg, "critic/comparison")
+        if comparison is None:
+            return
         with self._changed:
-            self._comparisons[_key((comparison.get("meta") or {}).get("request_id"))] = comparison
+            self._comparisons[_key(_meta(comparison).get("request_id"))] = comparison
             self._changed.notify_all()
 
     # ------------------------------------------------------------------ waiting and calling
@@ -474,6 +481,11 @@ def _stamp(stamp) -> float:
 
 def _key(value) -> str:
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def _meta(record: dict) -> dict:
+    meta = record.get("meta")
+    return meta if isinstance(meta, dict) else {}
 
 
 def _faults(status: dict | None) -> list:

@@ -50,6 +50,7 @@ from std_srvs.srv import Trigger
 
 from motionvl.robot import ConfigError
 from motionvl.ros.params import declare_parameters
+from motionvl.ros.records import json_record
 from motionvl.ros.runtime import abandon_work, request_stop, run_node, time_left
 from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain
 from motionvl.search.dispatch import SlotState
@@ -268,9 +269,9 @@ class OrchestratorNode(Node):
 
     # ------------------------------------------------------------------ graph input
     def _on_heartbeat(self, msg: String) -> None:
-        data = json.loads(msg.data)
-        name = data.get("trainer")
-        if not name:
+        data = json_record(self, msg, "trainer/heartbeat")
+        name = data.get("trainer") if data else None
+        if not name or not isinstance(name, str):
             return
         with self.lock:
             self.trainers[name] = {"received": time.time(), "data": data}
@@ -279,9 +280,9 @@ class OrchestratorNode(Node):
 
     def _trainer_report(self, key: str):
         def on_report(msg: String) -> None:
-            data = json.loads(msg.data)
-            rid = data.get("request_id")
-            if rid is None:
+            data = json_record(self, msg, f"trainer/{key}")
+            rid = data.get("request_id") if data else None
+            if rid is None or not isinstance(rid, str):
                 return  # not one of ours (a candidate sent by hand)
             with self.lock:
                 info = self.requests.setdefault(rid, {})
@@ -299,9 +300,11 @@ class OrchestratorNode(Node):
         return on_report
 
     def _on_answer(self, msg: String) -> None:
-        data = json.loads(msg.data)
+        data = json_record(self, msg, "synthesizer/candidates")
+        if data is None or not isinstance(data.get("request_id"), str):
+            return
         with self.lock:
-            event = self.waiting.get(data.get("request_id"))
+            event = self.waiting.get(data["request_id"])
             if event is not None:
                 self.answers[data["request_id"]] = data
                 event.set()
