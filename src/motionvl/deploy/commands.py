@@ -28,8 +28,9 @@ from motionvl.deploy.modes import Mode
 from motionvl.robot import RobotConfig
 
 PD_FIELDS = ("q", "dq", "kp", "kd", "tau_ff")
-"""Per motor, in this order (joint-major: motor 0's five values, then motor 1's, ...); the order of
-ros2_control's multi-interface forward command controller with interface_names in this order."""
+"""Per motor, in this order (joint-major: motor 0's five values, then motor 1's, ...). For a bridge to
+the drives' SDK: ros2_control's MultiInterfaceForwardCommandController (Kilted) takes one joint per
+controller, so no stock controller takes this whole array."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,8 +39,9 @@ Subscribes (motor names and space; see the robot config's `hardware:` section):
 Publishes:
   <command_topic>  std_msgs/Float64MultiArray  one per command cycle (none in dry_run). path 'pd':
                    per motor [q, dq, kp, kd, tau_ff], joint-major, layout dims labelled
-                   ("joints", "q,dq,kp,kd,tau_ff"): the order of ros2_control's multi-interface
-                   forward command controller. path 'torque': per motor tau. Reliable, depth 1.
+                   ("joints", "q,dq,kp,kd,tau_ff"), for a bridge to the drives' SDK (no stock
+                   ros2_control controller takes it whole). path 'torque': per motor tau (an effort
+                   ForwardCommandController). Reliable, depth 1.
   <command_topic>/joint_names  sensor_msgs/JointState  the motor names of the commands (names only),
                    transient local: published once.
   ~/status      std_msgs/String      JSON {mode, stand_complete, faults, policy, path, dry_run, cycle,
