@@ -6,16 +6,16 @@
         critic_model:=...] [settings_file:=...] [train_config:=...] [params_file:=...] [robot_config:=...]
         [playback:=in_process|ros]
 
-Starts simulator, camera_renderer, vlm_critic (on the task's ground), reward_synthesizer, `trainers` policy_trainer nodes
-(policy_trainer_0 ...; each with the policy_trainer section of the params file and its own candidate
-channel), deployment (simulation mode) and the orchestrator, plus the recorder with record:=true (its
-bag in <run_dir>/bags). The launch ends when the orchestrator's search ends, with an ERROR line naming
-the failure when it failed. The pip-only route, `motionvl train`, runs the same node classes with the
-same params file (config/nodes.yaml) without launch. The simulator and the deployment node take
-config/simulation_playback.yaml over the params file (hardware emulation with a gantry; pd path, re-arm
-allowed, no autostart): with playback:=ros the orchestrator has each candidate played by the deployment
-node on the simulator node and judged by vlm_critic (motionvl.ros.graph_playback); with in_process it
-plays and critiques in its own process.
+Starts the nodes motionvl.ros.graph.training_nodes names, as `motionvl train` does: reward_synthesizer
+(unless mode:=reference), `trainers` policy_trainer nodes (policy_trainer_0 ...; each with the policy_trainer
+section of the params file and its own candidate channel), the orchestrator, the recorder with record:=true
+(its bag in <run_dir>/bags) and, with playback:=ros, the playback graph: simulator, vlm_critic (on the task's
+ground), deployment (simulation mode) and camera_renderer when playbacks are rendered or a VLM judges; the
+simulator, camera and deployment node take config/simulation_playback.yaml over the params file (hardware
+emulation with a gantry; pd path, re-arm allowed, no autostart). With playback:=in_process the orchestrator
+plays and critiques in its own process. The launch ends when the orchestrator's search ends, with an ERROR
+line naming the failure when it failed. The pip-only route, `motionvl train`, runs the same node classes
+with the same params file (config/nodes.yaml) without launch.
 
 Every node gets its params files first and the launch arguments after them (launch_ros writes them to a
 `/**` params file given last), so an argument wins over config/nodes.yaml (see the rule at its top).
@@ -24,7 +24,6 @@ Every node gets its params files first and the launch arguments after them (laun
 import yaml
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
-from launch.conditions import IfCondition
 from launch.event_handlers import OnProcessExit, OnProcessIO
 from launch.events import Shutdown
 from launch.logging import get_logger
@@ -33,18 +32,10 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 from motionvl.rl.threads import cpu_shares
+from motionvl.ros.graph import training_nodes
 from motionvl.ros.terrain import launch_ground
 
 PACKAGE = "motionvl"
-# (executable, node name): the names are the sections of config/nodes.yaml. The floor nodes build the task's ground.
-FLOOR_NODES = (
-    ("simulator_node", "simulator"),
-    ("camera_renderer_node", "camera_renderer"),
-    ("vlm_critic_node", "vlm_critic"),
-)
-SYNTHESIZER = ("reward_synthesizer_node", "reward_synthesizer")
-TRAINER = ("policy_trainer_node", "policy_trainer")
-DEPLOYMENT = ("deployment_node", "deployment")
 ARGUMENTS = {  # name -> (default, description)
     "task": ("", "the task sentence, e.g. 'walk forward with straight knees' (empty with resume:=true)"),
     "mode": ("synth+critic", "reference (RL-Base) | synth (no critic feedback) | synth+critic"),
@@ -82,7 +73,8 @@ TEXT = {
     "simulator": {"robot_config": "robot_config"},
     "camera_renderer": {"robot_config": "robot_config"},
     "deployment": {"robot_config": "robot_config"},
-    TRAINER[1]: {"training_config": "train_config", "robot_config": "robot_config"},
+    "policy_trainer": {"training_config": "train_config", "robot_config": "robot_config"},
+    "recorder": {},
 }
 # The lines of the orchestrator's output that name why it stopped (motionvl.ros.runtime, orchestrator_node).
 FAILURE_MARKS = ("cannot start:", "search failed:", "a callback raised")
@@ -92,33 +84,57 @@ def _text(node: str) -> dict:
     return {param: ParameterValue(LaunchConfiguration(arg), value_type=str) for param, arg in TEXT[node].items()}
 
 
-def _floor_nodes(context, params_file, playback_file):
-    """simulator, camera_renderer and vlm_critic on the task's ground (the sentence's terrain and level, or the
-    recorded task's on resume); the simulator and the camera also take simulation_playback.yaml."""
-    terrain, level = launch_ground(LaunchConfiguration("task").perform(context),
-                                   LaunchConfiguration("run_dir").perform(context))
-    ground = {"terrain": terrain, "terrain_level": level}
-    nodes = []
-    for executable, name in FLOOR_NODES:
-        layers = [params_file, playback_file] if name in ("simulator", "camera_renderer") else [params_file]
-        nodes.append(Node(package=PACKAGE, executable=executable, name=name, output="screen", emulate_tty=True,
-                          parameters=[*layers, {**_text(name), **ground}]))
-    return nodes
-
-
-def _trainers(context, params_file):
-    """The policy_trainer nodes, each with the params file's policy_trainer section under its own name."""
-    path = params_file.perform(context)
+def _section(path: str, name: str) -> dict:
     with open(path) as f:
-        section = ((yaml.safe_load(f) or {}).get(TRAINER[1]) or {}).get("ros__parameters") or {}
-    run_dir = LaunchConfiguration("run_dir").perform(context)
-    values = {**section, "runs_dir": f"{run_dir}/candidates", "shared_channel": False, **_text(TRAINER[1])}
-    count = int(LaunchConfiguration("trainers").perform(context))
+        return ((yaml.safe_load(f) or {}).get(name) or {}).get("ros__parameters") or {}
+
+
+def _graph(context, params_file, playback_file):
+    """The nodes of motionvl.ros.graph.training_nodes for these arguments, each with its params files and the
+    launch arguments it takes; the world-building ones on the task's ground (the sentence's terrain and level,
+    or the recorded task's on resume); each trainer under its own name and cores; the search's exit handlers."""
+    arg = LaunchConfiguration
+
+    def value(name: str) -> str:
+        return arg(name).perform(context)
+
+    path = params_file.perform(context)
+    orchestrator_section = _section(path, "orchestrator")
+    synthesizer_node = value("mode") != "reference"
+    nodes = training_nodes(synthesizer_node=synthesizer_node, playback=value("playback"),
+                           trainers=int(value("trainers")), render=bool(orchestrator_section.get("render", True)),
+                           critic=value("critic"), record=value("record").lower() in ("true", "1", "yes"))
+    terrain, level = launch_ground(value("task"), value("run_dir"))
+    trainer_section = _section(path, "policy_trainer")
+    trainers = sum(node.section == "policy_trainer" for node in nodes)
     # trainers on this machine share its cores on purpose: each gets its own (motionvl.rl.threads.cpu_shares)
-    shares = cpu_shares(count) if count > 1 else [None] * count
-    return [Node(package=PACKAGE, executable=TRAINER[0], name=f"{TRAINER[1]}_{i}", output="screen",
-                 emulate_tty=True, parameters=[params_file, {**values, **({"cpu_affinity": shares[i]} if shares[i] else {})}])
-            for i in range(count)]
+    shares = cpu_shares(trainers) if trainers > 1 else [None] * trainers
+    actions, orchestrator = [], None
+    for node in nodes:
+        layers = [params_file, playback_file] if node.playback_layer else [params_file]
+        values = _text(node.section)
+        if node.floor:
+            values.update(terrain=terrain, terrain_level=level)
+        if node.section == "policy_trainer":
+            share = shares[int(node.name.rsplit("_", 1)[1])]
+            values = {**trainer_section, "runs_dir": f"{value('run_dir')}/candidates", "shared_channel": False,
+                      **values, **({"cpu_affinity": share} if share else {})}
+        elif node.name == "orchestrator":
+            values.update(resume=arg("resume"), allow_backend_change=arg("allow_backend_change"),
+                          synthesizer_node=synthesizer_node)
+        elif node.name == "recorder":
+            values["output_dir"] = ParameterValue(PathJoinSubstitution([arg("run_dir"), "bags"]), value_type=str)
+        action = Node(package=PACKAGE, executable=node.executable, name=node.name, output="screen", emulate_tty=True,
+                      parameters=[*layers, values])
+        if node.name == "orchestrator":
+            orchestrator = action
+        actions.append(action)
+    # the search ends the launch: the orchestrator is its required node
+    outcome = SearchOutcome()
+    actions.append(RegisterEventHandler(OnProcessIO(target_action=orchestrator, on_stderr=outcome.on_output,
+                                                    on_stdout=outcome.on_output)))
+    actions.append(RegisterEventHandler(OnProcessExit(target_action=orchestrator, on_exit=outcome.on_exit)))
+    return actions
 
 
 class SearchOutcome:
@@ -144,7 +160,6 @@ class SearchOutcome:
 
 def generate_launch_description():
     params_file = LaunchConfiguration("params_file")
-    arg = LaunchConfiguration
     actions = [
         DeclareLaunchArgument(
             "params_file", default_value=PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "nodes.yaml"]),
@@ -153,23 +168,5 @@ def generate_launch_description():
           for name, (default, text) in ARGUMENTS.items()],
     ]
     playback_file = PathJoinSubstitution([FindPackageShare(PACKAGE), "config", "simulation_playback.yaml"])
-    actions.append(OpaqueFunction(function=_floor_nodes, args=[params_file, playback_file]))
-    actions.append(Node(package=PACKAGE, executable=SYNTHESIZER[0], name=SYNTHESIZER[1], output="screen",
-                        emulate_tty=True, parameters=[params_file, _text(SYNTHESIZER[1])]))
-    actions.append(Node(package=PACKAGE, executable=DEPLOYMENT[0], name=DEPLOYMENT[1], output="screen", emulate_tty=True,
-                        parameters=[params_file, playback_file, _text(DEPLOYMENT[1])]))
-    actions.append(OpaqueFunction(function=_trainers, args=[params_file]))
-    orchestrator = Node(package=PACKAGE, executable="orchestrator_node", name="orchestrator", output="screen",
-                        emulate_tty=True, parameters=[params_file, {**_text("orchestrator"), "resume": arg("resume"),
-                                                                    "allow_backend_change": arg("allow_backend_change")}])
-    actions.append(orchestrator)
-    actions.append(Node(package=PACKAGE, executable="recorder_node", name="recorder", output="screen", emulate_tty=True,
-                        condition=IfCondition(arg("record")),
-                        parameters=[params_file, {"output_dir": ParameterValue(PathJoinSubstitution([arg("run_dir"), "bags"]),
-                                                                            value_type=str)}]))
-    # the search ends the launch: the orchestrator is its required node
-    outcome = SearchOutcome()
-    actions.append(RegisterEventHandler(OnProcessIO(target_action=orchestrator, on_stderr=outcome.on_output,
-                                                    on_stdout=outcome.on_output)))
-    actions.append(RegisterEventHandler(OnProcessExit(target_action=orchestrator, on_exit=outcome.on_exit)))
+    actions.append(OpaqueFunction(function=_graph, args=[params_file, playback_file]))
     return LaunchDescription(actions)

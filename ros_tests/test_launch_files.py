@@ -1,16 +1,17 @@
 """launch_testing checks of the launch files, for a ROS 2 Kilted install (colcon test / pytest).
 
 launch, launch_ros and launch_testing are not on PyPI, so in the pip-only route this module
-is skipped (`make test` only collects tests/, where an ast-based check of the launch files
-runs instead, and tests/test_search_loop.py runs the same nodes without launch). Run it after
+is skipped (`make test` only collects tests/, where tests/launch_model.py evaluates the launch files
+and tests/test_launch_arguments.py starts their node command lines, and tests/test_search_loop.py runs the
+same nodes without launch). Run it after
 `colcon build`:
 
     colcon test --packages-select motionvl --pytest-args ros_tests
     # or: source install/setup.bash && python -m pytest ros_tests
 
-It starts train.launch.py with the offline backends on a tiny search (one iteration of one candidate,
-a few PPO iterations of 16 environments) and checks that the simulator publishes /joint_states with
-the robot's 12 joints, that a policy_trainer beats its heartbeat, that the search's first iteration
+It starts train.launch.py with the offline backends and playback:=ros on a tiny search (one iteration of
+one candidate, a few PPO iterations of 16 environments) and checks that a policy_trainer beats its heartbeat,
+that the simulator publishes /joint_states with the robot's 12 joints once a playback starts it, that the search's first iteration
 is decided and that the search finishes with an exported policy, then that every process exits
 cleanly.
 """
@@ -54,7 +55,7 @@ def generate_test_description():
     train = launch.actions.IncludeLaunchDescription(
         PythonLaunchDescriptionSource(str(LAUNCH_DIR / "train.launch.py")),
         launch_arguments={"task": "walk forward with straight knees", "run_dir": str(RUN_DIR),
-                          "settings_file": str(settings), "record": "true"}.items())
+                          "settings_file": str(settings), "record": "true", "playback": "ros"}.items())
     return launch.LaunchDescription([train, launch_testing.actions.ReadyToTest()])
 
 
@@ -81,11 +82,12 @@ class TestTrainGraph(unittest.TestCase):
         return received
 
     def test_the_graph_comes_up_and_the_search_finishes(self, proc_output):
-        joints = self._collect(JointState, "/joint_states", 10, lambda r: len(r) >= 10, 30.0)
-        self.assertGreaterEqual(len(joints), 10, "no /joint_states from the simulator")
-        self.assertEqual(len(joints[-1].name), 12)
         beats = self._collect(String, "/trainer/heartbeat", 10, lambda r: len(r) >= 1, 60.0)
         self.assertTrue(beats, "no policy_trainer heartbeat")
+        # the simulator is held until the first playback (after the start reward's training) resets it
+        joints = self._collect(JointState, "/joint_states", 10, lambda r: len(r) >= 10, 600.0)
+        self.assertGreaterEqual(len(joints), 10, "no /joint_states from the simulator")
+        self.assertEqual(len(joints[-1].name), 12)
         latched = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
 

@@ -505,9 +505,89 @@ def test_motionvl_train_stops_when_no_trainer_process_is_left(tmp_path, capsys):
 
 def test_a_resumed_launch_puts_the_playback_nodes_on_the_recorded_tasks_ground(tmp_path):
     (tmp_path / "search.json").write_text(json.dumps({"task": "climb the stairs at level 3", "command": None}))
-    launch = launch_model.evaluate(TRAIN, {"resume": "true", "run_dir": str(tmp_path)}, workdir=tmp_path)
+    launch = launch_model.evaluate(TRAIN, {"resume": "true", "run_dir": str(tmp_path), "playback": "ros"},
+                                   workdir=tmp_path)
     for name in FLOOR_NODES:
         assert {k: launch.generated(name)[k] for k in ("terrain", "terrain_level")} == {"terrain": "stairs_up",
                                                                                      "terrain_level": 3}
-    flat = launch_model.evaluate(TRAIN, {"task": "walk forward", "run_dir": str(tmp_path / "new")}, workdir=tmp_path)
+    flat = launch_model.evaluate(TRAIN, {"task": "walk forward", "run_dir": str(tmp_path / "new"), "playback": "ros"},
+                                 workdir=tmp_path)
     assert flat.generated("simulator")["terrain"] == "flat" and flat.generated("simulator")["terrain_level"] == -1
+
+
+# ---------------------------------------------------------------------------------------------- one graph, two routes
+GRAPHS = [  # (mode, playback, critic, trainers, record, render)
+    ("synth+critic", "in_process", "kinematic", 1, False, True),
+    ("reference", "in_process", "kinematic", 2, True, True),
+    ("synth+critic", "ros", "kinematic", 1, False, True),
+    ("synth", "ros", "kinematic", 2, True, False),
+    ("synth+critic", "ros", "openai", 1, False, False),
+]
+
+
+def _pip_route_nodes(monkeypatch, tmp_path, mode, playback, critic, trainers, record, render) -> list:
+    """The node names `motionvl train`'s graph (motionvl.ros.train_graph) builds for these settings: every node
+    class stood in for by one that records its name, the trainer processes by records of theirs."""
+    import importlib
+
+    from motionvl.ros import train_graph
+
+    built = []
+    classes = {"simulator_node": "SimulatorNode", "deployment_node": "DeploymentNode", "vlm_critic_node": "VlmCriticNode",
+               "camera_renderer_node": "CameraRendererNode", "reward_synthesizer_node": "RewardSynthesizerNode",
+               "recorder_node": "RecorderNode", "orchestrator_node": "OrchestratorNode",
+               "policy_trainer_node": "PolicyTrainerNode"}
+    for module, cls in classes.items():
+        name = module.removesuffix("_node")
+        monkeypatch.setattr(importlib.import_module(f"motionvl.ros.{module}"), cls,
+                            lambda *args, name=name, **kwargs: built.append(args[0] if args else name))
+
+    class Exited:
+        returncode = 0
+
+        def poll(self):
+            return 0
+
+        def wait(self, _timeout=None):
+            return 0
+
+    def trainer_process(_params_file, name, _values, _log):
+        built.append(name)
+        return Exited()
+
+    def run_nodes(factories, *_args):
+        for factory in factories:
+            factory()
+        return 0
+
+    monkeypatch.setattr(train_graph, "_trainer_process", trainer_process)
+    monkeypatch.setattr("motionvl.ros.runtime.run_nodes", run_nodes)
+    orchestrator = {"run_dir": str(tmp_path / "pip"), "task": "walk forward", "mode": mode, "playback": playback,
+                    "critic": critic, "render": render}
+    synthesizer = {"backend": "rules"} if mode != "reference" else None  # as motionvl train decides
+    assert train_graph.run_train_graph(orchestrator, synthesizer=synthesizer, trainers=trainers, record=record) == 0
+    return built
+
+
+@pytest.mark.parametrize("mode,playback,critic,trainers,record,render", GRAPHS)
+def test_train_launch_and_motionvl_train_start_the_same_nodes(monkeypatch, tmp_path, mode, playback, critic,
+                                                              trainers, record, render):
+    from motionvl.ros.graph import training_nodes
+
+    params_file = tmp_path / "nodes.yaml"
+    nodes_yaml = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
+    nodes_yaml["orchestrator"]["ros__parameters"]["render"] = render
+    params_file.write_text(yaml.safe_dump(nodes_yaml))
+    launch = launch_model.evaluate(TRAIN, {"task": "walk forward", "run_dir": str(tmp_path / "launch"), "mode": mode,
+                                           "playback": playback, "critic": critic, "trainers": str(trainers),
+                                           "record": str(record).lower(), "params_file": str(params_file)},
+                                   workdir=tmp_path)
+    launched = sorted(n.name for n in launch.nodes)
+    pip = sorted(_pip_route_nodes(monkeypatch, tmp_path, mode, playback, critic, trainers, record, render))
+    described = sorted(n.name for n in training_nodes(synthesizer_node=mode != "reference", playback=playback,
+                                                      trainers=trainers, render=render, critic=critic, record=record))
+    assert launched == pip == described
+    # the launch tells the orchestrator whether a synthesizer node runs, as motionvl train does
+    assert launch.generated("orchestrator")["synthesizer_node"] is (mode != "reference")
+    if playback == "in_process":
+        assert not set(launched) & {"simulator", "camera_renderer", "vlm_critic", "deployment"}

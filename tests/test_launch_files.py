@@ -1,5 +1,5 @@
-"""The launch files' structure, read without `launch` (not on PyPI); tests/test_launch_arguments.py starts
-the processes they describe.
+"""The launch files' structure, evaluated without `launch` (not on PyPI: tests/launch_model.py);
+tests/test_launch_arguments.py starts the processes they describe.
 
 Every launch file parses, defines generate_launch_description(), starts only executables that
 setup.py installs as console scripts of this package, names nodes that config/nodes.yaml has
@@ -35,51 +35,16 @@ def _console_scripts() -> dict:
     return scripts
 
 
-def _string(node, consts: dict):
-    """A string the launch file builds from constants: a literal, a constant, an item of a constant tuple,
-    or the constant head of an f-string (policy_trainer_{i} -> policy_trainer, its params section)."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.Name):
-        return consts.get(node.id)
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Constant):
-        table = consts.get(node.value.id)
-        return table[node.slice.value] if isinstance(table, tuple) else None
-    if isinstance(node, ast.JoinedStr) and node.values:
-        head = node.values[0]
-        if isinstance(head, ast.FormattedValue):
-            head = _string(head.value, consts)
-        elif isinstance(head, ast.Constant):
-            head = head.value
-        return head.rstrip("_") if isinstance(head, str) else None
-    return None
+# launch arguments under which each launch file starts every node it can start
+EVERY_NODE = {"train.launch.py": {"playback": "ros", "record": "true", "trainers": "2"},
+              "deploy.launch.py": {"sim": "true", "record": "true"}}
 
 
-def _node_actions(path: Path) -> list[dict]:
-    """(package, executable, name) of every launch_ros Node(...) call, resolving module constants
-    and the `for executable, name in NODES` loop the launch files use."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    consts = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            try:
-                consts[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
-    found = []
-    for call in ast.walk(tree):
-        if not (isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", None)) == "Node"):
-            continue
-        kw = {k.arg: k.value for k in call.keywords}
-        pkg = _string(kw.get("package"), consts)
-        exe, name = kw.get("executable"), kw.get("name")
-        if isinstance(exe, ast.Name) and exe.id not in consts:  # loop variable over a constant table
-            table = consts.get("NODES") or next(v for v in consts.values() if isinstance(v, tuple) and v
-                                                and isinstance(v[0], tuple))
-            found += [{"package": pkg, "executable": e, "name": n} for e, n in table]
-        else:
-            found.append({"package": pkg, "executable": _string(exe, consts), "name": _string(name, consts)})
-    return found
+def _launched(path: Path, workdir: Path) -> list:
+    """The node processes the launch file starts with EVERY_NODE's arguments (tests/launch_model.py)."""
+    import launch_model
+
+    return launch_model.evaluate(path, EVERY_NODE[path.name], workdir=workdir).nodes
 
 
 def test_launch_files_exist():
@@ -94,22 +59,23 @@ def test_launch_file_compiles_and_defines_description(path):
 
 
 @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
-def test_launch_executables_are_console_scripts(path):
+def test_launch_executables_are_console_scripts(path, tmp_path):
     scripts = _console_scripts()
-    actions = _node_actions(path)
-    assert actions, f"{path.name} starts no node"
+    nodes = _launched(path, tmp_path)
+    assert nodes, f"{path.name} starts no node"
     sections = set(yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text()))
-    for action in actions:
-        assert action["package"] == "motionvl", action
-        assert action["executable"] in scripts, f"{path.name}: {action['executable']} is not a console script"
-        assert action["name"] in sections, f"{path.name}: node {action['name']} has no section in config/nodes.yaml"
+    for node in nodes:
+        assert node.executable in scripts, f"{path.name}: {node.executable} is not a console script"
+        section = "policy_trainer" if node.name.startswith("policy_trainer_") else node.name
+        assert section in sections, f"{path.name}: node {node.name} has no section in config/nodes.yaml"
 
 
-def test_launch_files_start_the_documented_nodes():
-    by_file = {p.name: {a["executable"] for a in _node_actions(p)} for p in LAUNCH_FILES}
+def test_launch_files_start_the_documented_nodes(tmp_path):
+    by_file = {p.name: {n.executable for n in _launched(p, tmp_path)} for p in LAUNCH_FILES}
     assert by_file["train.launch.py"] == {"simulator_node", "camera_renderer_node", "vlm_critic_node",
                                           "reward_synthesizer_node", "policy_trainer_node", "orchestrator_node",
                                           "recorder_node", "deployment_node"}
+    assert by_file["deploy.launch.py"] == {"deployment_node", "simulator_node", "recorder_node"}
 
 
 def test_nodes_yaml_is_a_params_file():

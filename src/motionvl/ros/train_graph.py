@@ -1,10 +1,8 @@
 """The language loop's nodes in one process without `ros2 launch` (the pip route of `motionvl train`).
 
-The same node classes and the same parameter file (config/nodes.yaml, one section per node name) as
-launch/train.launch.py: the orchestrator, the reward_synthesizer (when a synthesizer is needed), the
-policy_trainer nodes, with the orchestrator's `playback` ros the playback graph (simulator, deployment in
-simulation mode, vlm_critic and, when playbacks are rendered or a VLM judges, camera_renderer; with
-config/simulation_playback.yaml laid over nodes.yaml) and, with `record`, the recorder. Trainers run as child processes by default
+The same nodes (motionvl.ros.graph.training_nodes decides which, for both routes), node classes and
+parameter files (config/nodes.yaml, one section per node name; config/simulation_playback.yaml over it for
+the playback's simulated robot) as launch/train.launch.py. Trainers run as child processes by default
 (each its own interpreter and its share of the cores: `python -m motionvl.ros.policy_trainer_node`, dying
 with this process) or, with `trainers_in_process`, as nodes of this process. The nodes run through
 `motionvl.ros.runtime.run_nodes` (each on its own executor thread, one clean way out on SIGINT or
@@ -26,11 +24,10 @@ import yaml
 
 from motionvl.rl.threads import cpu_shares
 from motionvl.robot import package_root
+from motionvl.ros.graph import training_nodes
 
 NODES_YAML = "config/nodes.yaml"
 PLAYBACK_YAML = "config/simulation_playback.yaml"
-FLOOR_NODES = ("simulator", "camera_renderer", "vlm_critic")
-"""The nodes that get the task's `terrain` and `terrain_level` (the orchestrator's values) as parameters."""
 
 
 def node_parameters(params_file: Path, name: str) -> dict:
@@ -79,17 +76,20 @@ def _watch_trainers(children: list, logs: Path, ended: threading.Event) -> None:
             return
 
 
-def _playback_graph(params_file: Path, orchestrator: dict, critic_parameters: dict | None = None) -> list:
-    """Factories of the nodes a ros playback needs: simulator, deployment (simulation mode), vlm_critic with the
-    orchestrator's critic, and camera_renderer when frames are wanted (rendering on, or a critic that sees)."""
+def _playback_factories(params_file: Path, orchestrator: dict, critic_parameters: dict | None = None) -> dict:
+    """name -> factory of the nodes a ros playback may need (motionvl.ros.graph.training_nodes says which run):
+    simulator, deployment (simulation mode), vlm_critic with the orchestrator's critic, camera_renderer."""
     playback_file = package_root() / PLAYBACK_YAML
-
     floor = {"terrain": orchestrator.get("terrain"), "terrain_level": orchestrator.get("terrain_level")}
+    layers = {node.name: node for node in training_nodes(synthesizer_node=False, playback="ros", trainers=1,
+                                                         render=True, critic="kinematic", record=False)}
 
     def values(name: str, **extra) -> dict:
-        """The node's parameters: nodes.yaml, the playback file, then the task's terrain (simulator, camera, critic)."""
-        own = {k: v for k, v in floor.items() if v is not None} if name in FLOOR_NODES else {}
-        return {**node_parameters(params_file, name), **node_parameters(playback_file, name), **own, **extra}
+        """The node's parameters: nodes.yaml, the playback file, then the task's terrain (as GraphNode says)."""
+        node = layers[name]
+        own = {k: v for k, v in floor.items() if v is not None} if node.floor else {}
+        over = node_parameters(playback_file, name) if node.playback_layer else {}
+        return {**node_parameters(params_file, name), **over, **own, **extra}
 
     critic = orchestrator.get("critic") or "kinematic"
 
@@ -111,14 +111,13 @@ def _playback_graph(params_file: Path, orchestrator: dict, critic_parameters: di
             base_url=orchestrator.get("critic_base_url") or "", device=orchestrator.get("device") or "auto",
             **(critic_parameters or {}))))
 
-    factories = [simulator, deployment, vlm_critic]
-    if orchestrator.get("render", True) or critic != "kinematic":
-        def camera_renderer():
-            from motionvl.ros.camera_renderer_node import CameraRendererNode
+    def camera_renderer():
+        from motionvl.ros.camera_renderer_node import CameraRendererNode
 
-            return CameraRendererNode(parameter_overrides=_parameters(values("camera_renderer")))
-        factories.append(camera_renderer)
-    return factories
+        return CameraRendererNode(parameter_overrides=_parameters(values("camera_renderer")))
+
+    return {"simulator": simulator, "deployment": deployment, "vlm_critic": vlm_critic,
+            "camera_renderer": camera_renderer}
 
 
 def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trainers: int = 1,
@@ -126,7 +125,7 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
                     params_file: str | Path | None = None, robot_config: str | None = None,
                     critic_parameters: dict | None = None) -> int:
     """Run the graph until the search ends. orchestrator: its parameter values (task, mode, run_dir, ..., terrain)
-    and the task's terrain_level (both passed on to the playback graph's FLOOR_NODES);
+    and the task's terrain_level (both passed on to the playback nodes that build a world);
     synthesizer: the reward_synthesizer node's (None: the orchestrator synthesizes in process); robot_config:
     the trainers' robot YAML (None: the params file's, as the other nodes); critic_parameters: more of the
     vlm_critic node's (its model endpoint's timeouts). Returns 0 when the search finished, 1 when it failed or a
@@ -139,38 +138,47 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer_values = {"runs_dir": str(run_dir / "candidates"), "training_config": train_config or "",
                       "shared_channel": False, **({"robot_config": robot_config} if robot_config else {})}
+    nodes = training_nodes(synthesizer_node=synthesizer is not None,
+                           playback=orchestrator.get("playback") or "in_process", trainers=trainers,
+                           render=bool(orchestrator.get("render", True)),
+                           critic=orchestrator.get("critic") or "kinematic", record=record)
+    playback = _playback_factories(params_file, orchestrator, critic_parameters)
     factories, children = [], []
     shares = cpu_shares(trainers) if trainers > 1 else [[]]  # trainers on one machine share its cores on purpose
-    for i in range(trainers):
-        name = f"policy_trainer_{i}"
-        if trainers_in_process:
-            def trainer(name=name):
-                from motionvl.ros.policy_trainer_node import PolicyTrainerNode
+    for node in nodes:
+        if node.section == "policy_trainer":
+            i, name = int(node.name.rsplit("_", 1)[1]), node.name
+            if trainers_in_process:
+                def trainer(name=name):
+                    from motionvl.ros.policy_trainer_node import PolicyTrainerNode
 
-                return PolicyTrainerNode(name, parameter_overrides=_parameters(
-                    {**node_parameters(params_file, "policy_trainer"), **trainer_values}))
-            factories.append(trainer)
+                    return PolicyTrainerNode(name, parameter_overrides=_parameters(
+                        {**node_parameters(params_file, "policy_trainer"), **trainer_values}))
+                factories.append(trainer)
+            else:
+                pinned = {"cpu_affinity": shares[i]} if shares[i] else {}
+                children.append(_trainer_process(params_file, name, {**trainer_values, **pinned},
+                                                 run_dir / "logs" / f"{name}.log"))
+        elif node.name in playback:
+            factories.append(playback[node.name])
+        elif node.name == "reward_synthesizer":
+            def synthesizer_node():
+                from motionvl.ros.reward_synthesizer_node import RewardSynthesizerNode
+
+                return RewardSynthesizerNode(parameter_overrides=_parameters(synthesizer))
+            factories.append(synthesizer_node)
+        elif node.name == "recorder":
+            def recorder():
+                from motionvl.ros.recorder_node import RecorderNode
+
+                return RecorderNode(parameter_overrides=_parameters({"output_dir": str(run_dir / "bags"),
+                                                                     "use_sim_time": False}))
+            factories.append(recorder)
+        elif node.name == "orchestrator":
+            factories.append(lambda: OrchestratorNode(parameter_overrides=_parameters(
+                {**orchestrator, "shutdown_when_done": True, "synthesizer_node": synthesizer is not None})))
         else:
-            pinned = {"cpu_affinity": shares[i]} if shares[i] else {}
-            children.append(_trainer_process(params_file, name, {**trainer_values, **pinned},
-                                             run_dir / "logs" / f"{name}.log"))
-    if synthesizer is not None:
-        def synthesizer_node():
-            from motionvl.ros.reward_synthesizer_node import RewardSynthesizerNode
-
-            return RewardSynthesizerNode(parameter_overrides=_parameters(synthesizer))
-        factories.append(synthesizer_node)
-    if orchestrator.get("playback") == "ros":
-        factories += _playback_graph(params_file, orchestrator, critic_parameters)
-    if record:
-        def recorder():
-            from motionvl.ros.recorder_node import RecorderNode
-
-            return RecorderNode(parameter_overrides=_parameters({"output_dir": str(run_dir / "bags"),
-                                                                 "use_sim_time": False}))
-        factories.append(recorder)
-    factories.append(lambda: OrchestratorNode(parameter_overrides=_parameters(
-        {**orchestrator, "shutdown_when_done": True, "synthesizer_node": synthesizer is not None})))
+            raise AssertionError(f"motionvl.ros.graph names a node this route cannot start: {node.name}")
     ended = threading.Event()
     if children:
         threading.Thread(target=_watch_trainers, args=(children, run_dir / "logs", ended), daemon=True,
