@@ -497,3 +497,26 @@ def test_dry_run_runs_everything_and_publishes_no_command(deployment):
     values = drives.diagnostic_values()
     for key in ("mode", "latency_p99_ms", "period_p99_ms", "overruns", "clips_target", "realtime"):
         assert key in values
+
+
+def test_every_controller_setting_is_declared_once_and_the_params_file_restates_its_default():
+    """DeployConfig declares the controller's settings (default and description); the node's parameters are
+    derived from it, and config/nodes.yaml's deployment section may only restate the declared defaults."""
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    from motionvl.ros.deployment_node import PARAMETERS, POLICY_PARAMETER, SHAPED_FIELDS, deploy_config
+
+    defaults = DeployConfig()
+    for field in dataclasses.fields(DeployConfig):
+        if field.name not in SHAPED_FIELDS:
+            default, description = PARAMETERS[field.name]
+            assert default == getattr(defaults, field.name) and description, field.name
+    values = {name: default for name, (default, _text) in PARAMETERS.items()}
+    assert deploy_config(values) == defaults
+    section = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "nodes.yaml").read_text())
+    for name, value in section["deployment"]["ros__parameters"].items():
+        if name != POLICY_PARAMETER:
+            assert value == PARAMETERS[name][0] or (value is None and PARAMETERS[name][0] == []), name

@@ -8,15 +8,13 @@ The helpers at the end build argparse options from a dataclass whose fields carr
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import dataclasses
-import inspect
-import textwrap
 from pathlib import Path
 
 import yaml
 
+from motionvl.dataclass_docs import field_docs
 from motionvl.device import resolve_device
 from motionvl.envs.config import EnvConfig, dataclass_from_dict, is_count, is_number
 from motionvl.rewards.spec import DEFAULT_COST_LIMIT
@@ -362,20 +360,6 @@ def _plain(obj):
 
 
 # ---------------------------------------------------------------------- dataclass -> argparse
-def field_docs(cls) -> dict:
-    """{field name: docstring} from the string literal under each field of a dataclass."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return {}
-    body, docs = tree.body[0].body, {}
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
-
-
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls) -> None:
     """One --option per dataclass field: type from the default, help from the field docstring.
 

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import array
 import collections
+import dataclasses
 import functools
 import json
 import sys
@@ -87,6 +88,7 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension, String
 from std_srvs.srv import Trigger
 
+from motionvl.dataclass_docs import field_docs
 from motionvl.deploy import PD_FIELDS, Controller, DeployConfig, Mode
 from motionvl.deploy.inference import PolicyWorker
 from motionvl.deploy.scheduling import (DeadlineClock, RealtimeStatus, StatePacer, request_realtime,
@@ -103,49 +105,19 @@ AUTOSTART = ("", "stand", "run")
 CMD_VEL_TYPES = {"twist": Twist, "twist_stamped": TwistStamped}
 DEFAULT_COMMAND_TOPICS = {"pd": "joint_drive_commands", "torque": "joint_effort_commands"}
 
-# name -> (default, description); read-only after start. The DeployConfig fields share its names.
-PARAMETERS = {
+# The node's own parameters: name -> (default, description); read-only after start. The controller's settings
+# (DeployConfig) are parameters too, declared by the dataclass (CONTROLLER_PARAMETERS).
+NODE_PARAMETERS = {
     "robot_config": ("", "Robot YAML (joints, gains, limits, hardware mapping); empty = the package's config/robot.yaml."),
-    "path": ("pd", "'pd': drive-side PD [q, dq, kp, kd, tau_ff] per motor; 'torque': host-side PD torques."),
     "command_topic": ("", "Topic of the motor commands; empty = joint_drive_commands (pd) or joint_effort_commands "
                           "(torque)."),
-    "command_rate_hz": (0.0, "Command cycles per second; 0 = the path's own (pd: policy rate, torque: PD rate 1/sim_dt)."),
     "trigger": ("state", "'state': the joint states pace the loop (a cycle per state with a new stamp, at most "
                          "the command rate by their stamps); 'clock': absolute monotonic deadlines at command_rate_hz."),
     "autostart": ("", "'' stays in PASSIVE for the operator; 'stand' goes to STAND once the state stream is up; "
                       "'run' then to RUN when the ramp completes (simulation playback)."),
-    "stand_seconds": (2.0, "STAND ramp time: targets and gains from where they are to the default pose, s."),
-    "soft_limit_factor": (0.95, "Targets are clipped to the middle of each joint range +- this share of its half range."),
-    "joint_limit_margin": (0.1, "rad beyond a hard joint limit at which a measured position is a fault."),
-    "velocity_bound_scale": (1.5, "A joint speed above this x its velocity limit is a fault."),
-    "gyro_bound": (10.0, "rad/s: a base angular speed above this is a fault."),
-    "fall_tilt": (0.8, "rad: base tilt at which the robot has fallen (a fault)."),
-    "fall_clear_tilt": (0.4, "rad: the fall condition clears only below this tilt (hysteresis)."),
-    "state_timeout": (0.1, "s: joint states or IMU silent, or with stamps not advancing, this long is a fault."),
-    "out_of_order_limit": (3, "This many joint states (or IMU readings) within out_of_order_window stamped older than "
-                              "the newest one taken (each dropped, never acted on) is a fault."),
-    "out_of_order_window": (1.0, "s: see out_of_order_limit; the fault's condition clears this long after the last drop."),
-    "frozen_samples": (50, "This many IMU readings in a row with every value bit-identical (always), or joint states in "
-                           "RUN (position and velocity), is a fault: a stuck driver still stamping. 0: off."),
-    "strict_joint_names": (False, "false: joint_states may carry other joints (hands, head, passive joints), ignored "
-                                  "and counted; true: such a message is refused (a fault). A name given twice always is."),
-    "overrun_periods": (3, "Policy periods without a step back in time (in RUN), or a cycle finishing this many "
-                           "policy periods late (over a streak), is a fault."),
-    "policy_deadline_share": (0.5, "A policy step runs beside the loop; the cycle waits for it until this share of a "
-                                   "command period after its trigger, then commands damping on schedule until a step "
-                                   "of the current policy period is back (above 1: the cycle itself may be late)."),
-    "watchdog_periods": (5, "A gap between two wakes of the control loop longer than this many policy periods (a "
-                            "stalled process) is a fault in STAND and RUN: a stalled loop never resumes RUN."),
-    "damping_scale": (1.0, "DAMP and exit: Kd = this x the configured Kd."),
-    "gain_limit_scale": (1.0, "Drive-side kp and kd are bounded by this x the configured gains."),
-    "feedforward_limit": (0.2, "|tau_ff| sent to the drive is bounded by this share of the effort limit."),
     "cmd_vel_type": ("twist", "'twist': geometry_msgs/Twist; 'twist_stamped': geometry_msgs/TwistStamped."),
-    "cmd_vel_timeout": (0.5, "s: the velocity command goes back to zero when cmd_vel is silent this long."),
-    "cmd_vel_accel": (1.0, "m/s^2: rate limit of the commanded vx and vy."),
-    "cmd_yaw_accel": (2.0, "rad/s^2: rate limit of the commanded yaw rate."),
-    "allow_rearm": (False, "Let software clear latched faults (~/rearm): simulation playback only. On hardware "
-                           "re-arming is an operator's act: restart the node at the robot."),
-    "dry_run": (False, "Run everything on the live state stream but publish no command (bring-up in the gantry)."),
+    "cmd_vel_accel": (DeployConfig.cmd_vel_accel[0], "m/s^2: rate limit of the commanded vx and vy."),
+    "cmd_yaw_accel": (DeployConfig.cmd_vel_accel[2], "rad/s^2: rate limit of the commanded yaw rate."),
     "realtime_priority": (50, "SCHED_FIFO priority asked for every thread of the process (0: ask for nothing); the "
                               "policy worker takes one less. The node says when the system refuses."),
     "lock_memory": (True, "mlockall the process with the real-time request."),
@@ -160,6 +132,21 @@ PARAMETERS = {
     "writer_discovery_seconds": (0.3, "At start, how long to look for another publisher on the command topic "
                                       "(one refuses the start)."),
 }
+# DeployConfig fields that are not one parameter each: cmd_vel_accel is two (cmd_vel_accel, cmd_yaw_accel),
+# cmd_vel_ranges comes from the policy's contract
+SHAPED_FIELDS = ("cmd_vel_accel", "cmd_vel_ranges")
+
+
+def _controller_parameters() -> dict:
+    """Every DeployConfig field as a parameter of the same name: its default and its docstring."""
+    docs, defaults = field_docs(DeployConfig), DeployConfig()
+    return {f.name: (getattr(defaults, f.name), docs.get(f.name, "")) for f in dataclasses.fields(DeployConfig)
+            if f.name not in SHAPED_FIELDS}
+
+
+CONTROLLER_PARAMETERS = _controller_parameters()
+PARAMETERS = {**NODE_PARAMETERS, **CONTROLLER_PARAMETERS}
+
 POLICY_PARAMETER = "policy"
 
 COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
@@ -176,12 +163,8 @@ JOIN_MARGIN_S = 2.0
 
 def deploy_config(p: dict) -> DeployConfig:
     """The controller's settings from the node's parameters."""
-    fields = {f: p[f] for f in ("path", "command_rate_hz", "stand_seconds", "soft_limit_factor", "joint_limit_margin",
-                                "velocity_bound_scale", "gyro_bound", "fall_tilt", "fall_clear_tilt", "state_timeout",
-                                "out_of_order_limit", "out_of_order_window", "frozen_samples", "strict_joint_names",
-                                "overrun_periods", "policy_deadline_share", "watchdog_periods", "damping_scale",
-                                "gain_limit_scale", "feedforward_limit", "cmd_vel_timeout", "allow_rearm", "dry_run")}
-    return DeployConfig(**fields, cmd_vel_accel=(p["cmd_vel_accel"], p["cmd_vel_accel"], p["cmd_yaw_accel"]))
+    return DeployConfig(**{name: p[name] for name in CONTROLLER_PARAMETERS},
+                        cmd_vel_accel=(p["cmd_vel_accel"], p["cmd_vel_accel"], p["cmd_yaw_accel"]))
 
 
 def parse_cpus(cpus: list) -> tuple:
