@@ -985,3 +985,15 @@ def test_joint_names_twice_are_unusable_and_other_names_counted_or_refused():
             assert c.inputs.bad_joint_kind == "unusable_input"
         else:
             assert c.inputs.bad_joint_message is None and c.inputs.extra_names == {"left_hand": 1}
+
+
+def test_joint_positions_are_read_from_a_joint_state_in_either_space():
+    mapping = JointMapping(ROBOTS["mapped"])
+    q = np.linspace(-0.5, 0.5, mapping.num_joints)
+    motor = mapping.to_motor_position(q)
+    # joint space (a simulator without emulation), extra names ignored; motor space (the drives), mapped back
+    assert np.allclose(mapping.joint_positions([*mapping.joint_names, "head"], [*q, 9.0]), q)
+    assert np.allclose(mapping.joint_positions(list(reversed(mapping.motor_names)), motor[::-1]), q)
+    assert mapping.joint_positions(mapping.motor_names[:-1], motor[:-1]) is None, "a motor missing"
+    assert mapping.joint_positions([*mapping.motor_names, mapping.motor_names[0]], [*motor, 0.0]) is None, "a name twice"
+    assert mapping.joint_positions(mapping.motor_names, motor[:-1]) is None, "fewer positions than names"

@@ -32,32 +32,36 @@ def _params(**values):
 
 
 def _graph(context, spinners, *, deployment: bool = True, camera: bool = False, step_timeout_s: float = 15.0,
-           seconds: float = 1.0):
+           seconds: float = 1.0, robot_yaml: str = ""):
     """simulator (hardware emulation, gantry), deployment (simulation mode), vlm_critic (kinematic), camera_renderer
-    (with `camera`) and a host node carrying the GraphPlayback; each node on its own executor thread as in
-    `motionvl train`."""
+    (with `camera`) and a host node carrying the GraphPlayback, every one on the robot of `robot_yaml` (empty: the
+    package's); each node on its own executor thread as in `motionvl train`."""
+    from motionvl.robot import load_robot_config
     from motionvl.ros.deployment_node import DeploymentNode
     from motionvl.ros.graph_playback import GraphPlayback
     from motionvl.ros.simulator_node import SimulatorNode
     from motionvl.ros.vlm_critic_node import VlmCriticNode
 
-    spinners.add(SimulatorNode(context=context, parameter_overrides=_params(
-        mode="effort", gantry=True, publish_rate_hz=50.0, lockstep=True, hold_until_reset=True)))  # as the training graph
+    spinners.add(SimulatorNode(context=context, parameter_overrides=_params(  # as the training graph
+        mode="effort", emulate_hardware=True, gantry=True, publish_rate_hz=50.0, lockstep=True, hold_until_reset=True,
+        robot_config=robot_yaml)))
     if deployment:
         # a shared test machine can stall a thread longer than a robot's drives may: lenient stale-state, overrun,
         # late-step and stalled-loop faults, as config/simulation_playback.yaml's and more (the faults themselves are
         # test_deployment_node's)
         spinners.add(DeploymentNode(context=context, parameter_overrides=_params(
             path="pd", allow_rearm=True, autostart="", stand_seconds=0.5, state_timeout=2.0, overrun_periods=100,
-            policy_deadline_share=10.0, watchdog_periods=100, realtime_priority=0)))
-    spinners.add(VlmCriticNode(context=context, parameter_overrides=_params(backend="kinematic")), threads=2)
+            policy_deadline_share=10.0, watchdog_periods=100, realtime_priority=0, robot_config=robot_yaml)))
+    spinners.add(VlmCriticNode(context=context, parameter_overrides=_params(backend="kinematic",
+                                                                            robot_config=robot_yaml)), threads=2)
     if camera:
         from motionvl.ros.camera_renderer_node import CameraRendererNode
 
-        spinners.add(CameraRendererNode(context=context, parameter_overrides=_params(use_sim_time=True)))
+        spinners.add(CameraRendererNode(context=context, parameter_overrides=_params(use_sim_time=True,
+                                                                                     robot_config=robot_yaml)))
     host = spinners.add(rclpy.create_node(f"playback_host_{uuid.uuid4().hex[:6]}", context=context))
-    return GraphPlayback(host, PlaybackConfig(seconds=seconds, render=False), step_timeout_s=step_timeout_s,
-                         critic_timeout_s=120.0)
+    return GraphPlayback(host, PlaybackConfig(seconds=seconds, render=False), load_robot_config(robot_yaml or None),
+                         step_timeout_s=step_timeout_s, critic_timeout_s=120.0)
 
 
 @pytest.fixture
@@ -116,6 +120,34 @@ def test_candidates_are_played_by_the_deployment_node_and_judged_by_vlm_critic(g
     assert comparison.valid, comparison
     assert comparison.meta["request_id"].startswith("compare@") and comparison.meta["backend"] == "kinematic"
     assert not (folder / "judge").exists() or not any((folder / "judge").iterdir()), "request files cleaned up"
+
+
+def test_a_robot_whose_motors_are_not_its_joints_plays_back_judged_in_joint_space(tmp_path):
+    """A robot config with a hardware section (motors in another order, signs and zero offsets): the simulator
+    reports motor space as the drives would, the deployment node drives it, and the critic, the camera and the
+    playback read the joints back: the rollout starts at the robot's default pose, in joint space."""
+    from deploy_fixtures import hardware_section, write_robot_yaml
+
+    from motionvl.robot import load_robot_config
+
+    robot_yaml = str(write_robot_yaml(tmp_path, hardware=hardware_section()))
+    robot = load_robot_config(robot_yaml)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    spinners = Spinners(context)
+    try:
+        playback = _graph(context, spinners, camera=egl_works(), robot_yaml=robot_yaml)
+        policy = write_random_policy(tmp_path / "policy.onnx", robot=robot)
+        result = playback.play("c1", policy, tmp_path / "c1", render=egl_works(), critique=CritiqueRequest(TASK))
+    finally:
+        spinners.shutdown()
+        rclpy.try_shutdown(context=context)
+    assert result.meta["reached_run"], result.meta
+    assert result.feedback["valid"], result.feedback
+    start = np.asarray(result.trajectory().joint_pos[0])
+    assert np.abs(start - np.asarray(robot.default_pose)).max() < 0.2, (start, robot.default_pose)
+    if egl_works():
+        assert len(result.frames()) >= 3
 
 
 def test_a_graph_without_a_deployment_node_fails_the_playback_with_a_reason_and_not_the_run(tmp_path):

@@ -36,6 +36,7 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, JointState  # noqa: E402
 
+from motionvl.deploy.mapping import JointMapping  # noqa: E402
 from motionvl.render.camera import FrameRenderer, RenderError, RenderSettings, camera_intrinsics  # noqa: E402
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.params import declare_parameters
@@ -66,6 +67,7 @@ class CameraRendererNode(Node):
         if p["frame_interval_s"] <= 0:
             raise ConfigError("parameter frame_interval_s must be > 0")
         self.robot = load_robot_config(p["robot_config"] or None)
+        self.mapping = JointMapping(self.robot)
         self.model = build_model(self.robot, node_terrain(p))
         self.settings = RenderSettings(width=int(p["width"]), height=int(p["height"]), camera=p["camera"],
                                        shadows=bool(p["shadows"]))
@@ -110,11 +112,15 @@ class CameraRendererNode(Node):
 
     # ------------------------------------------------------------------ inputs
     def _on_joint_state(self, msg: JointState) -> None:
+        q = self.mapping.joint_positions(msg.name, msg.position)  # joint or motor space (hardware emulation)
+        if q is None:
+            self.get_logger().warning("joint_states without every robot joint (or motor) ignored",
+                                      throttle_duration_sec=5.0)
+            return
         with self._lock:
-            for name, pos in zip(msg.name, msg.position):
-                adr = self._qpos_adr.get(name)
-                if adr is not None and np.isfinite(pos):
-                    self._qpos[adr] = pos
+            for name, pos in zip(self.robot.joint_names, q):
+                if np.isfinite(pos):
+                    self._qpos[self._qpos_adr[name]] = pos
             self._stamp = msg.header.stamp
             self._version += 1
 

@@ -55,6 +55,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from motionvl.critic.rollouts import Boundary, CollectLimits, RolloutCollector
+from motionvl.deploy.mapping import JointMapping
 from motionvl.ros.records import json_record
 from motionvl.search.config import PlaybackConfig
 from motionvl.search.playback import SUMMARY_FILE, CritiqueRequest, PlaybackResult, clipped_share, deployment_fault
@@ -102,6 +103,7 @@ class GraphPlayback:
 
         self.node, self.cfg = node, cfg or PlaybackConfig()
         self.robot = robot or load_robot_config()
+        self.mapping = JointMapping(self.robot)
         self.model = build_model(self.robot, single_floor(terrain or TerrainConfig()))
         self.deployment, self.simulator = deployment, simulator
         self.step_timeout_s, self.critic_timeout_s = float(step_timeout_s), float(critic_timeout_s)
@@ -156,9 +158,9 @@ class GraphPlayback:
                     self._changed.notify_all()
 
     def _on_joint_state(self, msg: JointState) -> None:
-        index = {n: i for i, n in enumerate(msg.name)}
-        if all(n in index for n in self.robot.joint_names) and len(msg.position) == len(msg.name):
-            self.collector.add_joint_state(_stamp(msg.header.stamp), [msg.position[index[n]] for n in self.robot.joint_names])
+        q = self.mapping.joint_positions(msg.name, msg.position)  # joint or motor space (hardware emulation)
+        if q is not None:
+            self.collector.add_joint_state(_stamp(msg.header.stamp), q.tolist())
 
     def _on_odom(self, msg: Odometry) -> None:
         p, o = msg.pose.pose.position, msg.pose.pose.orientation

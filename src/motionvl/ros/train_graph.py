@@ -81,15 +81,17 @@ def _playback_factories(params_file: Path, orchestrator: dict, critic_parameters
     simulator, deployment (simulation mode), vlm_critic with the orchestrator's critic, camera_renderer."""
     playback_file = package_root() / PLAYBACK_YAML
     floor = {"terrain": orchestrator.get("terrain"), "terrain_level": orchestrator.get("terrain_level")}
+    robot = {"robot_config": orchestrator["robot_config"]} if orchestrator.get("robot_config") else {}
     layers = {node.name: node for node in training_nodes(synthesizer_node=False, playback="ros", trainers=1,
                                                          render=True, critic="kinematic", record=False)}
 
     def values(name: str, **extra) -> dict:
-        """The node's parameters: nodes.yaml, the playback file, then the task's terrain (as GraphNode says)."""
+        """The node's parameters: nodes.yaml, the playback file, then the task's terrain (as GraphNode says) and
+        the run's robot."""
         node = layers[name]
         own = {k: v for k, v in floor.items() if v is not None} if node.floor else {}
         over = node_parameters(playback_file, name) if node.playback_layer else {}
-        return {**node_parameters(params_file, name), **over, **own, **extra}
+        return {**node_parameters(params_file, name), **over, **own, **robot, **extra}
 
     critic = orchestrator.get("critic") or "kinematic"
 

@@ -67,6 +67,7 @@ from std_srvs.srv import Trigger  # noqa: E402
 from motionvl.critic.rollouts import CollectLimits, RolloutCollector, json_object, parse_boundary  # noqa: E402
 from motionvl.critic.schema import Comparison, MotionFeedback  # noqa: E402
 from motionvl.critic.service import BACKENDS, CriticService, backend_factory, parse_comparison_request  # noqa: E402
+from motionvl.deploy.mapping import JointMapping  # noqa: E402
 from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
 from motionvl.ros.params import declare_parameters  # noqa: E402
 from motionvl.ros.runtime import abandon_work, run_node, time_left  # noqa: E402
@@ -151,6 +152,7 @@ class VlmCriticNode(Node):
         self.p = p
         self.backend = p["backend"]
         self.robot = load_robot_config(p["robot_config"] or None)
+        self.mapping = JointMapping(self.robot)
         floor = node_terrain(p)
         self.service = CriticService(critic_factory, model=build_model(self.robot, floor), robot=self.robot,
                                      default_task=p["task"], merge_kinematics=p["merge_kinematics"],
@@ -220,12 +222,12 @@ class VlmCriticNode(Node):
             self.get_logger().warning(f"camera frame ignored: {exc}", throttle_duration_sec=5.0)
 
     def _on_joint_state(self, msg: JointState) -> None:
-        index = {n: i for i, n in enumerate(msg.name)}
-        if any(n not in index for n in self.robot.joint_names) or len(msg.position) != len(msg.name):
-            self.get_logger().warning("joint_states without every robot joint ignored", throttle_duration_sec=5.0)
+        q = self.mapping.joint_positions(msg.name, msg.position)  # joint or motor space (hardware emulation)
+        if q is None:
+            self.get_logger().warning("joint_states without every robot joint (or motor) ignored",
+                                      throttle_duration_sec=5.0)
             return
-        self.collector.add_joint_state(self._t(msg.header.stamp),
-                                       [msg.position[index[n]] for n in self.robot.joint_names])
+        self.collector.add_joint_state(self._t(msg.header.stamp), q.tolist())
 
     def _on_odom(self, msg: Odometry) -> None:
         p, o = msg.pose.pose.position, msg.pose.pose.orientation
