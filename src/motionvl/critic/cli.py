@@ -23,9 +23,9 @@ from pathlib import Path
 if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
     os.environ["MUJOCO_GL"] = "egl"
 
+from motionvl.backend_names import CRITICS  # noqa: E402
 from motionvl.render.cli import add_common_rollout_arguments  # noqa: E402
 
-CRITICS = ("kinematic", "transformers", "openai")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,13 +27,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from motionvl.backend_names import CRITICS
 from motionvl.critic.base import Rollout, create_critic
 from motionvl.critic.kinematic import KinematicCritic
 from motionvl.critic.rollouts import CollectedRollout, json_object
 from motionvl.critic.crosscheck import cross_check
 from motionvl.critic.schema import Comparison, MotionFeedback
 
-BACKENDS = ("kinematic", "transformers", "openai")
+BACKENDS = CRITICS
 
 
 def backend_factory(backend: str, *, model: str = "", base_url: str = "", device: str = "auto",

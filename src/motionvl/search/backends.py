@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from motionvl.backend_names import CRITICS, SYNTHESIZERS
 from motionvl.robot import ConfigError
 
 
@@ -124,7 +125,7 @@ def synthesizer_options(settings, options: BackendOptions) -> dict:
                               f"got {replay!r}")
         kwargs = {"ledger": str(ledger)}
     elif name != "rules":
-        raise ConfigError(f"unknown synthesizer {name!r}; synthesizers: rules, openai, transformers, replay")
+        raise ConfigError(f"unknown synthesizer {name!r}; synthesizers: {', '.join(SYNTHESIZERS)}")
     return kwargs
 
 
@@ -171,4 +172,4 @@ def make_critic(settings, options: BackendOptions):
             raise ConfigError("the openai critic needs a base URL and a model name (--critic-base-url, --critic-model)")
         return create_critic("openai", base_url=base_url, model=model, **model_timeouts(settings, options), **caps,
                              **frames)
-    raise ConfigError(f"unknown critic {name!r}; critics: kinematic, transformers, openai")
+    raise ConfigError(f"unknown critic {name!r}; critics: {', '.join(CRITICS)}")

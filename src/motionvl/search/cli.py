@@ -25,11 +25,10 @@ from pathlib import Path
 if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
     os.environ["MUJOCO_GL"] = "egl"
 
+from motionvl.backend_names import CRITICS, SYNTHESIZERS  # noqa: E402
 from motionvl.robot import ConfigError  # noqa: E402
 from motionvl.search.config import MODES  # noqa: E402
 
-SYNTHESIZERS = ("rules", "openai", "transformers", "replay")
-CRITICS = ("kinematic", "transformers", "openai")
 DEFAULT_OUT = Path("runs/search")
 PLAYBACKS = ("ros", "in_process")
 DEFAULT_PLAYBACK = "in_process"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from motionvl.backend_names import MODEL_CRITICS, MODEL_SYNTHESIZERS
 from motionvl.envs.config import dataclass_from_dict
 from motionvl.rl.config import _plain
 from motionvl.robot import ConfigError, package_root
@@ -22,10 +23,6 @@ MODES = ("reference", "synth", "synth+critic")
 """The paper's ablation: `reference` trains the reference reward alone (RL-Base); `synth` lets the
 synthesizer revise the reward from training statistics and task scores without critic feedback
 (RL-LLM); `synth+critic` adds the critic's feedback, alignment score and pairwise judgement (RL-LLM+VLM)."""
-
-MODEL_SYNTHESIZERS = ("openai", "transformers")
-MODEL_CRITICS = ("openai", "transformers")
-
 
 def mode_label(mode: str, synthesizer: str | None, critic: str | None) -> str:
     """The name a run's results go under, from the backends that actually ran: an offline synthesizer is

@@ -43,7 +43,8 @@ from motionvl.rewards.spec import RewardSpec, RewardSpecError, load_reward_spec,
 from motionvl.rl.jobs import OUTCOME_FILE, TrainingJob
 from motionvl.robot import ConfigError
 from motionvl.search import deps
-from motionvl.search.config import MODEL_SYNTHESIZERS, MODES, SearchConfig, mode_label
+from motionvl.backend_names import MODEL_SYNTHESIZERS
+from motionvl.search.config import MODES, SearchConfig, mode_label
 from motionvl.search.decision import choose_start, decide, gate_failures
 from motionvl.search.dispatch import STOPPED, Dispatcher, SlotState
 from motionvl.search.ledger import Ledger

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import inspect
 
+from motionvl.backend_names import SYNTHESIZERS
 from motionvl.synth.api import (Candidate, CallBudget, RewardSynthesizer, SynthesisCapReached, SynthesisError,
                                 SynthesisRequest, term_diff)
 from motionvl.synth.replay import (append_record, read_synthesis_records, request_key, synthesis_record,
                                    usage_totals)
 
-BACKENDS = ("rules", "openai", "transformers", "replay")
+BACKENDS = SYNTHESIZERS
 
 __all__ = ["BACKENDS", "Candidate", "CallBudget", "RewardSynthesizer", "SynthesisCapReached", "SynthesisError",
            "SynthesisRequest", "append_record", "make_synthesizer", "read_synthesis_records", "request_key",
