@@ -113,8 +113,14 @@ def test_emulated_hardware_speaks_motor_space_and_maps_commands_back(emulated):
     with lock:
         js, imu = got["js"], got["imu"]
     assert list(js.name) == list(m.motor_names)
-    # what it reports is the simulated joints in motor order, sign and offset (the robot is held still)
-    np.testing.assert_allclose(m.from_motor_position(js.position), sim.sim.state().joint_pos, atol=2e-3)
+
+    def lag():  # the newest report against the simulation now: the joints still settle in the gantry
+        with lock:
+            reported = m.from_motor_position(got["js"].position)
+        return np.abs(reported - sim.sim.state().joint_pos).max()
+    # what it reports is the simulated joints in motor order, sign and offset (a wrong order, sign or offset
+    # stays 0.05-0.8 rad off; a report a few steps old on a loaded machine only until the joints settle)
+    assert wait_for(lambda: lag() < 2e-3, timeout=30), f"reported joints {lag():.4f} rad off the simulation"
     q_imu = np.array([imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z])
     base, _ = m.imu_to_base(q_imu)
     assert abs(abs(base[0]) - 1.0) < 1e-3  # upright pelvis in the gantry

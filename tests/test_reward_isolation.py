@@ -169,10 +169,15 @@ def test_ctrl_c_stops_a_call_that_hangs_and_the_next_call_gets_a_fresh_worker(po
         os.kill(hung, signal.SIGSTOP)  # a call that never returns, as far as this process can tell
         # Ctrl-C as the kernel may hand it over: to another thread (here the timer's), not the waiting one
         timer = threading.Timer(0.5, lambda: signal.pthread_kill(threading.get_ident(), signal.SIGINT))
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            runner.evaluate(state)
-        timer.join()
+        # Python's own Ctrl-C handling, whatever an earlier test (a node's runtime, rclpy) left installed
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                runner.evaluate(state)
+            timer.join()
+        finally:
+            signal.signal(signal.SIGINT, previous)
         assert not psutil.pid_exists(hung)  # the hung worker was killed and reaped
         # not a failure of the candidate (as the deadline's would be, which is final): a new worker answers
         again = runner.evaluate(state)
