@@ -172,14 +172,15 @@ def verdict(kind: str, key: str, task, loop: dict, base: dict) -> dict:
         asked = math.hypot(*task.command[:2])
         off = 100.0 * abs((loop["mean_speed_mps"] or 0.0) - asked) / asked
         return {"met": off <= 15.0, "near": abs(off - 15.0) <= 10.0, "figure": off, "goal": 15.0,
-                "text": f"speed {loop['mean_speed_mps']} m/s for {asked:.2f} asked ({off:.0f}% off; goal within 15%)"}
+                "text": f"speed {loop['mean_speed_mps'] or 0.0:.3f} m/s for {asked:.2f} asked ({off:.0f}% off; goal within 15%)"}
     if kind == "turn":
         err = pct(loop["yaw_rate_error_rel"])
         drift = loop["drift_mps"]
         met = err is not None and err <= 20.0 and drift is not None and drift < 0.1
         return {"met": met, "near": err is not None and abs(err - 20.0) <= 10.0, "figure": err, "goal": 20.0,
-                "text": f"yaw rate {loop['yaw_rate_steady_rps']} rad/s for {task.command[2]:+.2f} ({err}% off; goal "
-                        f"within 20%), drift {drift} m/s (goal < 0.1)"}
+                "text": f"yaw rate {loop['yaw_rate_steady_rps']:.3f} rad/s for {task.command[2]:+.2f} ("
+                        f"{'-' if err is None else format(err, '.1f')}% off; goal within 20%), drift "
+                        f"{'-' if drift is None else format(drift, '.3f')} m/s (goal < 0.1)"}
     if kind == "stand":
         contact = pct(loop["double_support_fraction"]) or 0.0
         met = loop["falls"] == 0 and contact >= 90.0
