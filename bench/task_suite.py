@@ -178,7 +178,7 @@ def verdict(kind: str, key: str, task, loop: dict, base: dict) -> dict:
         drift = loop["drift_mps"]
         met = err is not None and err <= 20.0 and drift is not None and drift < 0.1
         return {"met": met, "near": err is not None and abs(err - 20.0) <= 10.0, "figure": err, "goal": 20.0,
-                "text": f"yaw rate {loop['yaw_rate_steady_rps']:.3f} rad/s for {task.command[2]:+.2f} ("
+                "text": f"yaw rate {loop['yaw_rate_steady_rps'] or 0.0:.3f} rad/s for {task.command[2]:+.2f} ("
                         f"{'-' if err is None else format(err, '.1f')}% off; goal within 20%), drift "
                         f"{'-' if drift is None else format(drift, '.3f')} m/s (goal < 0.1)"}
     if kind == "stand":
