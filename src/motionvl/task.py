@@ -417,13 +417,22 @@ class Task:
         """"dotted.key=value" overrides of the training config for this task: its env settings, a share `share`
         of the trained commands around its command (the rest over the base's ranges, `base_ranges` = (vx, vy,
         yaw_rate) ranges, widened to hold the command where it lies outside), its terrain and the task itself
-        (for the trainer's held-out selection and the exported policy's metadata)."""
+        (for the trainer's held-out selection and the exported policy's metadata).
+
+        A travelling command inside the base's ranges gets no share: the base's distribution (and its speed
+        curriculum) trains it already, and narrowing half the commands around it cost robustness ("walk
+        forward with straight knees", quick preset: the 300-iteration start fell in 11 % of pushed episodes
+        with a 0.5 share, 5 % without). Turning or standing in place, which independent sampling of vx, vy and
+        yaw rate almost never asks for, and commands beyond the ranges keep the share."""
         out = [f"{key}={json.dumps(value)}" for key, value in self.env.items()]
+        inside = base_ranges is not None
         if base_ranges is not None:
             for axis, (lo, hi), c in zip(("vx", "vy", "yaw_rate"), base_ranges, self.command):
                 if not lo <= c <= hi:
+                    inside = False
                     out.append(f"env.commands.{axis}={json.dumps([min(lo, c), max(hi, c)])}")
-        if share > 0:
+        travels = math.hypot(*self.command[:2]) > 1e-9
+        if share > 0 and not (inside and travels):
             out += [f"env.commands.task={json.dumps(list(map(float, self.command)))}",
                     f"env.commands.task_share={float(share)}",
                     f"env.commands.task_spread={json.dumps(list(map(float, self.spread)))}"]

@@ -188,7 +188,8 @@ class SearchConfig:
     None: the sentence's (motionvl.task's table of defaults)."""
     task_share: float = 0.5
     """Share of the trainers' sampled commands drawn around the task's command (the rest over the training
-    config's ranges): the policy practises what it is judged on while it keeps the base's range of commands."""
+    config's ranges) when the base's ranges do not train it on their own: turning or standing in place, a
+    command beyond the ranges (motionvl.task.Task.training_overrides; a walk inside them draws none)."""
     temperature: float = 0.3
     """Synthesizer sampling temperature (the paper: 0.3)."""
     training_overrides: tuple = ()
