@@ -76,50 +76,34 @@ def _watch_trainers(children: list, logs: Path, ended: threading.Event) -> None:
             return
 
 
-def _playback_factories(params_file: Path, orchestrator: dict, critic_parameters: dict | None = None) -> dict:
-    """name -> factory of the nodes a ros playback may need (motionvl.ros.graph.training_nodes says which run):
-    simulator, deployment (simulation mode), vlm_critic with the orchestrator's critic, camera_renderer."""
-    playback_file = package_root() / PLAYBACK_YAML
-    floor = {"terrain": orchestrator.get("terrain"), "terrain_level": orchestrator.get("terrain_level")}
-    robot = {"robot_config": orchestrator["robot_config"]} if orchestrator.get("robot_config") else {}
-    layers = {node.name: node for node in training_nodes(synthesizer_node=False, playback="ros", trainers=1,
-                                                         render=True, critic="kinematic", record=False)}
+PLAYBACK_CLASSES = {"simulator": ("simulator_node", "SimulatorNode"), "deployment": ("deployment_node", "DeploymentNode"),
+                    "vlm_critic": ("vlm_critic_node", "VlmCriticNode"),
+                    "camera_renderer": ("camera_renderer_node", "CameraRendererNode")}
+"""The playback graph's node classes (module in motionvl.ros, class), by node name."""
 
-    def values(name: str, **extra) -> dict:
-        """The node's parameters: nodes.yaml, the playback file, then the task's terrain (as GraphNode says) and
-        the run's robot."""
-        node = layers[name]
-        own = {k: v for k, v in floor.items() if v is not None} if node.floor else {}
-        over = node_parameters(playback_file, name) if node.playback_layer else {}
-        return {**node_parameters(params_file, name), **over, **own, **robot, **extra}
 
-    critic = orchestrator.get("critic") or "kinematic"
+def _playback_factory(node, params_file: Path, orchestrator: dict, critic_parameters: dict | None = None):
+    """The factory of one playback node (a GraphNode of motionvl.ros.graph): nodes.yaml, the playback file where
+    the GraphNode takes it, the task's terrain where it builds a world, the run's robot; vlm_critic with the
+    orchestrator's critic and its endpoint's timeouts."""
+    import importlib
 
-    def simulator():
-        from motionvl.ros.simulator_node import SimulatorNode
+    values = node_parameters(params_file, node.name)
+    if node.playback_layer:
+        values.update(node_parameters(package_root() / PLAYBACK_YAML, node.name))
+    if node.floor:
+        values.update({k: orchestrator[k] for k in ("terrain", "terrain_level") if orchestrator.get(k) is not None})
+    if orchestrator.get("robot_config"):
+        values["robot_config"] = orchestrator["robot_config"]
+    if node.name == "vlm_critic":
+        values.update(backend=orchestrator.get("critic") or "kinematic", model=orchestrator.get("critic_model") or "",
+                      base_url=orchestrator.get("critic_base_url") or "", device=orchestrator.get("device") or "auto",
+                      **(critic_parameters or {}))
+    module, cls = PLAYBACK_CLASSES[node.name]
 
-        return SimulatorNode(parameter_overrides=_parameters(values("simulator")))
-
-    def deployment():
-        from motionvl.ros.deployment_node import DeploymentNode
-
-        return DeploymentNode(parameter_overrides=_parameters(values("deployment")))
-
-    def vlm_critic():
-        from motionvl.ros.vlm_critic_node import VlmCriticNode
-
-        return VlmCriticNode(parameter_overrides=_parameters(values(
-            "vlm_critic", backend=critic, model=orchestrator.get("critic_model") or "",
-            base_url=orchestrator.get("critic_base_url") or "", device=orchestrator.get("device") or "auto",
-            **(critic_parameters or {}))))
-
-    def camera_renderer():
-        from motionvl.ros.camera_renderer_node import CameraRendererNode
-
-        return CameraRendererNode(parameter_overrides=_parameters(values("camera_renderer")))
-
-    return {"simulator": simulator, "deployment": deployment, "vlm_critic": vlm_critic,
-            "camera_renderer": camera_renderer}
+    def factory():
+        return getattr(importlib.import_module(f"motionvl.ros.{module}"), cls)(parameter_overrides=_parameters(values))
+    return factory
 
 
 def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trainers: int = 1,
@@ -144,7 +128,6 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
                            playback=orchestrator.get("playback") or "in_process", trainers=trainers,
                            render=bool(orchestrator.get("render", True)),
                            critic=orchestrator.get("critic") or "kinematic", record=record)
-    playback = _playback_factories(params_file, orchestrator, critic_parameters)
     factories, children = [], []
     shares = cpu_shares(trainers) if trainers > 1 else [[]]  # trainers on one machine share its cores on purpose
     for node in nodes:
@@ -161,8 +144,8 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
                 pinned = {"cpu_affinity": shares[i]} if shares[i] else {}
                 children.append(_trainer_process(params_file, name, {**trainer_values, **pinned},
                                                  run_dir / "logs" / f"{name}.log"))
-        elif node.name in playback:
-            factories.append(playback[node.name])
+        elif node.name in PLAYBACK_CLASSES:
+            factories.append(_playback_factory(node, params_file, orchestrator, critic_parameters))
         elif node.name == "reward_synthesizer":
             def synthesizer_node():
                 from motionvl.ros.reward_synthesizer_node import RewardSynthesizerNode
