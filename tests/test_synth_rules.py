@@ -97,6 +97,19 @@ def test_straight_knee_bundle_matches_the_hand_written_straight_knee_spec():
     pytest.fail("no candidate carries the straight-knee bundle")
 
 
+def test_k_candidates_try_k_findings_before_a_second_variant_of_any():
+    """A walk too fast for its command and still bending its knees: the speed gap is the strongest finding,
+    but it does not take every slot; the task's straight knees get a candidate in this iteration."""
+    feedback = knee_feedback(14.8, suggestions=[Suggestion("tracking_lin_vel", "increase", "moves +0.75 m/s"),
+                                                Suggestion("knee_extension", "increase", "knees bent 15 deg")])
+    candidates = propose(k=3, iteration=1, feedback=feedback, parent_scores={
+        "success_rate": 0.95, "mean_speed_mps": 0.75, "command": [0.6, 0.0, 0.0], "knee_angle_stance_deg": 14.8})
+    labels = [c.spec.description.rsplit("(rules: ", 1)[1] for c in candidates if c.ok]
+    assert len(labels) == 3 and all(label.endswith("#0)") for label in labels), labels
+    assert len({label.split("#")[0] for label in labels}) == 3, labels
+    assert any(e["term"] == "knee_extension" for c in candidates if c.ok for e in c.edits), labels
+
+
 def test_revision_follows_measured_knee_flexion_and_raises_the_existing_term():
     parent = ok_specs(propose(k=1))[0]
     candidates = propose(k=3, iteration=1, parent=parent, feedback=knee_feedback(24.0),

@@ -17,8 +17,9 @@ spec (r*, or the reference spec at the start):
 * the gates: a parent that falls or fails its walks gets a stabilising edit first.
 
 Each finding is a "move" with a priority and a few variants of increasing strength; the K
-candidates are the highest-scoring distinct variants and pairs of the two strongest moves. The
-seed perturbs near-ties only, so one seed always gives the same candidates.
+candidates take the findings breadth first (each finding's mildest variant, strongest finding first;
+then pairs of the strongest findings; then stronger variants). The seed perturbs near-ties only, so
+one seed always gives the same candidates.
 """
 
 from __future__ import annotations
@@ -522,20 +523,25 @@ class RulesSynthesizer(RewardSynthesizer):
 
     @staticmethod
     def _options(moves: list[Move], rng) -> list[tuple[str, list[Move], list[Edit]]]:
-        """(label, moves, edits) in the order candidates are made: strongest findings first, mild variants first."""
+        """(label, moves, edits) in the order candidates are made: breadth first, so K candidates try K
+        different findings before any finding gets a second variant (a strong speed gap would otherwise
+        take every slot and leave the task's style for the next iteration); within a round, strongest
+        first. Round 0: each finding's mildest variant; round 1: pairs of the three strongest findings;
+        then each finding's next variant."""
         scored = []
         for m in moves:
             for v, edits in enumerate(m.variants):
-                scored.append((m.priority * 0.7 ** v * (1.0 + 0.1 * rng.random()), f"{m.key}#{v}", [m], edits))
+                rank = 0 if v == 0 else v + 1
+                scored.append((rank, m.priority * 0.7 ** v * (1.0 + 0.1 * rng.random()), f"{m.key}#{v}", [m], edits))
         top = sorted(moves, key=lambda m: -m.priority)[:3]
         for a, b in ((0, 1), (0, 2), (1, 2)):
             if b < len(top):
                 ma, mb = top[a], top[b]
                 edits = ma.variants[0] + [e for e in mb.variants[0] if e.term not in {x.term for x in ma.variants[0]}]
-                scored.append(((ma.priority + mb.priority) * 0.5 * 0.75 * (1.0 + 0.1 * rng.random()),
+                scored.append((1, (ma.priority + mb.priority) * 0.5 * (1.0 + 0.1 * rng.random()),
                                f"{ma.key}#0+{mb.key}#0", [ma, mb], edits))
-        scored.sort(key=lambda s: -s[0])
-        return [(label, chosen, edits) for _, label, chosen, edits in scored]
+        scored.sort(key=lambda s: (s[0], -s[1]))
+        return [(label, chosen, edits) for _, _, label, chosen, edits in scored]
 
     @staticmethod
     def _summary(request, task, measured, moves, notes) -> str:
