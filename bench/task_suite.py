@@ -86,7 +86,8 @@ def terrain_level_reached(run_dir: Path) -> float | None:
 
 
 def run_loop(args, sentence: str, seed: int, run_dir: Path) -> None:
-    cmd = [sys.executable, "-m", "motionvl.cli", "train", "--out", str(run_dir), "--no-progress", "--no-render"]
+    cmd = [sys.executable, "-m", "motionvl.cli", "train", "--out", str(run_dir), "--no-progress", "--no-render",
+           "--namespace", f"suite_{run_dir.parent.name}"]  # pieces of the suite may run side by side on one domain
     if (run_dir / "ledger.jsonl").exists():
         cmd.append("--resume")
     else:

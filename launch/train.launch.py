@@ -4,7 +4,7 @@
         [mode:=synth+critic] [synthesizer:=rules] [critic:=kinematic] [trainers:=1] [run_dir:=runs/search]
         [resume:=false] [allow_backend_change:=false] [record:=false] [synth_base_url:=... synth_model:=...] [critic_base_url:=...
         critic_model:=...] [settings_file:=...] [train_config:=...] [params_file:=...] [robot_config:=...]
-        [playback:=in_process|ros]
+        [playback:=in_process|ros] [namespace:=...]
 
 Starts the nodes motionvl.ros.graph.training_nodes names, as `motionvl train` does: reward_synthesizer
 (unless mode:=reference), `trainers` policy_trainer nodes (policy_trainer_0 ...; each with the policy_trainer
@@ -32,7 +32,7 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 from motionvl.rl.threads import cpu_shares
-from motionvl.ros.graph import training_nodes
+from motionvl.ros.graph import namespace, node_section, training_nodes
 from motionvl.ros.terrain import launch_ground
 
 PACKAGE = "motionvl"
@@ -57,6 +57,7 @@ ARGUMENTS = {  # name -> (default, description)
     "robot_config": ("", "robot YAML of every node (overrides the params file's); empty: the package's"),
     "playback": ("in_process", "where candidates are played back: ros (deployment node on the simulator node, "
                                "judged by vlm_critic) | in_process (in the orchestrator)"),
+    "namespace": ("", "ROS namespace of every node and topic: two searches on one ROS domain need different ones"),
 }
 # What each node takes from the launch arguments: parameter -> argument. Text stays text (a model name
 # of digits, an empty URL), as launch_ros would otherwise read each value as YAML.
@@ -86,7 +87,7 @@ def _text(node: str) -> dict:
 
 def _section(path: str, name: str) -> dict:
     with open(path) as f:
-        return ((yaml.safe_load(f) or {}).get(name) or {}).get("ros__parameters") or {}
+        return node_section(yaml.safe_load(f) or {}, name)
 
 
 def _graph(context, params_file, playback_file):
@@ -99,6 +100,7 @@ def _graph(context, params_file, playback_file):
         return arg(name).perform(context)
 
     path = params_file.perform(context)
+    ns = namespace(value("namespace")) or None
     orchestrator_section = _section(path, "orchestrator")
     synthesizer_node = value("mode") != "reference"
     nodes = training_nodes(synthesizer_node=synthesizer_node, playback=value("playback"),
@@ -124,8 +126,8 @@ def _graph(context, params_file, playback_file):
                           synthesizer_node=synthesizer_node)
         elif node.name == "recorder":
             values["output_dir"] = ParameterValue(PathJoinSubstitution([arg("run_dir"), "bags"]), value_type=str)
-        action = Node(package=PACKAGE, executable=node.executable, name=node.name, output="screen", emulate_tty=True,
-                      parameters=[*layers, values])
+        action = Node(package=PACKAGE, executable=node.executable, name=node.name, namespace=ns, output="screen",
+                      emulate_tty=True, parameters=[*layers, values])
         if node.name == "orchestrator":
             orchestrator = action
         actions.append(action)

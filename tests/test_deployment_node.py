@@ -517,6 +517,6 @@ def test_every_controller_setting_is_declared_once_and_the_params_file_restates_
     values = {name: default for name, (default, _text) in PARAMETERS.items()}
     assert deploy_config(values) == defaults
     section = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "nodes.yaml").read_text())
-    for name, value in section["deployment"]["ros__parameters"].items():
+    for name, value in section["/**/deployment"]["ros__parameters"].items():
         if name != POLICY_PARAMETER:
             assert value == PARAMETERS[name][0] or (value is None and PARAMETERS[name][0] == []), name

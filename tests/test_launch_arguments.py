@@ -38,7 +38,7 @@ START_TIMEOUT_S = 120.0  # a node's parameter services appear once it is built (
 
 # Launch arguments that decide which nodes start, how many, or from where: checked for that effect.
 LAUNCH_LOGIC = {
-    TRAIN.name: {"record", "trainers", "params_file", "resume"},
+    TRAIN.name: {"record", "trainers", "params_file", "resume", "namespace"},
     DEPLOY.name: {"sim", "record", "params_file", "bag_dir"},
 }
 FLOOR_NODES = ("simulator", "camera_renderer", "vlm_critic")
@@ -94,6 +94,7 @@ class Graph:
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self.procs: dict[str, subprocess.Popen] = {}
+        self.namespace = ""  # where the nodes asked for their parameters live
 
     def start(self, name: str, argv: list) -> None:
         log = self.tmp / f"{name}.log"
@@ -105,7 +106,7 @@ class Graph:
         return (self.tmp / f"{name}.log").read_text(errors="replace")
 
     def parameters(self, name: str, names: list) -> dict:
-        client = self.node.create_client(GetParameters, f"/{name}/get_parameters")
+        client = self.node.create_client(GetParameters, f"{self.namespace}/{name}/get_parameters")
         try:
             end = self._deadline()
             while not client.wait_for_service(timeout_sec=0.5):
@@ -209,7 +210,7 @@ def test_every_train_launch_argument_reaches_the_nodes_that_take_it(graph, tmp_p
     training.write_text(yaml.safe_dump({"env": {"num_envs": 8}}))
     params_file = tmp_path / "my_nodes.yaml"  # params_file:= is read: a value only it sets shows up
     nodes_yaml = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    nodes_yaml["camera_renderer"]["ros__parameters"]["frame_interval_s"] = 0.25
+    nodes_yaml["/**/camera_renderer"]["ros__parameters"]["frame_interval_s"] = 0.25
     params_file.write_text(yaml.safe_dump(nodes_yaml))
     values = {"task": "walk forward with straight knees on uneven ground", "mode": "synth", "preset": "cpu",
               "run_dir": str(tmp_path / "run"), "synthesizer": "openai", "synth_base_url": "http://127.0.0.1:9/v1",
@@ -220,8 +221,10 @@ def test_every_train_launch_argument_reaches_the_nodes_that_take_it(graph, tmp_p
               "allow_backend_change": "true"}
     expectations = _train_expectations(values)
     _checked_arguments(TRAIN, expectations, tmp_path)
-    launch = launch_model.evaluate(TRAIN, {**values, "record": "true", "trainers": "2", "params_file": str(params_file)},
-                                   workdir=tmp_path)
+    # namespace:=lab1: every node (and so every topic) under /lab1, the params files' sections still reach them
+    launch = launch_model.evaluate(TRAIN, {**values, "record": "true", "trainers": "2", "params_file": str(params_file),
+                                           "namespace": "lab1"}, workdir=tmp_path)
+    graph.namespace = "/lab1"
     assert {n.name for n in launch.nodes} == {"simulator", "camera_renderer", "vlm_critic", "reward_synthesizer",
                                              "deployment", "policy_trainer_0", "policy_trainer_1", "orchestrator",
                                              "recorder"}
@@ -315,8 +318,8 @@ def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_driv
     # a loaded test machine is slower than the drives a robot has: the params file (an argument too) puts the
     # simulator in lockstep with the commands and gives the state stream more time, as simulation_playback.yaml
     params = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    params["simulator"]["ros__parameters"]["lockstep"] = True
-    params["deployment"]["ros__parameters"]["state_timeout"] = 0.5
+    params["/**/simulator"]["ros__parameters"]["lockstep"] = True
+    params["/**/deployment"]["ros__parameters"]["state_timeout"] = 0.5
     params_file = tmp_path / "nodes.yaml"
     params_file.write_text(yaml.safe_dump(params))
     values = {"policy": policy, "robot_config": robot, "sim": "true", "record": "true",
@@ -551,7 +554,7 @@ def _pip_route_nodes(monkeypatch, tmp_path, mode, playback, critic, trainers, re
         def wait(self, _timeout=None):
             return 0
 
-    def trainer_process(_params_file, name, _values, _log):
+    def trainer_process(_params_file, name, _values, _log, _namespace):
         built.append(name)
         return Exited()
 
@@ -561,6 +564,7 @@ def _pip_route_nodes(monkeypatch, tmp_path, mode, playback, critic, trainers, re
         return 0
 
     monkeypatch.setattr(train_graph, "_trainer_process", trainer_process)
+    monkeypatch.setattr(train_graph, "running_search", lambda _namespace: None)
     monkeypatch.setattr("motionvl.ros.runtime.run_nodes", run_nodes)
     orchestrator = {"run_dir": str(tmp_path / "pip"), "task": "walk forward", "mode": mode, "playback": playback,
                     "critic": critic, "render": render}
@@ -576,7 +580,7 @@ def test_train_launch_and_motionvl_train_start_the_same_nodes(monkeypatch, tmp_p
 
     params_file = tmp_path / "nodes.yaml"
     nodes_yaml = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    nodes_yaml["orchestrator"]["ros__parameters"]["render"] = render
+    nodes_yaml["/**/orchestrator"]["ros__parameters"]["render"] = render
     params_file.write_text(yaml.safe_dump(nodes_yaml))
     launch = launch_model.evaluate(TRAIN, {"task": "walk forward", "run_dir": str(tmp_path / "launch"), "mode": mode,
                                            "playback": playback, "critic": critic, "trainers": str(trainers),

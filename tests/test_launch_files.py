@@ -67,7 +67,7 @@ def test_launch_executables_are_console_scripts(path, tmp_path):
     for node in nodes:
         assert node.executable in scripts, f"{path.name}: {node.executable} is not a console script"
         section = "policy_trainer" if node.name.startswith("policy_trainer_") else node.name
-        assert section in sections, f"{path.name}: node {node.name} has no section in config/nodes.yaml"
+        assert f"/**/{section}" in sections, f"{path.name}: node {node.name} has no section in config/nodes.yaml"
 
 
 def test_launch_files_start_the_documented_nodes(tmp_path):
@@ -78,10 +78,12 @@ def test_launch_files_start_the_documented_nodes(tmp_path):
     assert by_file["deploy.launch.py"] == {"deployment_node", "simulator_node", "recorder_node"}
 
 
-def test_nodes_yaml_is_a_params_file():
-    raw = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    for name, section in raw.items():
-        assert set(section) == {"ros__parameters"}, name
+def test_nodes_yaml_is_a_params_file_whose_sections_reach_a_node_in_any_namespace():
+    for shipped in ("nodes.yaml", "simulation_playback.yaml"):
+        raw = yaml.safe_load((ROOT / "config" / shipped).read_text())
+        for name, section in raw.items():
+            assert set(section) == {"ros__parameters"}, name
+            assert name.startswith("/**/"), f"config/{shipped}: section {name} reaches only a node in the root namespace"
 
 
 def test_console_scripts_point_at_main_functions():

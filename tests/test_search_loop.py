@@ -413,6 +413,45 @@ def test_ctrl_c_then_kill_9_and_resume_finish_without_redoing_finished_work(tmp_
     assert ledger.get("run", "finished") is not None and len(list(ledger.items("synthesis"))) == 1
 
 
+def test_a_second_search_in_one_namespace_is_refused_and_runs_beside_the_first_in_its_own(tmp_path):
+    """Two `motionvl train` on one ROS domain: the second in the first's namespace stops before starting anything,
+    naming the first's run directory; given its own --namespace it runs beside the first, each search training
+    on its own trainer only."""
+    from motionvl.ros.train_graph import running_search
+
+    longer = _settings_file(tmp_path, base_iterations=40)  # the first search still runs while the others start
+    train = [sys.executable, "-m", "motionvl.cli", "train", "--task", TASK, "--no-progress", "--no-render"]
+    first_dir, refused_dir, second_dir = tmp_path / "first", tmp_path / "refused", tmp_path / "second"
+    first = subprocess.Popen([*train, "--settings", str(longer), "--out", str(first_dir)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: running_search("") == str(first_dir) or first.poll() is not None, timeout=300), \
+            _said(first)
+        refused = subprocess.run([*train, "--settings", str(longer), "--out", str(refused_dir)], capture_output=True,
+                                 text=True, timeout=120)
+        assert refused.returncode == 1, refused.stderr[-2000:]
+        assert f"another search (run directory {first_dir})" in refused.stderr and "--namespace" in refused.stderr
+        assert not refused_dir.exists(), "a refused search starts nothing"
+        assert first.poll() is None, "the first search was meant to outlast the refused one"
+        (tmp_path / "s2").mkdir()
+        second = subprocess.run([*train, "--settings", str(_settings_file(tmp_path / "s2", candidates=1)),
+                                 "--out", str(second_dir), "--namespace", "second"], capture_output=True, text=True,
+                                timeout=600)
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert first.wait(timeout=600) == 0, _said(first)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    first_log = (first_dir / "logs" / "policy_trainer_0.log").read_text()
+    second_log = (second_dir / "logs" / "policy_trainer_0.log").read_text()
+    assert "/second/policy_trainer_0/candidates" in second_log
+    assert str(second_dir) not in first_log and str(first_dir) not in second_log, "a trainer trained the other's job"
+    for run_dir in (first_dir, second_dir):
+        trained = [record for _key, record in Ledger(run_dir).items("trained")]
+        assert trained and all(record["ok"] for record in trained), run_dir
+
+
 def _trainer_of(search: subprocess.Popen) -> int:
     """The pid of the policy_trainer process `motionvl train` started."""
     assert wait_for(lambda: _my_child("__node:=policy_trainer_0") or search.poll() is not None, timeout=400)

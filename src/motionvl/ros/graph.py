@@ -8,8 +8,10 @@ ask `training_nodes` which nodes to start, so the two routes run the same graph 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 PLAYBACKS = ("in_process", "ros")
+NAMESPACE_PATTERN = re.compile(r"^/?[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,3 +58,25 @@ def training_nodes(*, synthesizer_node: bool, playback: str, trainers: int, rend
         nodes.append(GraphNode("recorder", "recorder_node", "recorder"))
     nodes.append(GraphNode("orchestrator", "orchestrator_node", "orchestrator"))
     return nodes
+
+
+def namespace(text: str | None) -> str:
+    """A graph's ROS namespace as an absolute name ('' for the root): 'lab1' and '/lab1' are '/lab1'. Two searches
+    on one ROS domain need different namespaces (or domains): their nodes would otherwise share names and topics."""
+    text = (text or "").strip().rstrip("/")
+    if not text:
+        return ""
+    if not NAMESPACE_PATTERN.match(text):
+        raise ValueError(f"namespace {text!r} is not a ROS name (letters, digits and _, each part starting with a letter)")
+    return text if text.startswith("/") else "/" + text
+
+
+def node_section(params: dict, name: str) -> dict:
+    """The `ros__parameters` a node named `name`, in any namespace, takes from a params file's content: the sections
+    keyed `/**`, `name`, `/name` or `/**/name`, later ones over earlier ones as ROS merges them (the shipped files
+    key their sections `/**/name` so that they reach a node in a namespace too)."""
+    merged: dict = {}
+    for key, section in (params or {}).items():
+        if key in ("/**", name, f"/{name}", f"/**/{name}"):
+            merged.update((section or {}).get("ros__parameters") or {})
+    return merged

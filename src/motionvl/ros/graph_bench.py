@@ -104,7 +104,7 @@ def _share_without_hold(work: Path) -> Path:
         shutil.copytree(package_root() / folder, share / folder)
     playback = share / "config" / "simulation_playback.yaml"
     raw = yaml.safe_load(playback.read_text())
-    raw["simulator"]["ros__parameters"]["hold_until_reset"] = False
+    raw["/**/simulator"]["ros__parameters"]["hold_until_reset"] = False
     playback.write_text(yaml.safe_dump(raw))
     return share
 

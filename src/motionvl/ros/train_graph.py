@@ -18,13 +18,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import yaml
 
 from motionvl.rl.threads import cpu_shares
 from motionvl.robot import package_root
-from motionvl.ros.graph import training_nodes
+from motionvl.ros.graph import namespace as graph_namespace
+from motionvl.ros.graph import node_section, training_nodes
 
 NODES_YAML = "config/nodes.yaml"
 PLAYBACK_YAML = "config/simulation_playback.yaml"
@@ -33,9 +35,7 @@ PLAYBACK_YAML = "config/simulation_playback.yaml"
 def node_parameters(params_file: Path, name: str) -> dict:
     """The `ros__parameters` a node named `name` gets from a ROS params file: the whole graph's section (`/**`:
     the robot config, the terrain) overlaid with the node's own ({} without either)."""
-    raw = yaml.safe_load(params_file.read_text()) or {}
-    sections = [(raw.get(key) or {}).get("ros__parameters") or {} for key in ("/**", name)]
-    return {**sections[0], **sections[1]}
+    return node_section(yaml.safe_load(params_file.read_text()) or {}, name)
 
 
 def _parameters(values: dict) -> list:
@@ -44,19 +44,55 @@ def _parameters(values: dict) -> list:
     return [Parameter(k, value=v) for k, v in values.items() if v is not None]
 
 
-def _trainer_process(params_file: Path, name: str, values: dict, log_path: Path) -> subprocess.Popen:
+def _trainer_process(params_file: Path, name: str, values: dict, log_path: Path, ns: str = "") -> subprocess.Popen:
     from motionvl.search.dispatch import _die_with_parent
 
-    section = {name: {"ros__parameters": {**node_parameters(params_file, "policy_trainer"), **values}}}
+    section = {f"/**/{name}": {"ros__parameters": {**node_parameters(params_file, "policy_trainer"), **values}}}
     handle = tempfile.NamedTemporaryFile("w", suffix=f"_{name}.yaml", delete=False)
     yaml.safe_dump(section, handle)
     handle.close()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         return subprocess.Popen([sys.executable, "-m", "motionvl.ros.policy_trainer_node", "--ros-args",
-                                 "--params-file", handle.name, "-r", f"__node:={name}"],
+                                 "--params-file", handle.name, "-r", f"__node:={name}",
+                                 *(["-r", f"__ns:={ns}"] if ns else [])],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 preexec_fn=_die_with_parent, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def running_search(ns: str, wait_s: float = 1.0) -> str | None:
+    """The run directory of a search already running in namespace `ns` on this ROS domain, as its orchestrator
+    answers (None when no orchestrator shows up within `wait_s` of discovery, or one a killed process left in
+    the discovery cache does not answer): a second search there would take the first one's trainers."""
+    import rclpy
+    from rcl_interfaces.srv import GetParameters
+    from rclpy.executors import SingleThreadedExecutor
+
+    context = rclpy.Context()
+    rclpy.init(args=[], context=context)
+    try:
+        node = rclpy.create_node("motionvl_train_probe", namespace=ns or "/", context=context,
+                                 enable_rosout=False, start_parameter_services=False)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.1)
+            if ("orchestrator", ns or "/") in [tuple(found) for found in node.get_node_names_and_namespaces()]:
+                break
+        else:
+            return None
+        client = node.create_client(GetParameters, f"{ns}/orchestrator/get_parameters")
+        if not client.wait_for_service(timeout_sec=2.0):
+            return None
+        future = client.call_async(GetParameters.Request(names=["run_dir"]))
+        executor.spin_until_future_complete(future, timeout_sec=2.0)
+        if not future.done() or future.result() is None:
+            return None
+        values = future.result().values
+        return (values[0].string_value if values else "") or "?"
+    finally:
+        rclpy.shutdown(context=context)
 
 
 def _watch_trainers(children: list, logs: Path, ended: threading.Event) -> None:
@@ -109,8 +145,8 @@ def _playback_factory(node, params_file: Path, orchestrator: dict, critic_parame
 def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trainers: int = 1,
                     trainers_in_process: bool = False, record: bool = False, train_config: str | None = None,
                     params_file: str | Path | None = None, robot_config: str | None = None,
-                    critic_parameters: dict | None = None) -> int:
-    """Run the graph until the search ends. orchestrator: its parameter values (task, mode, run_dir, ..., terrain)
+                    critic_parameters: dict | None = None, namespace: str = "") -> int:
+    """Run the graph until the search ends (every node in `namespace`, '' for the root). orchestrator: its parameter values (task, mode, run_dir, ..., terrain)
     and the task's terrain_level (both passed on to the playback nodes that build a world);
     synthesizer: the reward_synthesizer node's (None: the orchestrator synthesizes in process); robot_config:
     the trainers' robot YAML (None: the params file's, as the other nodes); critic_parameters: more of the
@@ -120,6 +156,14 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
     from motionvl.ros.runtime import run_nodes
 
     params_file = Path(params_file) if params_file else package_root() / NODES_YAML
+    ns = graph_namespace(namespace)
+    other = running_search(ns)
+    if other:
+        print(f"motionvl train: another search (run directory {other}) runs on this ROS domain (ROS_DOMAIN_ID="
+              f"{os.environ.get('ROS_DOMAIN_ID', '0')}) in namespace '{ns or '/'}': two searches in one namespace "
+              "would take each other's trainers and answers; give this one its own --namespace NAME (or "
+              "ROS_DOMAIN_ID)", file=sys.stderr, flush=True)
+        return 1
     run_dir = Path(orchestrator["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer_values = {"runs_dir": str(run_dir / "candidates"), "training_config": train_config or "",
@@ -143,7 +187,7 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
             else:
                 pinned = {"cpu_affinity": shares[i]} if shares[i] else {}
                 children.append(_trainer_process(params_file, name, {**trainer_values, **pinned},
-                                                 run_dir / "logs" / f"{name}.log"))
+                                                 run_dir / "logs" / f"{name}.log", ns))
         elif node.name in PLAYBACK_CLASSES:
             factories.append(_playback_factory(node, params_file, orchestrator, critic_parameters))
         elif node.name == "reward_synthesizer":
@@ -169,7 +213,8 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
         threading.Thread(target=_watch_trainers, args=(children, run_dir / "logs", ended), daemon=True,
                          name="trainer-watch").start()
     try:
-        return run_nodes(factories, "motionvl train", ["--ros-args", "--params-file", str(params_file)])
+        return run_nodes(factories, "motionvl train", ["--ros-args", "--params-file", str(params_file),
+                                                       *(["-r", f"__ns:={ns}"] if ns else [])])
     finally:
         ended.set()
         for child in children:  # a trainer stops after its iteration in progress, its checkpoint saved

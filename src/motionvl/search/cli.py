@@ -67,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help=f"run directory (default {DEFAULT_OUT}/<preset>)")
     parser.add_argument("--resume", action="store_true", help="continue the search in --out where it stopped")
     parser.add_argument("--record", action="store_true", help="also record the run's topics as a rosbag (ROS route)")
+    parser.add_argument("--namespace", default="", metavar="NAME",
+                        help="ROS namespace of the run's nodes and topics; two searches on one ROS domain need "
+                             "different ones (default: none)")
     parser.add_argument("--trainers", type=int, default=1, help="trainers run side by side (default 1)")
     parser.add_argument("--no-ros", action="store_true",
                         help="run the search without ROS: trainer processes of its own, no nodes, no graph")
@@ -149,6 +152,12 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.trainers < 1:
         raise ConfigError("--trainers must be >= 1")
+    from motionvl.ros.graph import namespace
+
+    try:
+        args.namespace = namespace(args.namespace)
+    except ValueError as exc:
+        raise ConfigError(f"--namespace: {exc}") from None
     settings = settings_from_args(args)  # bad input fails here, before any node starts
     task = settings.task_object()
     from motionvl.search.config import SearchConfig
@@ -206,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
     code = run_train_graph(orchestrator, synthesizer=synthesizer, trainers=args.trainers,
                            trainers_in_process=args.trainers_in_process, record=args.record,
                            train_config=settings.train_config, robot_config=settings.robot_config,
-                           critic_parameters=timeouts)
+                           critic_parameters=timeouts, namespace=args.namespace)
     from motionvl.search.ledger import Ledger
 
     finished = Ledger(args.out).get("run", "finished") if (args.out / "ledger.jsonl").exists() else None
