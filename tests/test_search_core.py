@@ -97,6 +97,24 @@ def test_decision_orders_gates_ranking_then_a_self_consistent_judge():
     assert d["winner"] == "faster" and asked == []
 
 
+def test_candidates_that_tie_on_the_score_are_ranked_by_the_critics_alignment():
+    """Two challengers within the margin of each other (a straighter-kneed walk a little behind on the task score,
+    as in the task suite): the one the critic finds closer to the sentence is tried against r* first; outside
+    the margin the score alone ranks."""
+    gates, ranking = GateConfig(), RankingConfig(task_weight=0.5, alignment_weight=0.5, margin=0.02)
+    best = _record("start", task=0.995, align=0.735)
+    faster = _record("faster", task=0.979, align=0.894)
+    straighter = _record("straighter", task=0.966, align=0.907)
+    d = decide(best, [faster, straighter], gates=gates, ranking=ranking, use_critic=True)
+    assert d["winner"] == "straighter" and d["verdicts"]["faster"]["reason"] == "ranked below straighter"
+    far_ahead = _record("far_ahead", task=1.0, align=0.90)
+    assert decide(best, [far_ahead, _record("aligned", task=0.9, align=0.95)], gates=gates, ranking=ranking,
+                  use_critic=True)["winner"] == "far_ahead"
+    # without critic feedback there is no alignment to rank by
+    assert decide(_record("start", task=0.9), [_record("a", task=0.99, align=0.0), _record("b", task=0.98, align=0.9)],
+                  gates=gates, ranking=ranking, use_critic=False)["winner"] == "a"
+
+
 def test_every_candidate_rejected_keeps_r_star_and_says_so():
     d = decide(_record("start"), [{"id": "a", "failed": "rejected"}, _record("b", falls=0.9)],
                gates=GateConfig(), ranking=RankingConfig(), use_critic=True)

@@ -67,7 +67,8 @@ class RankingConfig:
     """Weight of the critic's alignment score of the playback with the task sentence."""
     margin: float = 0.02
     """A challenger beats r* by more than this: a win unless the critic's self-consistent pairwise judgement
-    prefers r* (veto). Within +-margin: a tie, won only when the judgement prefers the challenger (tiebreak)."""
+    prefers r* (veto). Within +-margin: a tie, won only when the judgement prefers the challenger (tiebreak).
+    Challengers within it of the best-ranked one tie too: the critic's alignment orders them."""
     pairwise: bool = True
     """Ask the critic's pairwise comparison (both orders; only a self-consistent answer counts)."""
 

@@ -6,7 +6,9 @@ In this order, each step on recorded numbers only (so a recorded run's choices c
    of at least `min_success_rate` and at most r*'s minus `max_success_drop` below it, a fall share of at
    most `max_fall_fraction`; in the playback no fault and at most `max_clipped_share` of clipped commands.
 2. Ranking of the candidates that passed: score = task_weight x task score + alignment_weight x critic
-   alignment, divided by the weights' sum (the task score alone without critic feedback).
+   alignment, divided by the weights' sum (the task score alone without critic feedback). Candidates within
+   `margin` of the best-ranked score tie: among them, the critic's alignment with the task sentence ranks
+   (the task score saturates once a walk covers its distance, so a tie on the score is a tie on the walk).
 3. Against r*, best-ranked first: a challenger ahead by more than `margin` wins unless the critic's
    pairwise comparison, asked in both orders and counted only when both answers agree, prefers r*
    (a veto); one within +-margin wins only when that comparison prefers it (a tiebreak); one behind
@@ -91,6 +93,10 @@ def decide(best: dict, challengers: list[dict], *, gates: GateConfig, ranking: R
         else:
             ranked.append((s, c))
     ranked.sort(key=lambda sc: -sc[0])
+    if use_critic and ranked:
+        tied = [sc for sc in ranked if sc[0] >= ranked[0][0] - ranking.margin]
+        tied.sort(key=lambda sc: (-(alignment(sc[1]) or 0.0), -sc[0]))
+        ranked = tied + ranked[len(tied):]
     winner = None
     for s, c in ranked:
         delta = s - best_score
