@@ -46,6 +46,7 @@ setup(
         *tree("launch"),
         *tree("config"),
         *tree("urdf"),
+        *tree("msg"),  # the message definitions bags embed (motionvl.bags); colcon installs them with rosidl
     ],
     entry_points={
         "console_scripts": [f"{PACKAGE}={PACKAGE}.cli:main"]
