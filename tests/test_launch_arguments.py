@@ -26,7 +26,8 @@ from rcl_interfaces.srv import GetParameters  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import parameter_value_to_python  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
-from std_msgs.msg import String  # noqa: E402
+from motionvl.msg import DeploymentStatus  # noqa: E402
+from motionvl.ros.messages import deployment_status_from_msg  # noqa: E402
 
 import launch_model  # noqa: E402
 from render_fixtures import egl_works  # noqa: E402
@@ -120,11 +121,10 @@ class Graph:
             self.node.destroy_client(client)
 
     def latched_status(self, topic: str) -> dict:
-        import json
-
         got: list = []
         qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        sub = self.node.create_subscription(String, topic, lambda m: got.append(json.loads(m.data)), qos)
+        sub = self.node.create_subscription(DeploymentStatus, topic,
+                                            lambda m: got.append(deployment_status_from_msg(m)), qos)
         try:
             end = self._deadline()
             while not got and self._now() < end:
@@ -294,11 +294,10 @@ def policy(tmp_path) -> str:
 
 def _wait_status(graph: Graph, until) -> list:
     """Deployment statuses (latched, one per change) until one satisfies `until`; all of them."""
-    import json
-
     seen: list = []
     qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    sub = graph.node.create_subscription(String, "/deployment/status", lambda m: seen.append(json.loads(m.data)), qos)
+    sub = graph.node.create_subscription(DeploymentStatus, "/deployment/status",
+                                         lambda m: seen.append(deployment_status_from_msg(m)), qos)
     try:
         end = graph._deadline()
         while not any(until(s) for s in seen) and graph._now() < end:
