@@ -18,6 +18,12 @@ BIN := $(VENV)/bin
 REQUIREMENTS := requirements.txt requirements-ros.txt requirements-test.txt
 SETUP_HASH := $(shell cat $(REQUIREMENTS) setup.py | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.motionvl-setup-$(SETUP_HASH)
+# The ROS interfaces (msg/, srv/, action/) generated from the ROS 2 wheels with cmake and g++ (about a
+# minute, tools/build_interfaces.py): rebuilt only when they, the build or the ROS wheels change.
+INTERFACE_FILES := $(sort $(wildcard msg/*.msg srv/*.srv action/*.action)) CMakeLists.txt package.xml \
+	tools/build_interfaces.py requirements-ros.txt
+INTERFACES_HASH := $(shell cat $(INTERFACE_FILES) | sha256sum | cut -c1-16)
+INTERFACES_STAMP := $(VENV)/.motionvl-interfaces-$(INTERFACES_HASH)
 # Shared libraries MuJoCo's headless (EGL) rendering loads, and the Debian packages providing them.
 EGL_LIBS := libEGL.so.1 libOpenGL.so.0
 APT_PACKAGES := libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri
@@ -40,7 +46,7 @@ help:
 	@echo "make bench  - benchmarks: sim, train and render throughput, then a 60 min time-to-walk run"
 	@echo "make setup  - create .venv and install (done by the targets above when needed)"
 
-setup: $(STAMP)
+setup: $(STAMP) $(INTERFACES_STAMP)
 
 $(STAMP): $(REQUIREMENTS) setup.py
 	@$(MAKE) --no-print-directory system-deps
@@ -50,6 +56,11 @@ $(STAMP): $(REQUIREMENTS) setup.py
 	@rm -f $(VENV)/.motionvl-setup-*
 	@touch $@
 	@echo "setup done: $(VENV) ($(SETUP_HASH))"
+
+$(INTERFACES_STAMP): $(STAMP) $(INTERFACE_FILES)
+	$(BIN)/python tools/build_interfaces.py --build-dir build/interfaces
+	@rm -f $(VENV)/.motionvl-interfaces-*
+	@touch $@
 
 # libEGL for MuJoCo's headless renderer: installed when missing and running as root, else
 # reported (tests that render skip with a reason when EGL is unusable).
@@ -87,4 +98,4 @@ bench: setup
 	$(RUN_ENV) $(BIN)/python bench/time_to_walk.py --minutes 60 --eval-every 5 --out runs/time_to_walk
 
 clean:
-	rm -rf build *.egg-info src/*.egg-info out/demo out/train
+	rm -rf build *.egg-info src/*.egg-info out/demo out/train $(VENV)/.motionvl-interfaces-*

@@ -1,4 +1,7 @@
-"""ament_python package `motionvl`: installable with pip (pip-only route) or built by colcon."""
+"""The Python package `motionvl` for pip (the pip-only route; `make setup` builds the ROS interfaces beside it).
+
+A distribution builds the package with colcon from CMakeLists.txt (ament_cmake), which installs the same
+Python package, node executables and share/ files and generates the interfaces."""
 
 from glob import glob
 from pathlib import Path
@@ -8,18 +11,10 @@ from setuptools import find_namespace_packages, setup
 PACKAGE = "motionvl"
 HERE = Path(__file__).resolve().parent
 
-# The nodes: console script name = module under motionvl.ros with a main(args=None). The script
-# enters through motionvl.ros.console, which takes SIGINT/SIGTERM before the module's imports.
-NODES = (
-    "simulator_node",
-    "camera_renderer_node",
-    "vlm_critic_node",
-    "policy_trainer_node",
-    "reward_synthesizer_node",
-    "recorder_node",
-    "deployment_node",
-    "orchestrator_node",
-)
+# The nodes: every module src/motionvl/ros/<name>_node.py with a main(args=None) is the console script
+# <name>_node (CMakeLists.txt makes the same executables for colcon). The script enters through
+# motionvl.ros.console, which takes SIGINT/SIGTERM before the module's imports.
+NODES = sorted(p.stem for p in (HERE / "src" / PACKAGE / "ros").glob("*_node.py"))
 
 
 def tree(folder: str) -> list:
@@ -51,6 +46,7 @@ setup(
         *tree("launch"),
         *tree("config"),
         *tree("urdf"),
+        *tree("msg"),  # the message definitions bags embed (motionvl.bags); colcon installs them with rosidl
     ],
     entry_points={
         "console_scripts": [f"{PACKAGE}={PACKAGE}.cli:main"]

@@ -13,7 +13,6 @@ drive commands and diagnostics, and that every process exits cleanly on shutdown
 node damps first).
 """
 
-import json
 import os
 import tempfile
 import time
@@ -32,7 +31,9 @@ import launch_testing.asserts  # noqa: E402
 import rclpy  # noqa: E402
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
-from std_msgs.msg import Float64MultiArray, String  # noqa: E402
+from std_msgs.msg import Float64MultiArray  # noqa: E402
+
+from motionvl.msg import DeploymentStatus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 from motionvl.deploy.random_policy import write_random_policy  # noqa: E402
@@ -72,8 +73,8 @@ class TestDeployGraph(unittest.TestCase):
         def on_command(msg):
             if any(s.get("mode") == "RUN" for s in statuses):
                 commands.append(msg)
-        subs = [self.node.create_subscription(String, "/deployment/status", lambda m: statuses.append(json.loads(m.data)),
-                                              latched),
+        subs = [self.node.create_subscription(DeploymentStatus, "/deployment/status",
+                                              lambda m: statuses.append({"mode": m.mode_name}), latched),
                 self.node.create_subscription(Float64MultiArray, "/joint_drive_commands", on_command, 10)]
         try:
             end = time.monotonic() + 120.0

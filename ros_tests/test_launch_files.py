@@ -39,6 +39,8 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
+from motionvl.msg import JsonRecord  # noqa: E402
+
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"
 WORK = Path(tempfile.mkdtemp(prefix="motionvl_train_launch_"))
 RUN_DIR = WORK / "run"
@@ -92,8 +94,8 @@ class TestTrainGraph(unittest.TestCase):
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
         def decided(records):
-            return any(json.loads(r.data)["kind"] == "decided" for r in records)
-        records = self._collect(String, "/search/ledger", latched, decided, 600.0)
+            return any(json.loads(r.json)["kind"] == "decided" for r in records)
+        records = self._collect(JsonRecord, "/search/ledger", latched, decided, 600.0)
         self.assertTrue(decided(records), "the search's first iteration was not decided")
         proc_output.assertWaitFor("search finished", timeout=600, stream="stderr")
         self.assertTrue((RUN_DIR / "policy.onnx").exists() and (RUN_DIR / "report.html").exists())

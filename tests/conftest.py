@@ -18,13 +18,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pytest  # noqa: E402
 
 
-@pytest.fixture
-def ros_context():
-    """An initialised rclpy Context of the test's own, shut down afterwards.
-
-    Create nodes with `context=ros_context` and executors with `context=ros_context`, so
-    tests never share or leak the global default context.
-    """
+def _rclpy_context():
     import rclpy
 
     context = rclpy.Context()
@@ -33,6 +27,22 @@ def ros_context():
         yield context
     finally:
         rclpy.try_shutdown(context=context)
+
+
+@pytest.fixture
+def ros_context():
+    """An initialised rclpy Context of the test's own, shut down afterwards.
+
+    Create nodes with `context=ros_context` and executors with `context=ros_context`, so
+    tests never share or leak the global default context.
+    """
+    yield from _rclpy_context()
+
+
+@pytest.fixture
+def second_ros_context():
+    """Another context (a DDS participant of its own): one participant cannot publish two types on a topic."""
+    yield from _rclpy_context()
 
 
 @pytest.fixture(scope="session")

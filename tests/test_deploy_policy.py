@@ -45,9 +45,9 @@ def test_contract_mismatch_is_refused_naming_each_difference(deployment, tmp_pat
     response = drives.call("load_policy")
     assert not response.success and "kp: policy" in response.message and "control_dt" in response.message
     good = write_random_policy(tmp_path / "good.onnx", robot=mapped_robot())
-    node.set_parameters([Parameter("policy", value=str(good))])
-    response = drives.call("load_policy")
+    response = drives.call("load_policy", path=str(good))  # the request names the file: one call
     assert response.success, response.message
+    assert node.get_parameter("policy").value == str(good)  # the parameter names what is loaded
 
 
 @pytest.mark.parametrize("path", ["pd", "torque"])

@@ -8,7 +8,6 @@ a non-identity hardware section (motor order, signs, offsets, IMU mounting).
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 
@@ -22,7 +21,11 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, Header, String  # noqa: E402
+from std_msgs.msg import Float64MultiArray, Header  # noqa: E402
+
+from motionvl.msg import DeploymentStatus  # noqa: E402
+from motionvl.ros.messages import deployment_status_from_msg  # noqa: E402
+from motionvl.srv import LoadPolicy  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from deploy_fixtures import ROBOT, assert_within, hardware_section, mapped_robot, write_robot_yaml  # noqa: E402
@@ -58,8 +61,8 @@ class Drives:
         self.imu_pub = n.create_publisher(Imu, "imu/data", 10)
         self.topic = TOPICS[path]
         n.create_subscription(Float64MultiArray, self.topic, self._keep(self.commands), RELIABLE)
-        n.create_subscription(String, "deployment/status", lambda m: self._keep(self.statuses)(json.loads(m.data)),
-                              LATCHED)
+        n.create_subscription(DeploymentStatus, "deployment/status",
+                              lambda m: self._keep(self.statuses)(deployment_status_from_msg(m)), LATCHED)
         n.create_subscription(DiagnosticArray, "/diagnostics", self._keep(self.diagnostics), 10)
         self.cycles: list = []  # (cycle index, command mode) from ~/cycle (publish_cycle_stamps)
         n.create_subscription(Header, "deployment/cycle", lambda m: self._keep(self.cycles)(
@@ -141,12 +144,14 @@ class Drives:
             return {kv.key: kv.value for kv in self.diagnostics[-1].status[0].values} if self.diagnostics else {}
 
     # ------------------------------------------------------------------ services
-    def call(self, service: str, timeout: float = 10.0):
+    def call(self, service: str, timeout: float = 10.0, path: str = ""):
+        """Call deployment/<service>: a Trigger, or LoadPolicy (with `path`) for load_policy."""
+        kind = LoadPolicy if service == "load_policy" else Trigger
         if service not in self.clients:
-            self.clients[service] = self.node.create_client(Trigger, f"deployment/{service}")
+            self.clients[service] = self.node.create_client(kind, f"deployment/{service}")
         client = self.clients[service]
         assert client.wait_for_service(timeout_sec=timeout), f"no service {service}"
-        future = client.call_async(Trigger.Request())
+        future = client.call_async(LoadPolicy.Request(path=path) if kind is LoadPolicy else Trigger.Request())
         assert wait_for(future.done, timeout=timeout), f"{service} did not answer"
         return future.result()
 
@@ -471,7 +476,7 @@ def test_older_joint_states_are_dropped_and_repeated_ones_fault(deployment):
 def test_load_policy_refused_outside_passive_and_damp(deployment):
     node, drives = deployment("pd")
     response = drives.call("load_policy")
-    assert not response.success and "names no file" in response.message
+    assert not response.success and "no file named" in response.message
     node.set_parameters([Parameter("policy", value="/nonexistent/policy.onnx")])
     stand(node, drives)
     response = drives.call("load_policy")

@@ -3,7 +3,6 @@ mounting of a configured hardware section, and the virtual gantry; core and node
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 
@@ -70,6 +69,8 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String  # noqa: E402
+
+from motionvl.msg import DeploymentStatus  # noqa: E402
 
 from motionvl.deploy import PD_FIELDS  # noqa: E402
 from motionvl.ros.simulator_node import SimulatorNode  # noqa: E402
@@ -189,10 +190,13 @@ def test_the_emulated_drives_damp_when_commands_stop_and_say_so(ros_context):
 
 def test_gantry_lets_go_when_the_stand_completes(emulated):
     sim, probe, got, lock = emulated
-    status_pub = probe.create_publisher(String, "deployment/status", LATCHED)
-    status_pub.publish(String(data=json.dumps({"mode": "STAND", "stand_complete": False})))
+    status_pub = probe.create_publisher(DeploymentStatus, "deployment/status", LATCHED)
+    stand = dict(mode=DeploymentStatus.MODE_STAND, mode_name="STAND")
+    status_pub.publish(DeploymentStatus(**stand, stand_complete=False))
+    status_pub.publish(DeploymentStatus(mode=7, mode_name="FLYING", stand_complete=True))  # counted, never acted on
+    assert wait_for(lambda: sim.inbox.bad[sim.resolve_topic_name("deployment/status")] == 1)
     assert sim.sim.gantry
-    status_pub.publish(String(data=json.dumps({"mode": "STAND", "stand_complete": True})))
+    status_pub.publish(DeploymentStatus(**stand, stand_complete=True))
     assert wait_for(lambda: not sim.sim.gantry)
 
 

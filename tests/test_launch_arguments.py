@@ -26,7 +26,8 @@ from rcl_interfaces.srv import GetParameters  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import parameter_value_to_python  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
-from std_msgs.msg import String  # noqa: E402
+from motionvl.msg import DeploymentStatus  # noqa: E402
+from motionvl.ros.messages import deployment_status_from_msg  # noqa: E402
 
 import launch_model  # noqa: E402
 from render_fixtures import egl_works  # noqa: E402
@@ -121,11 +122,10 @@ class Graph:
             self.node.destroy_client(client)
 
     def latched_status(self, topic: str) -> dict:
-        import json
-
         got: list = []
         qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        sub = self.node.create_subscription(String, topic, lambda m: got.append(json.loads(m.data)), qos)
+        sub = self.node.create_subscription(DeploymentStatus, topic,
+                                            lambda m: got.append(deployment_status_from_msg(m)), qos)
         try:
             end = self._deadline()
             while not got and self._now() < end:
@@ -297,11 +297,10 @@ def policy(tmp_path) -> str:
 
 def _wait_status(graph: Graph, until) -> list:
     """Deployment statuses (latched, one per change) until one satisfies `until`; all of them."""
-    import json
-
     seen: list = []
     qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    sub = graph.node.create_subscription(String, "/deployment/status", lambda m: seen.append(json.loads(m.data)), qos)
+    sub = graph.node.create_subscription(DeploymentStatus, "/deployment/status",
+                                         lambda m: seen.append(deployment_status_from_msg(m)), qos)
     try:
         end = graph._deadline()
         while not any(until(s) for s in seen) and graph._now() < end:
@@ -452,12 +451,8 @@ STARTUP_ERRORS = {  # node executable -> -p rules it cannot start with
 
 
 def test_a_node_that_cannot_start_says_why_in_one_line_and_exits_1(graph, tmp_path):
-    import ast
-
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    nodes = next(ast.literal_eval(n.value) for n in tree.body
-                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "NODES")
-    assert set(STARTUP_ERRORS) == set(nodes)
+    nodes = {p.stem for p in (ROOT / "src" / "motionvl" / "ros").glob("*_node.py")}  # the node executables
+    assert set(STARTUP_ERRORS) == nodes
     for executable, rules in STARTUP_ERRORS.items():
         argv = [str(BIN / executable), "--ros-args", "--params-file", str(ROOT / "config" / "nodes.yaml"),
                 "-p", f"run_dir:={tmp_path / 'run'}", "-p", f"output_dir:={tmp_path / 'bags'}"]

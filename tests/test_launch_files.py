@@ -21,17 +21,9 @@ LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
 
 def _console_scripts() -> dict:
     """name -> 'module:function' the script runs (nodes: their module's main(), entered through
-    motionvl.ros.console), from setup.py read without running it."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    consts = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                consts[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
-    scripts = {consts["PACKAGE"]: f"{consts['PACKAGE']}.cli:main"}
-    scripts.update({node: f"{consts['PACKAGE']}.ros.{node}:main" for node in consts["NODES"]})
+    motionvl.ros.console): setup.py and CMakeLists.txt make one per src/motionvl/ros/<name>_node.py."""
+    scripts = {"motionvl": "motionvl.cli:main"}
+    scripts.update({p.stem: f"motionvl.ros.{p.stem}:main" for p in (ROOT / "src" / "motionvl" / "ros").glob("*_node.py")})
     return scripts
 
 

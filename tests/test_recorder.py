@@ -248,3 +248,79 @@ def test_main_exits_1_on_bad_storage(tmp_path):
     assert recorder_node.main(["recorder_node", "--ros-args", "-p", "storage:=lz4",
                                "-p", f"output_dir:={tmp_path}"]) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_typed_topics_are_recorded_with_their_definitions(ros_context, tmp_path):
+    """search/state, search/ledger and deployment/status are MotionVL's own types: the recorder writes them
+    with their message definitions (what `ros2 bag` and Foxglove decode with), read_bag decodes their fields."""
+    from motionvl.msg import DeploymentStatus, SearchState
+    from motionvl.ros.messages import ledger_msg, search_state_msg
+    from spinning import Spinners
+
+    source = Node("typed_source", context=ros_context)
+    state = source.create_publisher(SearchState, "/search/state", LATCHED)
+    ledger = source.create_publisher(type(ledger_msg({})), "/search/ledger", LATCHED)
+    status = source.create_publisher(DeploymentStatus, "/deployment/status", LATCHED)
+    sent = search_state_msg({"phase": "proposing", "iteration": 2, "best": "i1c0", "task": "stand still"})
+    state.publish(sent)
+    ledger.publish(ledger_msg({"kind": "decided", "iteration": 2}))
+    status.publish(DeploymentStatus(mode=DeploymentStatus.MODE_DAMP, mode_name="DAMP", faults=["fall"]))
+    recorder = RecorderNode(context=ros_context, parameter_overrides=[
+        Parameter("output_dir", value=str(tmp_path)), Parameter("bag_name", value="typed"),
+        Parameter("topics", value=["/search/state", "/search/ledger", "/deployment/status"]),
+        Parameter("discovery_period_s", value=0.1)])
+    spinners = Spinners(ros_context)
+    spinners.add(source)
+    spinners.add(recorder)
+    try:
+        _wait(lambda: all(recorder.bag.counts.get(t) == 1 for t in ("/search/state", "/search/ledger",
+                                                                    "/deployment/status")),
+              15, f"the three typed messages; have {recorder.bag.counts}")
+        recorder.bag.close()
+    finally:
+        spinners.shutdown()
+    got = {topic: (msgtype, msg) for topic, msgtype, _, msg in read_bag(tmp_path / "typed")}
+    assert got["/search/state"][0] == "motionvl/msg/SearchState"
+    s = got["/search/state"][1]
+    assert (s.phase, s.iteration, s.best, s.task, s.trainer_iteration) == ("proposing", 2, "i1c0", "stand still", -1)
+    record = got["/search/ledger"][1]
+    assert (record.kind, record.version, json.loads(record.json)) == ("ledger", 1, {"kind": "decided", "iteration": 2})
+    d = got["/deployment/status"][1]
+    assert (got["/deployment/status"][0], d.mode, d.mode_name, list(d.faults)) == \
+        ("motionvl/msg/DeploymentStatus", 3, "DAMP", ["fall"])
+    # the definition is in the bag itself (a reader without MotionVL's types decodes it from there)
+    from rosbags.highlevel import AnyReader
+
+    with AnyReader([tmp_path / "typed"]) as reader:
+        defs = {c.msgtype: c.msgdef.data for c in reader.connections}
+    assert "uint8 MODE_DAMP=3" in defs["motionvl/msg/DeploymentStatus"]
+    assert "int32 trainer_iteration" in defs["motionvl/msg/SearchState"]
+
+
+def test_analyze_reads_the_status_of_old_and_new_bags(tmp_path):
+    """`motionvl analyze` reads deployment/status as bags before the types hold it (JSON in std_msgs/String)
+    and as they hold it now (motionvl/msg/DeploymentStatus), to the same rows."""
+    from motionvl.deploy.analysis import BagData
+    from motionvl.robot import load_robot_config
+
+    ts = typestore()
+    t = ts.types
+    status = {"mode": "RUN", "stand_complete": True, "faults": [], "policy": "/p.onnx", "path": "pd",
+              "dry_run": False, "cycle": 40, "transition": {"from": "STAND", "to": "RUN", "why": "asked", "cycle": 39}}
+    typed = t["motionvl/msg/DeploymentStatus"](
+        header=t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](sec=0, nanosec=0), frame_id=""),
+        mode=2, mode_name="RUN", stand_complete=True, faults=[], policy="/p.onnx", path="pd", dry_run=False, cycle=40,
+        transition_from="STAND", transition_to="RUN", transition_why="asked", transition_cycle=39)
+    bad = t["motionvl/msg/DeploymentStatus"](**{**typed.__dict__, "mode": 9})
+    rows = {}
+    for name, msgtype, messages in (
+            ("old", "std_msgs/msg/String", [t["std_msgs/msg/String"](data=json.dumps(status)),
+                                            t["std_msgs/msg/String"](data="x")]),
+            ("new", "motionvl/msg/DeploymentStatus", [typed, bad])):
+        bag = BagRecorder(tmp_path / name)
+        bag.add_topic("/deployment/status", msgtype)
+        for i, msg in enumerate(messages):
+            bag.write("/deployment/status", 1000 + i, bytes(ts.serialize_cdr(msg, msgtype)))
+        bag.close()
+        rows[name] = [s for _, s in BagData(tmp_path / name, load_robot_config()).rows["status"]]
+    assert rows["old"] == rows["new"] == [status], "one status each; the unreadable one skipped"

@@ -6,7 +6,8 @@ appends junk bytes to some messages, which rosbags rejects), and analysis code r
 with `read_bag` without rclpy.
 
 Bags are rosbag2 directories (metadata.yaml + one storage file), format version 9 (Kilted), with
-message definitions from rosbags' Kilted typestore, so `ros2 bag info/play` and rosbags read them.
+message definitions from rosbags' Kilted typestore plus MotionVL's own (msg/*.msg), so `ros2 bag
+info/play`, Foxglove and rosbags decode them.
 
 Storage and crash safety (rosbags 0.11.9, checked in its source):
   mcap     rosbags keeps the current MCAP chunk in memory and writes it out when it passes 1 MiB;
@@ -23,6 +24,7 @@ MCAP file has no summary or footer): `recover_bag` rewrites what was flushed int
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -50,8 +52,24 @@ class BagError(Exception):
 
 
 def typestore():
-    """rosbags' typestore of the ROS 2 Kilted message types."""
-    return get_typestore(Stores.ROS2_KILTED)
+    """rosbags' typestore of the ROS 2 Kilted message types and MotionVL's own (msg/*.msg), so a bag stores
+    their definitions (what `ros2 bag` and Foxglove decode them with)."""
+    store = get_typestore(Stores.ROS2_KILTED)
+    store.register(motionvl_types())
+    return store
+
+
+@functools.lru_cache(maxsize=1)
+def motionvl_types() -> dict:
+    """rosbags type definitions of motionvl/msg/* from their .msg files (source tree or share/motionvl)."""
+    from rosbags.typesys import get_types_from_msg
+
+    from motionvl.robot import package_root
+
+    types: dict = {}
+    for path in sorted((package_root() / "msg").glob("*.msg")):
+        types.update(get_types_from_msg(path.read_text(), f"motionvl/msg/{path.stem}"))
+    return types
 
 
 def qos(reliable: bool = True, transient_local: bool = False, depth: int = 10) -> Qos:

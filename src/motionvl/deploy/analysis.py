@@ -26,6 +26,7 @@ import numpy as np
 
 from motionvl.deploy.commands import PD_FIELDS
 from motionvl.deploy.mapping import JointMapping
+from motionvl.deploy.modes import status_from_message
 from motionvl.robot import RobotConfig, load_robot_config
 from motionvl.sim.math import tilt_of
 
@@ -70,9 +71,14 @@ class BagData:
                 rows["odom"].append((t, p.x, p.y, p.z, o.w, o.x, o.y, o.z, v.linear.x, v.linear.y, v.angular.z))
             elif msgtype == "geometry_msgs/msg/Twist":
                 rows["cmd_vel"].append((t, msg.linear.x, msg.linear.y, msg.angular.z))
-            elif msgtype == "std_msgs/msg/String" and topic.endswith("deployment/status"):
+            elif msgtype == "std_msgs/msg/String" and topic.endswith("deployment/status"):  # bags before the types
                 try:
                     rows["status"].append((t, json.loads(msg.data)))
+                except ValueError:
+                    pass
+            elif msgtype == "motionvl/msg/DeploymentStatus":
+                try:
+                    rows["status"].append((t, status_from_message(msg)))
                 except ValueError:
                     pass
             elif msgtype == "diagnostic_msgs/msg/DiagnosticArray":

@@ -131,3 +131,21 @@ class ModeMachine:
     def _enter(self, target: Mode, cycle: int, why: str) -> None:
         self.transitions.append(Transition(cycle, self.mode, target, why))
         self.mode = target
+
+
+def status_from_message(msg) -> dict:
+    """The deployment node's status dict (mode, stand_complete, faults, policy, path, dry_run, cycle, transition:
+    None before the first) from a motionvl/msg/DeploymentStatus: rclpy's or one rosbags read from a bag.
+    ValueError when its mode or transition names no mode (another program may publish anything)."""
+    names = [m.value for m in Mode]
+    if msg.mode >= len(names) or names[msg.mode] != msg.mode_name:
+        raise ValueError(f"mode {msg.mode} / mode_name {msg.mode_name!r}: not one of {names} (or they disagree)")
+    transition = None
+    if msg.transition_to:
+        if msg.transition_to not in names or msg.transition_from not in names:
+            raise ValueError(f"transition {msg.transition_from!r} -> {msg.transition_to!r}: not modes")
+        transition = {"from": msg.transition_from, "to": msg.transition_to, "why": msg.transition_why,
+                      "cycle": int(msg.transition_cycle)}
+    return {"mode": msg.mode_name, "stand_complete": bool(msg.stand_complete), "faults": list(msg.faults),
+            "policy": msg.policy or None, "path": msg.path, "dry_run": bool(msg.dry_run), "cycle": int(msg.cycle),
+            "transition": transition}

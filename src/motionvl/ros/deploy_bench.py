@@ -49,8 +49,6 @@ from pathlib import Path
 import numpy as np
 from rclpy.node import Node
 
-from motionvl.ros.records import json_record
-
 HOG = ("import os\nos.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))\nparent = os.getppid()\n"
        "while os.getppid() == parent:\n    pass")
 """A busy process (an ordinary one, whatever its parent's scheduling) that ends when the benchmark does,
@@ -333,7 +331,9 @@ class Robot(Node):
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import Imu, JointState
-        from std_msgs.msg import Float64MultiArray, Header, String
+        from std_msgs.msg import Float64MultiArray, Header
+
+        from motionvl.msg import DeploymentStatus
 
         from motionvl.deploy.mapping import JointMapping
         from motionvl.robot import load_robot_config
@@ -358,7 +358,7 @@ class Robot(Node):
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.create_subscription(String, "deployment/status", self._on_status, latched)
+        self.create_subscription(DeploymentStatus, "deployment/status", self._on_status, latched)
         self.js = JointState(name=list(self.mapping.motor_names))
         self.js.position = [float(v) for v in self.mapping.to_motor_position(self.robot.default_pose)]
         self.js.velocity = [0.0] * self.robot.num_joints
@@ -380,9 +380,7 @@ class Robot(Node):
             self.answers.append((msg.stamp.sec * 10**9 + msg.stamp.nanosec, now, msg.frame_id.split(" ")[0]))
 
     def _on_status(self, msg) -> None:
-        status = json_record(self, msg, "deployment/status")
-        if status is not None:
-            self.mode = status.get("mode")
+        self.mode = msg.mode_name
 
     def _on_diagnostics(self, msg) -> None:
         for status in msg.status:
@@ -461,7 +459,9 @@ def probe_main(argv=None) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
-    from std_msgs.msg import Float64MultiArray, Header, String
+    from std_msgs.msg import Float64MultiArray, Header
+
+    from motionvl.msg import DeploymentStatus
 
     from motionvl.deploy import DeployConfig
     from motionvl.deploy.scheduling import request_realtime
@@ -490,7 +490,7 @@ def probe_main(argv=None) -> int:
     reliable = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
     command_pub = node.create_publisher(Float64MultiArray, DEFAULT_COMMAND_TOPICS[args.path], reliable)
     cycle_pub = node.create_publisher(Header, "deployment/cycle", reliable)
-    status_pub = node.create_publisher(String, "deployment/status", QoSProfile(
+    status_pub = node.create_publisher(DeploymentStatus, "deployment/status", QoSProfile(
         depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
     state = {"count": 0, "target": default.copy()}
     out = Float64MultiArray()
@@ -508,7 +508,7 @@ def probe_main(argv=None) -> int:
         cycle_pub.publish(Header(stamp=msg.header.stamp, frame_id="RUN"))
 
     node.create_subscription(JointState, "joint_states", on_state, reliable)
-    status_pub.publish(String(data=json.dumps({"mode": "RUN"})))
+    status_pub.publish(DeploymentStatus(mode=DeploymentStatus.MODE_RUN, mode_name="RUN"))
     if rt is not None:
         print(f"real-time scheduling: {rt.describe()}", flush=True)
     executor = SingleThreadedExecutor()

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 from rclpy.node import Node
 
-from motionvl.ros.records import json_record
 from motionvl.sim.math import tilt_of
 
 COMMAND_PUBLISH_HZ = 10.0
@@ -176,7 +175,7 @@ class Monitor(Node):
         from geometry_msgs.msg import Twist
         from nav_msgs.msg import Odometry
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-        from std_msgs.msg import String
+        from motionvl.msg import DeploymentStatus
 
         super().__init__("deploy_sim_monitor", context=context)
         self.command = [float(c) for c in command]
@@ -197,11 +196,14 @@ class Monitor(Node):
         self.create_subscription(Odometry, "odom", self._on_odom, 10)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.create_subscription(String, "deployment/status", self._on_status, latched)
+        self.create_subscription(DeploymentStatus, "deployment/status", self._on_status, latched)
 
     def _on_status(self, msg) -> None:
-        status = json_record(self, msg, "deployment/status")
-        if status is None:
+        from motionvl.ros.messages import BadMessage, deployment_status_from_msg
+
+        try:
+            status = deployment_status_from_msg(msg)
+        except BadMessage:
             return
         with self.lock:
             t = status.get("transition")

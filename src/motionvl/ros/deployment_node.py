@@ -44,8 +44,8 @@ Publishes:
                    ForwardCommandController). Reliable, depth 1.
   <command_topic>/joint_names  sensor_msgs/JointState  the motor names of the commands (names only),
                    transient local: published once.
-  ~/status      std_msgs/String      JSON {mode, stand_complete, faults, policy, path, dry_run, cycle,
-                                     transition}: on every change, transient local (depth 1).
+  ~/status      motionvl/DeploymentStatus  mode, stand_complete, faults, policy, path, dry_run, cycle and
+                                     the last transition: on every change, transient local (depth 1).
   /diagnostics  diagnostic_msgs/DiagnosticArray  mode, faults, clips, overruns, late cycles, loop
                                      period and latency p50/p99/max, policy inference time, real-time
                                      status, extra joint names, cmd_vel publishers of the wrong type, the stamps of
@@ -53,9 +53,8 @@ Publishes:
   ~/cycle       std_msgs/Header      (publish_cycle_stamps only) after each command: the stamp of the
                                      joint state it answered, frame_id "<command mode> <cycle index>"
                                      (`motionvl bench deploy` pairs the stamps; tests count cycles).
-Services (all std_srvs/Trigger: standard types only, so no interface package has to be built in
-the pip route; each call is synchronous and answers success plus the reason for a refusal, from
-`ros2 service call` and rclpy alike; the argument of a request lives in its name or a parameter):
+Services (std_srvs/Trigger but for ~/load_policy; each call is synchronous and answers success plus the
+reason for a refusal, from `ros2 service call` and rclpy alike):
   ~/set_mode/passive, ~/set_mode/stand, ~/set_mode/run, ~/set_mode/damp
                 the mode requests (PASSIVE -> RUN and any request while a fault is latched are
                 refused; DAMP is always accepted).
@@ -63,8 +62,9 @@ the pip route; each call is synchronous and answers success plus the reason for 
                 command damps).
   ~/rearm       clear latched faults (mode stays DAMP): refused unless allow_rearm is true and no
                 fault condition is still present.
-  ~/load_policy load the ONNX file the `policy` parameter names (set it first: `ros2 param set`):
-                only in PASSIVE or DAMP, only after its contract matches the robot.
+  ~/load_policy motionvl/srv/LoadPolicy: load the ONNX file the request names (empty: the `policy`
+                parameter), only in PASSIVE or DAMP, only after its contract matches the robot; the
+                `policy` parameter then names it.
 """
 
 from __future__ import annotations
@@ -73,7 +73,6 @@ import array
 import collections
 import dataclasses
 import functools
-import json
 import sys
 import threading
 import time
@@ -83,9 +82,10 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist, TwistStamped
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Imu, JointState
-from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension, String
+from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension
 from std_srvs.srv import Trigger
 
 from motionvl.dataclass_docs import field_docs
@@ -93,11 +93,14 @@ from motionvl.deploy import PD_FIELDS, Controller, DeployConfig, Mode
 from motionvl.deploy.inference import PolicyWorker
 from motionvl.deploy.scheduling import (DeadlineClock, RealtimeStatus, StatePacer, request_realtime,
                                         set_switch_interval, set_thread_scheduling)
+from motionvl.msg import DeploymentStatus
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros import runtime
+from motionvl.ros.messages import deployment_status_msg
 from motionvl.ros.owned import OwnedSubscriptions
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node
+from motionvl.srv import LoadPolicy
 
 NODE_NAME = "deployment"
 TRIGGERS = ("state", "clock")
@@ -197,7 +200,7 @@ class DeploymentNode(Node):
         self._started_at = time.monotonic()
         p = declare_parameters(self, PARAMETERS)
         self.declare_parameter(POLICY_PARAMETER, "", ParameterDescriptor(
-            description="ONNX policy: loaded at start when set; ~/load_policy loads the file it names."))
+            description="ONNX policy: loaded at start when set; names what ~/load_policy loaded (or loads, given no path)."))
         if p["trigger"] not in TRIGGERS:
             raise ConfigError(f"parameter trigger must be one of {TRIGGERS}, got {p['trigger']!r}")
         if p["autostart"] not in AUTOSTART:
@@ -232,7 +235,7 @@ class DeploymentNode(Node):
         names_pub = self.create_publisher(JointState, self.command_topic + "/joint_names", LATCHED_QOS)
         names_pub.publish(JointState(name=list(c.mapping.motor_names)))
         self._message, self._buffer = self._command_message()
-        self.status_pub = self.create_publisher(String, "~/status", LATCHED_QOS)
+        self.status_pub = self.create_publisher(DeploymentStatus, "~/status", LATCHED_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", DIAGNOSTICS_QOS)
         self.cycle_pub = self.create_publisher(Header, "~/cycle", COMMAND_QOS) if p["publish_cycle_stamps"] else None
         self._cycle_header = Header()
@@ -252,7 +255,7 @@ class DeploymentNode(Node):
             self.create_service(Trigger, f"~/set_mode/{mode.value.lower()}", self._mode_service(mode))
         self.create_service(Trigger, "~/estop", self._on_estop)
         self.create_service(Trigger, "~/rearm", self._on_rearm)
-        self.create_service(Trigger, "~/load_policy", self._on_load_policy)
+        self.create_service(LoadPolicy, "~/load_policy", self._on_load_policy)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.create_timer(WRITER_CHECK_PERIOD_S, self._check_writers)
         self.create_timer(1.0 / p["diagnostics_rate_hz"], self._publish_diagnostics)
@@ -487,10 +490,11 @@ class DeploymentNode(Node):
     def _on_rearm(self, request, response):
         return self._ask(self.controller.rearm, "rearm", response)
 
-    def _on_load_policy(self, request, response):
-        path = self.get_parameter(POLICY_PARAMETER).value
+    def _on_load_policy(self, request: LoadPolicy.Request, response: LoadPolicy.Response) -> LoadPolicy.Response:
+        path = request.path or self.get_parameter(POLICY_PARAMETER).value
         if not path:
-            return self._answer(response, False, "parameter 'policy' names no file: set it first", "load_policy")
+            return self._answer(response, False, "no file named: give the request's path or set the 'policy' "
+                                                 "parameter", "load_policy")
         if self.controller.mode not in (Mode.PASSIVE, Mode.DAMP):  # refuse before the load (the loop checks again)
             return self._ask(lambda: self.controller.load_policy(path), "load_policy", response)
         # load (ONNX Runtime set-up, warm-up) here, not in the loop, so cycles go on meanwhile
@@ -499,9 +503,12 @@ class DeploymentNode(Node):
 
         try:
             policy = DeployedPolicy(path, self.robot)
-        except ContractError as exc:
-            return self._answer(response, False, str(exc), "load_policy")
-        return self._ask(lambda: self.controller.load_policy(policy), "load_policy", response)
+        except (ContractError, OSError, ValueError) as exc:
+            return self._answer(response, False, f"{type(exc).__name__}: {exc}", "load_policy")
+        response = self._ask(lambda: self.controller.load_policy(policy), "load_policy", response)
+        if response.success and request.path and request.path != self.get_parameter(POLICY_PARAMETER).value:
+            self.set_parameters([Parameter(POLICY_PARAMETER, value=request.path)])
+        return response
 
     def _on_set_parameters(self, params) -> SetParametersResult:
         for param in params:
@@ -577,7 +584,7 @@ class DeploymentNode(Node):
                 self.get_logger().info(text)
             else:
                 self.get_logger().error(text)
-        self.status_pub.publish(String(data=json.dumps(status)))
+        self.status_pub.publish(deployment_status_msg(status, self.get_clock().now().to_msg()))
 
     def _publish_diagnostics(self) -> None:
         s = self.controller.status()  # read beside the loop: copies of its figures, no lock on the cycle

@@ -8,11 +8,11 @@ as the search's critic (its comparisons; its critiques come with the playbacks).
 each step bounded by `step_timeout_s` (a node missing or a step refused raises PlaybackError naming it:
 that candidate's playback fails with the reason in the ledger, the search goes on):
 
-  1  deployment ~/set_mode/damp; its `policy` parameter set to the candidate's ONNX file
+  1  deployment ~/set_mode/damp
   2  simulator ~/reset: the standing pose, in the gantry (as the in-process playback starts); a simulator
      held since the last playback (`hold_until_reset`) steps and publishes from here; its answer names the
      simulated time of the reset
-  3  deployment ~/load_policy (the contract check); then, once the deployment node's /diagnostics show it
+  3  deployment ~/load_policy with the candidate's ONNX file (the contract check); then, once the deployment node's /diagnostics show it
      has taken a joint state and an IMU reading stamped at or after the reset (so no state of the last
      candidate can reach its checks any more: an older one is dropped as out of order), ~/rearm
      (allow_rearm: a simulation-only graph) and a status without latched faults: the candidate is armed
@@ -29,13 +29,15 @@ step), and distance and falls from the rollout, recorded from joint_states, odom
 the collector vlm_critic uses (motionvl.critic.rollouts).
 
 Host topics: publishes cmd_vel (Twist), rollout/boundary and critic/compare (String); subscribes
-deployment/status, /diagnostics, joint_states, odom, camera/image_raw, critic/feedback, critic/comparison.
-Calls deployment/{set_mode/*, load_policy, rearm, set_parameters} and simulator/{reset, hold}.
+deployment/status (DeploymentStatus), /diagnostics, joint_states, odom, camera/image_raw, critic/feedback
+and critic/comparison (JSON), each through the host's motionvl.ros.inbox (a bad message is counted, never
+fatal). Calls deployment/{set_mode/*, load_policy, rearm} and simulator/{reset, hold}.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import threading
@@ -46,9 +48,6 @@ from pathlib import Path
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
-from rcl_interfaces.msg import Parameter as ParameterMsg
-from rcl_interfaces.msg import ParameterType, ParameterValue
-from rcl_interfaces.srv import SetParameters
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
@@ -56,9 +55,13 @@ from std_srvs.srv import Trigger
 
 from motionvl.critic.rollouts import Boundary, CollectLimits, RolloutCollector
 from motionvl.deploy.mapping import JointMapping
+from motionvl.msg import DeploymentStatus
+from motionvl.ros.inbox import Inbox
+from motionvl.ros.messages import BadMessage, deployment_status_from_msg
 from motionvl.ros.records import json_record
 from motionvl.search.config import PlaybackConfig
 from motionvl.search.playback import SUMMARY_FILE, CritiqueRequest, PlaybackResult, clipped_share, deployment_fault
+from motionvl.srv import LoadPolicy
 from motionvl.task import DEFAULT_COMMAND
 
 COMMAND_PUBLISH_HZ = 10.0
@@ -119,31 +122,29 @@ class GraphPlayback:
         self._command = Twist()
 
         self.mode_clients = {m: node.create_client(Trigger, f"{deployment}/set_mode/{m}") for m in MODES}
-        self.load_client = node.create_client(Trigger, f"{deployment}/load_policy")
+        self.load_client = node.create_client(LoadPolicy, f"{deployment}/load_policy")
         self.rearm_client = node.create_client(Trigger, f"{deployment}/rearm")
-        self.param_client = node.create_client(SetParameters, f"{deployment}/set_parameters")
         self.reset_client = node.create_client(Trigger, f"{simulator}/reset")
         self.hold_client = node.create_client(Trigger, f"{simulator}/hold")
         self.cmd_pub = node.create_publisher(Twist, "cmd_vel", COMMAND_QOS)
         self.boundary_pub = node.create_publisher(String, "rollout/boundary", REQUEST_QOS)
         self.compare_pub = node.create_publisher(String, "critic/compare", REQUEST_QOS)
-        node.create_subscription(String, f"{deployment}/status", self._on_status, STATUS_QOS)
-        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, REQUEST_QOS)
-        node.create_subscription(JointState, "joint_states", self._on_joint_state, STATE_QOS)
-        node.create_subscription(Odometry, "odom", self._on_odom, STATE_QOS)
-        node.create_subscription(Image, "camera/image_raw", self._on_image, qos_profile_sensor_data)
-        node.create_subscription(String, "critic/feedback", self._on_feedback, ANSWER_QOS)
-        node.create_subscription(String, "critic/comparison", self._on_comparison, ANSWER_QOS)
+        inbox = self.inbox = getattr(node, "inbox", None) or Inbox(node)
+        inbox.subscribe(DeploymentStatus, f"{deployment}/status", self._on_status, STATUS_QOS)
+        inbox.subscribe(DiagnosticArray, "/diagnostics", self._on_diagnostics, REQUEST_QOS)
+        inbox.subscribe(JointState, "joint_states", self._on_joint_state, STATE_QOS)
+        inbox.subscribe(Odometry, "odom", self._on_odom, STATE_QOS)
+        inbox.subscribe(Image, "camera/image_raw", self._on_image, qos_profile_sensor_data)
+        inbox.subscribe(String, "critic/feedback", self._on_feedback, ANSWER_QOS)
+        inbox.subscribe(String, "critic/comparison", self._on_comparison, ANSWER_QOS)
 
     # ------------------------------------------------------------------ graph input
     def _notify(self) -> None:
         with self._changed:
             self._changed.notify_all()
 
-    def _on_status(self, msg: String) -> None:
-        status = json_record(self.node, msg, "deployment/status")
-        if status is None:
-            return
+    def _on_status(self, msg: DeploymentStatus) -> None:
+        status = deployment_status_from_msg(msg)
         with self._changed:
             self._status = status
             self._statuses.append(status)
@@ -159,11 +160,14 @@ class GraphPlayback:
 
     def _on_joint_state(self, msg: JointState) -> None:
         q = self.mapping.joint_positions(msg.name, msg.position)  # joint or motor space (hardware emulation)
-        if q is not None:
-            self.collector.add_joint_state(_stamp(msg.header.stamp), q.tolist())
+        if q is None or not all(math.isfinite(v) for v in q):
+            raise BadMessage("not one finite position for every joint or every motor, each named once")
+        self.collector.add_joint_state(_stamp(msg.header.stamp), q.tolist())
 
     def _on_odom(self, msg: Odometry) -> None:
         p, o = msg.pose.pose.position, msg.pose.pose.orientation
+        if not all(math.isfinite(v) for v in (p.x, p.y, p.z, o.w, o.x, o.y, o.z)):
+            raise BadMessage("a pose that is not finite")
         t = _stamp(msg.header.stamp)
         self.collector.add_odometry(t, (p.x, p.y, p.z, o.w, o.x, o.y, o.z))
         with self._changed:
@@ -177,7 +181,7 @@ class GraphPlayback:
             self.collector.add_frame(_stamp(msg.header.stamp), lambda: image_to_rgb(msg))
 
     def _on_feedback(self, msg: String) -> None:
-        feedback = json_record(self.node, msg, "critic/feedback")
+        feedback = json_record(self.node, msg, "critic/feedback", self.inbox)
         if feedback is None:
             return
         with self._changed:
@@ -185,7 +189,7 @@ class GraphPlayback:
             self._changed.notify_all()
 
     def _on_comparison(self, msg: String) -> None:
-        comparison = json_record(self.node, msg, "critic/comparison")
+        comparison = json_record(self.node, msg, "critic/comparison", self.inbox)
         if comparison is None:
             return
         with self._changed:
@@ -284,13 +288,6 @@ class GraphPlayback:
             armed = self._statuses[0].get("cycle")
         return {"reset_at_s": reset_at, **stamps, "rearm": message, "armed_cycle": armed}
 
-    def _set_policy(self, path: str) -> None:
-        value = ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=path)
-        request = SetParameters.Request(parameters=[ParameterMsg(name="policy", value=value)])
-        (result,) = self._call(self.param_client, request, "setting the deployment node's policy parameter").results
-        if not result.successful:
-            raise PlaybackError(f"the deployment node refused its policy parameter: {result.reason}")
-
     def _clip_counters(self, after: float) -> dict | None:
         """The controller's clip counters and policy steps from the first /diagnostics received after `after`
         (monotonic) in DAMP, None when none comes within step_timeout_s (the share is then unknown)."""
@@ -321,10 +318,11 @@ class GraphPlayback:
         try:
             self._trigger(self.mode_clients["damp"], "deployment ~/set_mode/damp")
             before = self._clip_counters(time.monotonic())
-            self._set_policy(policy_path)
             reset_at = self._reset()  # a held simulator runs from here
             self._wait(lambda: self._sim_time is not None, step, "no odom from the simulator")
-            self._trigger(self.load_client, "deployment ~/load_policy")
+            answer = self._call(self.load_client, LoadPolicy.Request(path=policy_path), "deployment ~/load_policy")
+            if not answer.success:
+                raise PlaybackError(f"deployment ~/load_policy refused: {answer.message}")
             # this candidate's faults and transitions: from the status that armed it on the reset's state
             armed = self._arm(reset_at)
             self._trigger(self.mode_clients["passive"], "deployment ~/set_mode/passive")

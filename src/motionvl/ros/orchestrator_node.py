@@ -6,7 +6,8 @@ trainer; proposals come from the reward_synthesizer node (or an in-process synth
 `synthesizer_node` false); with `playback` ros every candidate is played by the deployment node on the
 simulator node and judged by vlm_critic, r*'s rollout sent with each comparison (motionvl.ros.graph_playback:
 the sequence, topics and services), with in_process in this process (the deployment controller and the
-critic here). Everything the search records is also published.
+critic here). Everything the search records is also published. No message ends the node: an unusable one on any
+subscribed topic is logged and counted (`inbox.bad`), a publisher of another type reported (motionvl.ros.inbox).
 
 Subscribes:
   trainer/heartbeat    std_msgs/String  which trainers are alive and what they train (reliable, depth 10);
@@ -18,9 +19,9 @@ Subscribes:
 Publishes:
   /<trainer>/candidates std_msgs/String a TrainingJob request (motionvl.rl.jobs) with a request_id
   synthesizer/request  std_msgs/String  a SynthesisRequest with a request_id
-  search/state         std_msgs/String  the loop's state {phase, iteration, best, candidate, ..., run_dir,
-                                        task, label} (reliable, transient-local depth 1)
-  search/ledger        std_msgs/String  every ledger record as it is written: prompts, responses, specs,
+  search/state         motionvl/SearchState  the loop's state: phase, iteration, best, candidate, ..., run_dir,
+                                        task, label (reliable, transient-local depth 1)
+  search/ledger        motionvl/JsonRecord  kind "ledger", version 1: every ledger record as it is written: prompts, responses, specs,
                                         validations, statistics, feedback, scores and choices
                                         (reliable, transient-local depth 100), so a bag records the run
 Calls:
@@ -48,7 +49,10 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from motionvl.msg import JsonRecord, SearchState
 from motionvl.robot import ConfigError
+from motionvl.ros.inbox import Inbox
+from motionvl.ros.messages import BadMessage, ledger_msg, search_state_msg
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.records import json_record
 from motionvl.ros.runtime import abandon_work, request_stop, run_node, time_left
@@ -199,6 +203,7 @@ class OrchestratorNode(Node):
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
         p = self.p = declare_parameters(self, PARAMETERS)
+        self.inbox = Inbox(self)  # every subscription of the node and its graph playback
         from motionvl.search.backends import BackendOptions, load_settings, make_critic, make_synthesizer
         from motionvl.search.config import SearchConfig
 
@@ -251,13 +256,13 @@ class OrchestratorNode(Node):
                 else None
         else:
             self.critic = make_critic(self.settings, options)
-        self.state_pub = self.create_publisher(String, "search/state", STATE_QOS)
-        self.ledger_pub = self.create_publisher(String, "search/ledger", LEDGER_QOS)
-        self.create_subscription(String, "trainer/heartbeat", self._on_heartbeat, HEARTBEAT_QOS)
+        self.state_pub = self.create_publisher(SearchState, "search/state", STATE_QOS)
+        self.ledger_pub = self.create_publisher(JsonRecord, "search/ledger", LEDGER_QOS)
+        self.inbox.subscribe(String, "trainer/heartbeat", self._on_heartbeat, HEARTBEAT_QOS)
         for topic, key, qos in (("trainer/status", "status", LATCHED_QOS), ("trainer/progress", "progress", STREAM_QOS),
                                 ("trainer/statistics", "statistics", LATCHED_QOS), ("trainer/policy", "policy", LATCHED_QOS)):
-            self.create_subscription(String, topic, self._trainer_report(key), qos)
-        self.create_subscription(String, "synthesizer/candidates", self._on_answer, LATCHED_QOS)
+            self.inbox.subscribe(String, topic, self._trainer_report(key), qos)
+        self.inbox.subscribe(String, "synthesizer/candidates", self._on_answer, LATCHED_QOS)
         self.result: dict | None = None
         self.search = None
         self.error: str | None = None
@@ -290,6 +295,8 @@ class OrchestratorNode(Node):
                 if key == "status":
                     info["state"], info["message"] = data.get("state"), data.get("message")
                 elif key == "progress":
+                    if not isinstance(data.get("iteration", 0), (int, type(None))):
+                        raise BadMessage(f"iteration {data['iteration']!r}: not an integer")
                     info["phase"] = data.get("phase")
                     if data.get("iteration") is not None:
                         info["iteration"] = data["iteration"]
@@ -317,14 +324,14 @@ class OrchestratorNode(Node):
 
     # ------------------------------------------------------------------ the search
     def _publish_state(self, state: dict) -> None:
-        self._publish(self.state_pub, {**state, "time": time.time()})
+        self._publish(self.state_pub, search_state_msg({**state, "time": time.time()}))
 
     def _publish_record(self, record: dict) -> None:
-        self._publish(self.ledger_pub, record)
+        self._publish(self.ledger_pub, ledger_msg(record))
 
-    def _publish(self, publisher, payload: dict) -> None:
+    def _publish(self, publisher, msg) -> None:
         try:
-            publisher.publish(String(data=json.dumps(payload, default=str)))
+            publisher.publish(msg)
         except Exception:  # noqa: BLE001 - the node is being destroyed under the search: the ledger has it all
             if self.search is None or not self.search.stopping:
                 raise

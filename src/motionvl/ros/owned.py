@@ -37,8 +37,10 @@ class OwnedSubscriptions:
     thread, `with owned.opened():` and `owned.wait(timeout)` in its loop; another thread may `wake()` it.
     """
 
-    def __init__(self, node):
-        self.node = node
+    def __init__(self, node, inbox=None):
+        """inbox: a motionvl.ros.inbox.Inbox: a handler that raises has that message counted and logged
+        there and the loop goes on (without one the exception reaches the waiting thread)."""
+        self.node, self.inbox = node, inbox
         self.group = LoopOwned()
         self._entries: list = []  # (subscription, message type, handler, take every queued message)
         self._wake = _rclpy.GuardCondition(node.context.handle)
@@ -48,6 +50,8 @@ class OwnedSubscriptions:
         """Subscribe; `take_all`: take every queued message at a wake (a deeper queue, e.g. an IMU on
         sensor-data QoS), else the one the queue holds (depth 1: the newest)."""
         sub = self.node.create_subscription(msg_type, topic, _never_called, qos, callback_group=self.group)
+        if self.inbox is not None:
+            handler = self.inbox.guard(sub.topic_name, msg_type, handler)
         self._entries.append((sub, msg_type, handler, take_all))
         return sub
 

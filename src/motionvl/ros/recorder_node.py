@@ -19,8 +19,8 @@ The bag is also closed when the node shuts down (SIGINT/SIGTERM, destroy_node).
 Timestamps are receive times on the node clock, in ns: simulated time under use_sim_time
 (config/nodes.yaml sets it; messages received before the first /clock get timestamp 0, and a recorder
 on simulated time that sees no /clock publisher 2 s after start says so as an error).
-Message types must be in rosbags' ROS 2 Kilted typestore (all standard interfaces); a topic
-of another type is skipped with a warning.
+Message types must be in rosbags' ROS 2 Kilted typestore (all standard interfaces) or MotionVL's own
+(msg/*.msg, their definitions written into the bag); a topic of another type is skipped with a warning.
 Crash safety: the bag is flushed every `flush_period_s` (see `motionvl.bags`); after a crash,
 `motionvl.bags.recover_bag(path)` rebuilds a complete bag from what was flushed.
 """

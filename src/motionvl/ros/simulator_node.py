@@ -27,8 +27,8 @@ Subscribes (reliable, depth 1: only the newest command matters):
   joint_commands           sensor_msgs/JointState       named subset: `position` in position mode,
                                                        `effort` in effort mode
   cmd_vel                  geometry_msgs/Twist          velocity command (linear.x, linear.y, angular.z)
-  <gantry_release_topic>   std_msgs/String              (with `gantry`) the deployment node's status
-                                                       JSON: the gantry lets go at stand_complete
+  <gantry_release_topic>   motionvl/DeploymentStatus    (with `gantry`) the deployment node's status:
+                                                       the gantry lets go at stand_complete
 Publishes also:
   ~/actuation  std_msgs/String  (transient local, on change) what the actuators do: pd (position mode),
                                 torque, drive (drive-side PD) or damping (the drives' watchdog: no
@@ -39,8 +39,9 @@ Services:
   ~/hold   std_srvs/Trigger  stop stepping and publishing until the next ~/reset (with
                              `hold_until_reset` the node starts held): a playback graph idles
                              between playbacks instead of running a robot nobody watches.
-Bad commands (wrong length, NaN/inf, unknown joints, wrong mode) are logged (throttled) and
-ignored: the robot is held at the last good command.
+Bad commands (wrong length, NaN/inf, unknown joints, wrong mode) and statuses are logged (throttled),
+counted per topic and ignored (motionvl.ros.inbox): the robot is held at the last good command; a
+publisher of another type on a subscribed topic is reported.
 
 Hardware emulation ("effort" mode) takes both command paths of the deployment node and, with
 `emulate_hardware`, behaves like the robot the config's `hardware:` section describes: joint
@@ -62,7 +63,6 @@ the simulator itself must not (it publishes the /clock).
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -84,7 +84,10 @@ from motionvl.deploy.commands import PD_FIELDS
 from motionvl.deploy.mapping import JointMapping
 from motionvl.deploy.scheduling import request_realtime
 from motionvl.envs.config import RandomizationConfig
+from motionvl.msg import DeploymentStatus
 from motionvl.robot import ConfigError, load_robot_config
+from motionvl.ros.inbox import Inbox
+from motionvl.ros.messages import deployment_status_from_msg
 from motionvl.ros.owned import OwnedSubscriptions
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node
@@ -126,7 +129,7 @@ PARAMETERS = {
                                 "it again (the training graph's playback simulator idles between candidates)."),
     "gantry": (False, "Hold the pelvis on a virtual gantry until the deployment node reports its STAND ramp complete "
                       "(and again after ~/reset)."),
-    "gantry_release_topic": ("deployment/status", "std_msgs/String JSON status whose stand_complete (or mode RUN) "
+    "gantry_release_topic": ("deployment/status", "motionvl/DeploymentStatus whose stand_complete (or mode RUN) "
                                                   "lets the gantry go."),
     "realtime_priority": (0, "SCHED_FIFO priority asked for every thread of the process (0: ask for nothing); the "
                              "node says when the system refuses."),
@@ -192,13 +195,14 @@ class SimulatorNode(Node):
         # taken by the stepping thread itself, as they arrive (motionvl.ros.owned); the reset on the executor
         self._lock = threading.Lock()
         """The simulator between the stepping thread and the reset service."""
-        owned = self.owned = OwnedSubscriptions(self)
+        self.inbox = Inbox(self)
+        owned = self.owned = OwnedSubscriptions(self, inbox=self.inbox)
         owned.add(Float64MultiArray, "joint_position_commands", self._on_position_array, COMMAND_QOS)
         owned.add(Float64MultiArray, "joint_effort_commands", self._on_effort_array, COMMAND_QOS)
         owned.add(Float64MultiArray, "joint_drive_commands", self._on_drive_array, COMMAND_QOS)
         owned.add(JointState, "joint_drive_commands/joint_names", self._on_drive_names, LATCHED_QOS)
         if p["gantry"]:
-            owned.add(String, p["gantry_release_topic"], self._on_deployment_status, LATCHED_QOS)
+            owned.add(DeploymentStatus, p["gantry_release_topic"], self._on_deployment_status, LATCHED_QOS)
         owned.add(JointState, "joint_commands", self._on_joint_command, COMMAND_QOS)
         owned.add(Twist, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
         self.create_service(Trigger, "~/reset", self._on_reset)
@@ -313,7 +317,7 @@ class SimulatorNode(Node):
         self._odom.header.frame_id, self._odom.child_frame_id = self.odom_frame, self.robot.base_link
         self._cmd = TwistStamped()
         self._cmd.header.frame_id = self.robot.base_link
-        self._clock = Clock()
+        self._clock_msg = Clock()
 
     def publish_state(self) -> None:
         """Publish every state topic for the simulator's state now."""
@@ -350,8 +354,8 @@ class SimulatorNode(Node):
     def _publish_secondary(self, s) -> None:
         """/clock, odom, foot_forces, ~/command, /tf, and ~/actuation when it changed."""
         stamp = self._imu.header.stamp
-        self._clock.clock = stamp
-        self.clock_pub.publish(self._clock)
+        self._clock_msg.clock = stamp
+        self.clock_pub.publish(self._clock_msg)
         w, x, y, z = (float(v) for v in s.base_quat)
         odom = self._odom
         odom.header.stamp = stamp
@@ -392,9 +396,9 @@ class SimulatorNode(Node):
         try:
             with self._lock:
                 fn(*args)
-        except CommandError as exc:
-            self.get_logger().warning(f"{what} ignored, holding the last good command: {exc}",
-                                   throttle_duration_sec=WARN_PERIOD_S)
+        except CommandError as exc:  # counted and logged per topic (motionvl.ros.inbox)
+            self.inbox.refuse(self.resolve_topic_name(what.split(" ")[0]),
+                              f"{what} ignored, holding the last good command: {exc}")
 
     def _on_position_array(self, msg: Float64MultiArray) -> None:
         self._apply("joint_position_commands", self.sim.set_position_targets, msg.data)
@@ -436,14 +440,11 @@ class SimulatorNode(Node):
     def _reject(reason: str) -> None:
         raise CommandError(reason)
 
-    def _on_deployment_status(self, msg: String) -> None:
+    def _on_deployment_status(self, msg: DeploymentStatus) -> None:
         if not self.sim.gantry:
             return
-        try:
-            status = json.loads(msg.data)
-        except ValueError:
-            return
-        if isinstance(status, dict) and (status.get("stand_complete") or status.get("mode") == "RUN"):
+        status = deployment_status_from_msg(msg)
+        if status["stand_complete"] or status["mode"] == "RUN":
             with self._lock:
                 self.sim.release_gantry()
             self.get_logger().info(f"gantry released at t={self.sim.clock:.3f} s (STAND complete)")

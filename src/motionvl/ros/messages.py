@@ -1,0 +1,116 @@
+"""MotionVL's typed messages (msg/, srv/, action/) to and from the core's records.
+
+The nodes publish typed messages; the core keeps its dataclasses and dicts. Each pair of functions
+here is the one translation of one message: `<name>_msg(...)` builds the message, `<name>_from_msg(msg)`
+gives back what the core uses, validated (a message another program sent may hold anything: a mode
+out of range, a JSON record of another kind or version). A `from_msg` raises `BadMessage` naming the
+field; motionvl.ros.inbox logs and counts it and the node goes on.
+
+What stays JSON on purpose (a ledger record) travels as motionvl/msg/JsonRecord: a kind and a version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+from builtin_interfaces.msg import Time
+
+from motionvl.deploy.modes import Mode, status_from_message
+from motionvl.msg import DeploymentStatus, JsonRecord, SearchState
+
+JSON_VERSION = 1
+"""The version of every JSON object MotionVL's messages carry (a reader refuses another)."""
+LEDGER_KIND = "ledger"
+MODES = tuple(m.value for m in Mode)  # DeploymentStatus.MODE_PASSIVE ... MODE_DAMP: 0 ... 3
+
+
+class BadMessage(ValueError):
+    """A message that cannot be used; the text names the field and why."""
+
+
+def stamp(seconds: float | None = None) -> Time:
+    t = time.time() if seconds is None else float(seconds)
+    sec = math.floor(t)
+    return Time(sec=int(sec), nanosec=min(int((t - sec) * 1e9), 999_999_999))
+
+
+def seconds(t: Time) -> float:
+    return t.sec + t.nanosec * 1e-9
+
+
+def json_field(text: str, what: str, version: int | None = JSON_VERSION) -> dict:
+    """A JSON object carried in a string field (empty: {}); BadMessage when it is not one or of another version."""
+    if version is not None and version != JSON_VERSION:
+        raise BadMessage(f"{what}: version {version}, this reader knows {JSON_VERSION}")
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise BadMessage(f"{what}: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise BadMessage(f"{what}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------- deployment status
+def deployment_status_msg(status: dict, now: Time | None = None) -> DeploymentStatus:
+    """The deployment node's status dict (deploy controller's mode, faults, policy, last transition)."""
+    t = status.get("transition") or {}
+    msg = DeploymentStatus(mode=MODES.index(status["mode"]), mode_name=status["mode"],
+                           stand_complete=bool(status["stand_complete"]), faults=list(status["faults"]),
+                           policy=status["policy"] or "", path=status["path"], dry_run=bool(status["dry_run"]),
+                           cycle=int(status["cycle"]), transition_from=t.get("from", ""), transition_to=t.get("to", ""),
+                           transition_why=t.get("why", ""), transition_cycle=int(t.get("cycle") or 0))
+    msg.header.stamp = now or stamp()
+    return msg
+
+
+def deployment_status_from_msg(msg: DeploymentStatus) -> dict:
+    """The status as the dict the deployment node builds it from (motionvl.deploy.modes.status_from_message)."""
+    try:
+        return status_from_message(msg)
+    except ValueError as exc:
+        raise BadMessage(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------------- search state
+_STATE_TEXT = ("phase", "best", "candidate", "trainer_phase", "policy", "error", "task", "label", "run_dir")
+
+
+def search_state_msg(state: dict) -> SearchState:
+    """The search's state dict (motionvl.search.loop's on_state) as the typed message."""
+    msg = SearchState(stamp=stamp(state.get("time")))
+    for key in _STATE_TEXT:
+        value = state.get(key)
+        setattr(msg, key, "" if value is None else str(value))
+    msg.iteration = -1 if state.get("iteration") is None or state.get("phase") == "training" \
+        else int(state["iteration"])
+    # during training the state's "iteration" is the trainer's PPO iteration of `candidate`
+    msg.trainer_iteration = int(state["iteration"]) if state.get("phase") == "training" and \
+        state.get("iteration") is not None else -1
+    msg.candidates = [str(c) for c in state.get("candidates") or []]
+    return msg
+
+
+def search_state_from_msg(msg: SearchState) -> dict:
+    state = {key: getattr(msg, key) or None for key in _STATE_TEXT}
+    if not msg.phase:
+        raise BadMessage("phase: empty")
+    state.update(iteration=msg.iteration if msg.iteration >= 0 else None, candidates=list(msg.candidates),
+                 trainer_iteration=msg.trainer_iteration if msg.trainer_iteration >= 0 else None,
+                 time=seconds(msg.stamp))
+    return state
+
+
+# ---------------------------------------------------------------------------------------- ledger records
+def ledger_msg(record: dict) -> JsonRecord:
+    return JsonRecord(kind=LEDGER_KIND, version=JSON_VERSION, json=json.dumps(record, default=str))
+
+
+def ledger_from_msg(msg: JsonRecord) -> dict:
+    if msg.kind != LEDGER_KIND:
+        raise BadMessage(f"kind {msg.kind!r}, expected {LEDGER_KIND!r}")
+    return json_field(msg.json, "json", msg.version)

@@ -1,0 +1,141 @@
+"""No message ends a node: garbage on every subscribed topic of the orchestrator, its ROS playback and the
+simulator is logged and counted, a publisher of another type is reported, and the node goes on working
+(motionvl.ros.inbox)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray, Int32, String  # noqa: E402
+
+from motionvl.msg import DeploymentStatus  # noqa: E402
+from motionvl.robot import load_robot_config  # noqa: E402
+from motionvl.ros.graph_playback import GraphPlayback  # noqa: E402
+from motionvl.ros.simulator_node import SimulatorNode  # noqa: E402
+from spinning import Spinners  # noqa: E402
+from test_node_shutdown import BIN, _search_run  # noqa: E402
+from waiting import wait_for  # noqa: E402
+
+# transient-local publishers match the volatile and the latched subscriptions alike
+ANY = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+GARBAGE_JSON = ("x", "[1, 2]", '{"request_id": 7}', '{"request_id": "r1", "iteration": "many"}', "{" * 5000)
+
+
+def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_context, second_ros_context, tmp_path):
+    """The search waits for a trainer; every topic it subscribes gets garbage, its heartbeat topic also a
+    publisher of another type: the process stays up, names each topic, stops cleanly."""
+    params = _search_run(tmp_path, None)
+    args = [str(BIN / "orchestrator_node"), "--ros-args"] + [a for k, v in params.items() for a in ("-p", f"{k}:={v}")]
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    node = Node("garbage", context=ros_context)
+    spinners = Spinners(ros_context)
+    spinners.add(node)
+    topics = ["/trainer/heartbeat", "/trainer/status", "/trainer/progress", "/trainer/statistics", "/trainer/policy",
+              "/synthesizer/candidates"]
+    pubs = {t: node.create_publisher(String, t, ANY) for t in topics}
+    wrong = Node("garbage_typed", context=second_ros_context).create_publisher(Int32, "/trainer/heartbeat", ANY)
+    said = lambda: err_path.read_text(errors="replace")  # noqa: E731
+    try:
+        assert wait_for(lambda: "waiting up to" in said() or proc.poll() is not None, timeout=120), said()
+        expected = [f"{t}: dropped a message" for t in topics]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and not (
+                all(e in said() for e in expected) and "publisher(s) of another type" in said()):
+            for pub in pubs.values():
+                for text in GARBAGE_JSON:
+                    pub.publish(String(data=text))
+            wrong.publish(Int32(data=1))
+            time.sleep(0.5)
+        text = said()
+        assert proc.poll() is None, f"the orchestrator ended (exit {proc.returncode}):\n{text[-3000:]}"
+        for e in expected:
+            assert e in text, e
+        assert "/trainer/heartbeat: publisher(s) of another type than std_msgs/msg/String" in text
+        assert "garbage_typed (std_msgs/msg/Int32)" in text
+        assert "callback raised" not in text
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(30) == 0, said()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        spinners.shutdown()
+
+
+def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_status(ros_context, second_ros_context):
+    """The ROS playback's host (the orchestrator's subscriptions of deployment, simulator and critic) and a
+    simulator with a gantry get a status naming no mode, NaN and short states, non-JSON critic answers, a command
+    of the wrong length, and a deployment node of before the types (status as std_msgs/String): each bad
+    message is counted once on its topic, the old publisher reported on both, and a good status still acts."""
+    ns = f"/bad{uuid.uuid4().hex[:6]}"
+    robot = load_robot_config()
+    host = Node("host", namespace=ns, context=ros_context)
+    playback = GraphPlayback(host, robot=robot)
+    sim = SimulatorNode(context=ros_context, namespace=ns, parameter_overrides=[
+        Parameter("gantry", value=True), Parameter("mode", value="position")])
+    probe = Node("garbage", namespace=ns, context=ros_context)
+    spinners = Spinners(ros_context)
+    for n in (host, sim, probe):
+        spinners.add(n)
+    try:
+        status = probe.create_publisher(DeploymentStatus, "deployment/status", ANY)
+        states = probe.create_publisher(JointState, "joint_states", ANY)
+        odom = probe.create_publisher(Odometry, "odom", ANY)
+        feedback = probe.create_publisher(String, "critic/feedback", ANY)
+        comparison = probe.create_publisher(String, "critic/comparison", ANY)
+        positions = probe.create_publisher(Float64MultiArray, "joint_position_commands", ANY)
+        old = Node("old_deployment", namespace=ns, context=second_ros_context).create_publisher(
+            String, "deployment/status", ANY)
+        J = robot.num_joints
+        nan_odom = Odometry()
+        nan_odom.pose.pose.position.x = math.nan
+        sends = [(status, DeploymentStatus(mode=7, mode_name="FLYING", stand_complete=True)),
+                 (status, DeploymentStatus(mode=DeploymentStatus.MODE_RUN, mode_name="STAND")),
+                 (states, JointState(name=list(robot.joint_names), position=[math.nan] * J)),
+                 (states, JointState(name=list(robot.joint_names), position=[0.0] * (J - 1))),
+                 (odom, nan_odom), (feedback, String(data="x")), (comparison, String(data="[1]")),
+                 (positions, Float64MultiArray(data=[0.0] * (J - 1)))]
+        host_bad = {f"{ns}/deployment/status": 2, f"{ns}/joint_states": 2, f"{ns}/odom": 1,
+                    f"{ns}/critic/feedback": 1, f"{ns}/critic/comparison": 1}
+        # the simulator's loop takes the newest status (depth 1): one or both of the two bad ones
+        sim_bad = {f"{ns}/deployment/status": 1, f"{ns}/joint_position_commands": 1}
+        assert wait_for(lambda: all(p.get_subscription_count() for p, _ in sends), timeout=15)
+        for pub, msg in sends:
+            pub.publish(msg)
+        old.publish(String(data='{"mode": "RUN", "stand_complete": true}'))
+        counted = lambda inbox, want: all(inbox.bad[t] >= n for t, n in want.items())  # noqa: E731
+        assert wait_for(lambda: counted(playback.inbox, host_bad) and counted(sim.inbox, sim_bad), timeout=15), \
+            (playback.inbox.counts(), sim.inbox.counts())
+        assert {t: playback.inbox.bad[t] for t in host_bad} == host_bad  # each bad message counted once
+        assert sim.inbox.bad[f"{ns}/joint_position_commands"] == 1 and sim.inbox.bad[f"{ns}/deployment/status"] <= 2
+        assert sim.sim.gantry, "a status naming no mode (or the old JSON one) released the gantry"
+        assert playback._status is None
+        old_name = [f"{ns}/old_deployment (std_msgs/msg/String)"]
+        for inbox in (playback.inbox, sim.inbox):
+            assert wait_for(lambda inbox=inbox: inbox.check_publishers() or
+                            inbox.wrong_type.get(f"{ns}/deployment/status") == old_name, timeout=15), inbox.counts()
+        # both still work: a good status reaches the playback and lets the gantry go
+        status.publish(DeploymentStatus(mode=DeploymentStatus.MODE_STAND, mode_name="STAND", stand_complete=True))
+        assert wait_for(lambda: not sim.sim.gantry and playback._status is not None, timeout=15)
+        assert playback._status["mode"] == "STAND" and playback._status["stand_complete"] is True
+    finally:
+        spinners.shutdown()
