@@ -18,8 +18,8 @@ BIN := $(VENV)/bin
 REQUIREMENTS := requirements.txt requirements-ros.txt requirements-test.txt
 SETUP_HASH := $(shell cat $(REQUIREMENTS) setup.py | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.motionvl-setup-$(SETUP_HASH)
-# The ROS interfaces (msg/, srv/, action/) generated from the ROS 2 wheels with cmake and g++ (about a
-# minute, tools/build_interfaces.py): rebuilt only when they, the build or the ROS wheels change.
+# The ROS interfaces (msg/, srv/, action/) generated from the ROS 2 wheels with cmake and g++ (1-4 minutes
+# on 2 cores, tools/build_interfaces.py): rebuilt only when they, the build or the ROS wheels change.
 INTERFACE_FILES := $(sort $(wildcard msg/*.msg srv/*.srv action/*.action)) CMakeLists.txt package.xml \
 	tools/build_interfaces.py requirements-ros.txt
 INTERFACES_HASH := $(shell cat $(INTERFACE_FILES) | sha256sum | cut -c1-16)
@@ -27,6 +27,9 @@ INTERFACES_STAMP := $(VENV)/.motionvl-interfaces-$(INTERFACES_HASH)
 # Shared libraries MuJoCo's headless (EGL) rendering loads, and the Debian packages providing them.
 EGL_LIBS := libEGL.so.1 libOpenGL.so.0
 APT_PACKAGES := libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri
+# Tools the interface build needs, and their Debian packages.
+BUILD_TOOLS := cmake g++
+BUILD_PACKAGES := cmake g++
 
 # Environment of every test and demo run: ROS discovery stays on this machine, each run gets its
 # own DDS domain (1..100, from the shell's PID), rendering is headless, no model hub is contacted.
@@ -62,9 +65,18 @@ $(INTERFACES_STAMP): $(STAMP) $(INTERFACE_FILES)
 	@rm -f $(VENV)/.motionvl-interfaces-*
 	@touch $@
 
-# libEGL for MuJoCo's headless renderer: installed when missing and running as root, else
-# reported (tests that render skip with a reason when EGL is unusable).
+# libEGL for MuJoCo's headless renderer and the interface build's compilers: installed when missing and
+# running as root, else reported (tests that render skip with a reason when EGL is unusable).
 system-deps:
+	@missing=""; for tool in $(BUILD_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing $(BUILD_PACKAGES) (missing:$$missing)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(BUILD_PACKAGES); \
+	else \
+		echo "error: missing$$missing to build the ROS interfaces; install: apt-get install $(BUILD_PACKAGES)" >&2; exit 1; \
+	fi
 	@missing=""; for lib in $(EGL_LIBS); do ldconfig -p | grep -q "$$lib" || missing="$$missing $$lib"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
