@@ -81,11 +81,11 @@ class Probe:
             return store[-1][1] if store else None
 
     def refused(self, *what: str) -> bool:
-        """Whether the simulator logged that it ignored a command of one of `what` (e.g. "cmd_vel").
-        The warning is throttled: after one, others within 2 s are not logged."""
+        """Whether the simulator logged that it ignored a command of one of `what` (e.g. "cmd_vel"): its inbox's
+        "<topic>: dropped a message (N so far): <what> ignored, ..." line, throttled per topic."""
         with self.lock:
-            return any(m.name == self.logger_name and m.msg.startswith(tuple(f"{w} ignored" for w in what))
-                       for _, m in self.log)
+            return any(m.name == self.logger_name and "dropped a message" in m.msg
+                       and any(f"{w} ignored" in m.msg for w in what) for _, m in self.log)
 
     def connected(self) -> bool:
         return all(p.get_subscription_count() > 0 for p in
