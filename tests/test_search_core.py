@@ -11,7 +11,7 @@ import pytest
 from motionvl.rewards.spec import load_reward_spec
 from motionvl.rl.jobs import TrainingJob
 from motionvl.search.config import GateConfig, RankingConfig, SearchConfig, load_search_config, mode_label, presets
-from motionvl.search.decision import decide, gate_failures, verdict_of
+from motionvl.search.decision import decide, failures_against, gate_failures, verdict_of
 from motionvl.search.dispatch import Dispatcher, SlotState
 from motionvl.search.ledger import Ledger, LedgerWriteError
 from motionvl.search.lineage import describe_diff
@@ -113,6 +113,30 @@ def test_candidates_that_tie_on_the_score_are_ranked_by_the_critics_alignment():
     # without critic feedback there is no alignment to rank by
     assert decide(_record("start", task=0.9), [_record("a", task=0.99, align=0.0), _record("b", task=0.98, align=0.9)],
                   gates=gates, ranking=ranking, use_critic=False)["winner"] == "a"
+
+
+def test_a_gate_r_star_fails_too_holds_a_challenger_back_only_where_it_is_worse():
+    """A weak r* (a first walk backward: 8% success, 23% falls) cannot keep its place by failing the gates itself:
+    a challenger that fails the same gates but is better on them competes; one worse on a shared gate, or failing
+    a gate r* passes, is held back as before."""
+    gates = GateConfig(min_success_rate=0.85, max_fall_fraction=0.15, max_success_drop=0.05, max_clipped_share=0.05)
+    ranking = RankingConfig()
+    weak = _record("start", success=0.08, falls=0.23, task=0.6, align=0.78)
+    better = _record("better", success=0.66, falls=0.17, task=0.8, align=0.8)
+    falls_more = _record("falls_more", success=0.70, falls=0.30, task=0.85, align=0.8)
+    clips = _record("clips", success=0.70, falls=0.10, task=0.85, align=0.8, clipped=0.2)
+    d = decide(weak, [better, falls_more, clips], gates=gates, ranking=ranking, use_critic=True)
+    assert d["winner"] == "better", d
+    assert d["verdicts"]["falls_more"]["outcome"] == "gated" and d["verdicts"]["falls_more"]["gates"] == [
+        "falls in 30.0% of episodes > 15.0%"]
+    assert d["verdicts"]["clips"]["outcome"] == "gated" and "clipped" in d["verdicts"]["clips"]["reason"]
+    # a playback fault is never waived, and against an r* that passes the gates they hold as they did
+    faulty = _record("faulty", success=0.7, falls=0.1, task=0.9, align=0.9, fault="joint limit")
+    assert decide(_record("start", success=0.08, falls=0.23, fault="joint limit"), [faulty], gates=gates,
+                  ranking=ranking, use_critic=True)["verdicts"]["faulty"]["outcome"] == "gated"
+    assert decide(_record("start", success=0.97), [better], gates=gates, ranking=ranking,
+                  use_critic=True)["verdicts"]["better"]["outcome"] == "gated"
+    assert failures_against(better, weak, gates) == [] and len(gate_failures(better, weak, gates)) == 2
 
 
 def test_every_candidate_rejected_keeps_r_star_and_says_so():

@@ -5,6 +5,8 @@ In this order, each step on recorded numbers only (so a recorded run's choices c
 1. Hard gates no synthesizer can edit (GateConfig): on the held-out randomised episodes a success rate
    of at least `min_success_rate` and at most r*'s minus `max_success_drop` below it, a fall share of at
    most `max_fall_fraction`; in the playback no fault and at most `max_clipped_share` of clipped commands.
+   A gate r* fails too (a weak start: a task no reference fits, a first walk backward) holds a challenger
+   back only where it is worse than r* on that measure: r* cannot keep its place by failing the gate itself.
 2. Ranking of the candidates that passed: score = task_weight x task score + alignment_weight x critic
    alignment, divided by the weights' sum (the task score alone without critic feedback). Candidates within
    `margin` of the best-ranked score tie: among them, the critic's alignment with the task sentence ranks
@@ -22,26 +24,54 @@ from typing import Callable
 from motionvl.search.config import GateConfig, RankingConfig
 
 
-def gate_failures(candidate: dict, best: dict | None, gates: GateConfig) -> list[str]:
-    """Why `candidate` fails the hard gates (empty: it passes). `best` is r*'s record (None for the start)."""
+def _gate_checks(candidate: dict, best: dict | None, gates: GateConfig) -> dict[str, str]:
+    """gate -> why `candidate` fails it (only the failed gates). `best` is r*'s record (None for the start)."""
     ev, pb = candidate.get("evaluation") or {}, candidate.get("playback") or {}
-    out = []
+    out = {}
     success, falls = ev.get("success_rate"), ev.get("fell_fraction")
     if success is None or success < gates.min_success_rate:
-        out.append(f"success rate {_pct(success)} < {_pct(gates.min_success_rate)}")
+        out["success"] = f"success rate {_pct(success)} < {_pct(gates.min_success_rate)}"
     if best is not None and success is not None:
         floor = (best.get("evaluation") or {}).get("success_rate", 0.0) - gates.max_success_drop
         if success < floor:
-            out.append(f"success rate {_pct(success)} is more than {_pct(gates.max_success_drop)} below r*'s")
+            out["success_drop"] = f"success rate {_pct(success)} is more than {_pct(gates.max_success_drop)} below r*'s"
     if falls is None or falls > gates.max_fall_fraction:
-        out.append(f"falls in {_pct(falls)} of episodes > {_pct(gates.max_fall_fraction)}")
+        out["falls"] = f"falls in {_pct(falls)} of episodes > {_pct(gates.max_fall_fraction)}"
     if not pb:
-        out.append("no playback")
+        out["playback"] = "no playback"
     else:
         if gates.require_no_fault and pb.get("fault"):
-            out.append(f"playback fault: {pb['fault']}")
+            out["fault"] = f"playback fault: {pb['fault']}"
         if pb.get("clipped_share", 0.0) > gates.max_clipped_share:
-            out.append(f"{_pct(pb['clipped_share'])} of commands clipped > {_pct(gates.max_clipped_share)}")
+            out["clipped"] = f"{_pct(pb['clipped_share'])} of commands clipped > {_pct(gates.max_clipped_share)}"
+    return out
+
+
+def gate_failures(candidate: dict, best: dict | None, gates: GateConfig) -> list[str]:
+    """Why `candidate` fails the hard gates (empty: it passes). `best` is r*'s record (None for the start)."""
+    return list(_gate_checks(candidate, best, gates).values())
+
+
+# measure of each gate r* may share with a challenger: (where it is read, lower is better)
+_SHARED = {"success": ("evaluation", "success_rate", False), "falls": ("evaluation", "fell_fraction", True),
+           "clipped": ("playback", "clipped_share", True)}
+
+
+def failures_against(candidate: dict, best: dict | None, gates: GateConfig) -> list[str]:
+    """The gate failures that hold `candidate` back against r* (`best`): all of them, except a gate r* fails
+    too where the candidate is no worse than r* (module docstring, step 1)."""
+    own = _gate_checks(candidate, best, gates)
+    if best is None:
+        return list(own.values())
+    theirs = _gate_checks(best, None, gates)
+    out = []
+    for gate, why in own.items():
+        if gate in theirs and gate in _SHARED:
+            where, key, lower_is_better = _SHARED[gate]
+            mine, r_star = (candidate.get(where) or {}).get(key), (best.get(where) or {}).get(key)
+            if mine is not None and r_star is not None and (mine <= r_star if lower_is_better else mine >= r_star):
+                continue
+        out.append(why)
     return out
 
 
@@ -86,7 +116,7 @@ def decide(best: dict, challengers: list[dict], *, gates: GateConfig, ranking: R
         if c.get("failed"):
             verdicts[c["id"]] = {"outcome": "failed", "reason": c["failed"], "score": None}
             continue
-        failures = gate_failures(c, best, gates)
+        failures = failures_against(c, best, gates)
         s = score(c, ranking, use_critic)
         if failures:
             verdicts[c["id"]] = {"outcome": "gated", "reason": "; ".join(failures), "score": s, "gates": failures}

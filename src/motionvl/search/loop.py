@@ -45,7 +45,7 @@ from motionvl.robot import ConfigError
 from motionvl.search import deps
 from motionvl.backend_names import MODEL_SYNTHESIZERS
 from motionvl.search.config import MODES, SearchConfig, mode_label
-from motionvl.search.decision import choose_start, decide, gate_failures
+from motionvl.search.decision import choose_start, decide, failures_against, gate_failures
 from motionvl.search.dispatch import STOPPED, Dispatcher, SlotState
 from motionvl.search.ledger import Ledger
 from motionvl.search.lineage import code_version
@@ -788,10 +788,12 @@ class Search:
     # ------------------------------------------------------------------ export and report
     def _export(self, final: dict, best: dict) -> dict:
         chosen, why = final, "the winner's longer training"
-        if final is not best and gate_failures(final, best, self.cfg.gates):
+        held_back = failures_against(final, best, self.cfg.gates) if final is not best else []
+        if held_back:
             chosen = best
-            why = (f"the longer training failed the gates ({'; '.join(gate_failures(final, best, self.cfg.gates))}): "
-                   f"r* itself ({best['id']}) is exported")
+            why = f"the longer training failed the gates ({'; '.join(held_back)}): r* itself ({best['id']}) is exported"
+        elif final is not best and gate_failures(final, best, self.cfg.gates):
+            why += f" (it fails only gates r* fails too, no worse than r*: {'; '.join(gate_failures(final, best, self.cfg.gates))})"
         digest = reward_key(chosen["spec"])
         meta = {"motionvl_run": self.run_dir.resolve().name, "reward_spec_hash": digest,
                 "code_version": code_version(), "task": self._task_metadata(chosen), "search_label": self.settings.label,
