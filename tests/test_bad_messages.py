@@ -20,9 +20,9 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, Int32, String  # noqa: E402
+from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
-from motionvl.msg import DeploymentStatus  # noqa: E402
+from motionvl.msg import DeploymentStatus, TrainerHeartbeat  # noqa: E402
 from motionvl.robot import load_robot_config  # noqa: E402
 from motionvl.ros.graph_playback import GraphPlayback  # noqa: E402
 from motionvl.ros.simulator_node import SimulatorNode  # noqa: E402
@@ -38,8 +38,9 @@ GARBAGE_JSON = ("x", "[1, 2]", '{"request_id": 7}', '{"request_id": "r1", "itera
 
 
 def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_context, second_ros_context, tmp_path):
-    """The search waits for a trainer; every topic it subscribes gets garbage, its heartbeat topic also a
-    publisher of another type: the process stays up, names each topic, stops cleanly."""
+    """The search waits for a trainer; every topic it subscribes gets garbage (heartbeats naming no node, JSON
+    topics non-objects), the typed heartbeat topic also a publisher of the JSON it was before: the process stays
+    up, names each topic, stops cleanly; and no trainer is taken from a bad heartbeat."""
     params = _search_run(tmp_path, None)
     args = [str(BIN / "orchestrator_node"), "--ros-args"] + [a for k, v in params.items() for a in ("-p", f"{k}:={v}")]
     err_path = tmp_path / "stderr.txt"
@@ -49,29 +50,35 @@ def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_co
     node = Node("garbage", context=ros_context)
     spinners = Spinners(ros_context)
     spinners.add(node)
-    topics = ["/trainer/heartbeat", "/trainer/status", "/trainer/progress", "/trainer/statistics", "/trainer/policy",
-              "/synthesizer/candidates"]
+    topics = ["/trainer/status", "/trainer/progress", "/trainer/statistics", "/trainer/policy", "/synthesizer/candidates"]
     pubs = {t: node.create_publisher(String, t, ANY) for t in topics}
-    wrong = Node("garbage_typed", context=second_ros_context).create_publisher(Int32, "/trainer/heartbeat", ANY)
+    beats = node.create_publisher(TrainerHeartbeat, "/trainer/heartbeat", ANY)
+    bad_beats = [TrainerHeartbeat(trainer=""), TrainerHeartbeat(trainer="policy_trainer"),
+                 TrainerHeartbeat(trainer=" /x", candidate_id="c")]
+    wrong = Node("garbage_typed", context=second_ros_context).create_publisher(String, "/trainer/heartbeat", ANY)
     said = lambda: err_path.read_text(errors="replace")  # noqa: E731
     try:
         assert wait_for(lambda: "waiting up to" in said() or proc.poll() is not None, timeout=120), said()
-        expected = [f"{t}: dropped a message" for t in topics]
+        expected = [f"{t}: dropped a message" for t in topics + ["/trainer/heartbeat"]]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None and not (
                 all(e in said() for e in expected) and "publisher(s) of another type" in said()):
             for pub in pubs.values():
                 for text in GARBAGE_JSON:
                     pub.publish(String(data=text))
-            wrong.publish(Int32(data=1))
+            for beat in bad_beats:
+                beats.publish(beat)
+            wrong.publish(String(data='{"trainer": "/policy_trainer", "candidate_id": null, "queue_length": 0}'))
             time.sleep(0.5)
         text = said()
         assert proc.poll() is None, f"the orchestrator ended (exit {proc.returncode}):\n{text[-3000:]}"
         for e in expected:
             assert e in text, e
-        assert "/trainer/heartbeat: publisher(s) of another type than std_msgs/msg/String" in text
-        assert "garbage_typed (std_msgs/msg/Int32)" in text
+        assert "/trainer/heartbeat: publisher(s) of another type than motionvl/msg/TrainerHeartbeat" in text
+        assert "garbage_typed (std_msgs/msg/String)" in text
+        assert "not a node's full name" in text
         assert "callback raised" not in text
+        assert ": training on " not in text, "a bad heartbeat was taken for a trainer"
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(30) == 0, said()[-3000:]
     finally:

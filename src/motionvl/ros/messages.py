@@ -18,7 +18,7 @@ import time
 from builtin_interfaces.msg import Time
 
 from motionvl.deploy.modes import Mode, status_from_message
-from motionvl.msg import DeploymentStatus, JsonRecord, SearchState
+from motionvl.msg import DeploymentStatus, JsonRecord, SearchState, TrainerHeartbeat
 
 JSON_VERSION = 1
 """The version of every JSON object MotionVL's messages carry (a reader refuses another)."""
@@ -114,3 +114,18 @@ def ledger_from_msg(msg: JsonRecord) -> dict:
     if msg.kind != LEDGER_KIND:
         raise BadMessage(f"kind {msg.kind!r}, expected {LEDGER_KIND!r}")
     return json_field(msg.json, "json", msg.version)
+
+
+# ---------------------------------------------------------------------------------------- trainer heartbeat
+def heartbeat_msg(trainer: str, candidate_id: str | None, queue_length: int, now: Time | None = None) -> TrainerHeartbeat:
+    """A policy_trainer's heartbeat: its full node name, the candidate in training (None: idle), goals waiting."""
+    return TrainerHeartbeat(stamp=now or stamp(), trainer=trainer, candidate_id=candidate_id or "",
+                            queue_length=int(queue_length))
+
+
+def heartbeat_from_msg(msg: TrainerHeartbeat) -> dict:
+    """{trainer, candidate_id (None: idle), queue_length, time}: the dict the orchestrator keeps per trainer."""
+    if not msg.trainer.startswith("/") or msg.trainer.strip() != msg.trainer or len(msg.trainer) < 2:
+        raise BadMessage(f"trainer {msg.trainer[:80]!r}: not a node's full name")
+    return {"trainer": msg.trainer, "candidate_id": msg.candidate_id or None, "queue_length": int(msg.queue_length),
+            "time": seconds(msg.stamp)}
