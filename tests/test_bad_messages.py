@@ -186,3 +186,31 @@ def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_st
         assert playback._status["mode"] == "STAND" and playback._status["stand_complete"] is True
     finally:
         spinners.shutdown()
+
+
+@pytest.mark.parametrize("better", [None, True, False])
+def test_the_critic_answers_and_the_heartbeat_translate_back_to_what_the_core_keeps(better):
+    """feedback, comparison and heartbeat through their messages and back: the same records (None text empty, a
+    number none stated NaN on the wire); a heartbeat naming no node is refused."""
+    from motionvl.critic.schema import Suggestion, discretise
+    from motionvl.ros.messages import (BadMessage, comparison_from_msg, feedback_from_msg, heartbeat_from_msg,
+                                       heartbeat_msg)
+
+    descriptors = [Descriptor("knee_flexion", "knees", 35.0, "deg", 0.8, "bent", measured_value=8.0, contradiction=True),
+                   Descriptor("torso_upright", "torso", None, None, 0.9)]
+    feedback = MotionFeedback(critic="openai:m", task="walk", descriptors=descriptors, features=discretise(descriptors),
+                              alignment_score=0.3, suggestions=[Suggestion("knee_extension", "increase", "bent")],
+                              better_than_best=better, unjudged=["speed"], raw_text="{...}",
+                              meta={"rollout_id": "i1c0", "attempts": 2, "usage": {"tokens": 120}})
+    msg = feedback_msg(feedback)
+    assert math.isnan(msg.descriptors[1].value) and msg.meta.kind == "critic_meta" and msg.meta.version == 1
+    assert feedback_from_msg(msg) == feedback
+    for comparison in (Comparison("second", 0.7, "straighter", meta={"request_id": "q"}),
+                       Comparison.invalid("kinematic", "walk", "no rollout", meta={"request_id": "q2"})):
+        assert comparison_from_msg(comparison_msg(comparison)) == comparison
+    beat = heartbeat_from_msg(heartbeat_msg("/ns/policy_trainer_2", "i3c1", 2))
+    assert {k: beat[k] for k in ("trainer", "candidate_id", "queue_length")} == \
+        {"trainer": "/ns/policy_trainer_2", "candidate_id": "i3c1", "queue_length": 2}
+    assert heartbeat_from_msg(heartbeat_msg("/policy_trainer", None, 0))["candidate_id"] is None
+    with pytest.raises(BadMessage, match="full name"):
+        heartbeat_from_msg(TrainerHeartbeat(trainer="policy_trainer"))
