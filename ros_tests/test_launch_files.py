@@ -37,9 +37,8 @@ import yaml  # noqa: E402
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
-from std_msgs.msg import String  # noqa: E402
 
-from motionvl.msg import JsonRecord  # noqa: E402
+from motionvl.msg import JsonRecord, TrainerHeartbeat  # noqa: E402
 
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"
 WORK = Path(tempfile.mkdtemp(prefix="motionvl_train_launch_"))
@@ -84,7 +83,7 @@ class TestTrainGraph(unittest.TestCase):
         return received
 
     def test_the_graph_comes_up_and_the_search_finishes(self, proc_output):
-        beats = self._collect(String, "/trainer/heartbeat", 10, lambda r: len(r) >= 1, 60.0)
+        beats = self._collect(TrainerHeartbeat, "/trainer/heartbeat", 10, lambda r: len(r) >= 1, 60.0)
         self.assertTrue(beats, "no policy_trainer heartbeat")
         # the simulator is held until the first playback (after the start reward's training) resets it
         joints = self._collect(JointState, "/joint_states", 10, lambda r: len(r) >= 10, 600.0)

@@ -4,6 +4,7 @@ simulator is logged and counted, a publisher of another type is reported, and th
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import signal
@@ -20,11 +21,15 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, Int32, String  # noqa: E402
+from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
-from motionvl.msg import DeploymentStatus  # noqa: E402
+from motionvl.critic.schema import Comparison, Descriptor, MotionFeedback  # noqa: E402
+from motionvl.msg import Comparison as ComparisonMsg  # noqa: E402
+from motionvl.msg import DeploymentStatus, TrainerHeartbeat  # noqa: E402
+from motionvl.msg import MotionFeedback as MotionFeedbackMsg  # noqa: E402
 from motionvl.robot import load_robot_config  # noqa: E402
 from motionvl.ros.graph_playback import GraphPlayback  # noqa: E402
+from motionvl.ros.messages import comparison_msg, feedback_msg  # noqa: E402
 from motionvl.ros.simulator_node import SimulatorNode  # noqa: E402
 from spinning import Spinners  # noqa: E402
 from test_node_shutdown import BIN, _search_run  # noqa: E402
@@ -38,8 +43,9 @@ GARBAGE_JSON = ("x", "[1, 2]", '{"request_id": 7}', '{"request_id": "r1", "itera
 
 
 def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_context, second_ros_context, tmp_path):
-    """The search waits for a trainer; every topic it subscribes gets garbage, its heartbeat topic also a
-    publisher of another type: the process stays up, names each topic, stops cleanly."""
+    """The search waits for a trainer; every topic it subscribes gets garbage (heartbeats naming no node, JSON
+    topics non-objects), the typed heartbeat topic also a publisher of the JSON it was before: the process stays
+    up, names each topic, stops cleanly; and no trainer is taken from a bad heartbeat."""
     params = _search_run(tmp_path, None)
     args = [str(BIN / "orchestrator_node"), "--ros-args"] + [a for k, v in params.items() for a in ("-p", f"{k}:={v}")]
     err_path = tmp_path / "stderr.txt"
@@ -49,29 +55,35 @@ def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_co
     node = Node("garbage", context=ros_context)
     spinners = Spinners(ros_context)
     spinners.add(node)
-    topics = ["/trainer/heartbeat", "/trainer/status", "/trainer/progress", "/trainer/statistics", "/trainer/policy",
-              "/synthesizer/candidates"]
+    topics = ["/trainer/status", "/trainer/progress", "/trainer/statistics", "/trainer/policy", "/synthesizer/candidates"]
     pubs = {t: node.create_publisher(String, t, ANY) for t in topics}
-    wrong = Node("garbage_typed", context=second_ros_context).create_publisher(Int32, "/trainer/heartbeat", ANY)
+    beats = node.create_publisher(TrainerHeartbeat, "/trainer/heartbeat", ANY)
+    bad_beats = [TrainerHeartbeat(trainer=""), TrainerHeartbeat(trainer="policy_trainer"),
+                 TrainerHeartbeat(trainer=" /x", candidate_id="c")]
+    wrong = Node("garbage_typed", context=second_ros_context).create_publisher(String, "/trainer/heartbeat", ANY)
     said = lambda: err_path.read_text(errors="replace")  # noqa: E731
     try:
         assert wait_for(lambda: "waiting up to" in said() or proc.poll() is not None, timeout=120), said()
-        expected = [f"{t}: dropped a message" for t in topics]
+        expected = [f"{t}: dropped a message" for t in topics + ["/trainer/heartbeat"]]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None and not (
                 all(e in said() for e in expected) and "publisher(s) of another type" in said()):
             for pub in pubs.values():
                 for text in GARBAGE_JSON:
                     pub.publish(String(data=text))
-            wrong.publish(Int32(data=1))
+            for beat in bad_beats:
+                beats.publish(beat)
+            wrong.publish(String(data='{"trainer": "/policy_trainer", "candidate_id": null, "queue_length": 0}'))
             time.sleep(0.5)
         text = said()
         assert proc.poll() is None, f"the orchestrator ended (exit {proc.returncode}):\n{text[-3000:]}"
         for e in expected:
             assert e in text, e
-        assert "/trainer/heartbeat: publisher(s) of another type than std_msgs/msg/String" in text
-        assert "garbage_typed (std_msgs/msg/Int32)" in text
+        assert "/trainer/heartbeat: publisher(s) of another type than motionvl/msg/TrainerHeartbeat" in text
+        assert "garbage_typed (std_msgs/msg/String)" in text
+        assert "not a node's full name" in text
         assert "callback raised" not in text
+        assert ": training on " not in text, "a bad heartbeat was taken for a trainer"
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(30) == 0, said()[-3000:]
     finally:
@@ -83,9 +95,10 @@ def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_co
 
 def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_status(ros_context, second_ros_context):
     """The ROS playback's host (the orchestrator's subscriptions of deployment, simulator and critic) and a
-    simulator with a gantry get a status naming no mode, NaN and short states, non-JSON critic answers, a command
-    of the wrong length, and a deployment node of before the types (status as std_msgs/String): each bad
-    message is counted once on its topic, the old publisher reported on both, and a good status still acts."""
+    simulator with a gantry get a status naming no mode, NaN and short states, critic answers out of range, NaN,
+    off the vocabulary or with bookkeeping of another kind, a command of the wrong length, and nodes of before
+    the types (status and critic answers as std_msgs/String): each bad message is counted once on its topic, the
+    old publishers reported, and a good status and good answers still act."""
     ns = f"/bad{uuid.uuid4().hex[:6]}"
     robot = load_robot_config()
     host = Node("host", namespace=ns, context=ros_context)
@@ -100,11 +113,13 @@ def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_st
         status = probe.create_publisher(DeploymentStatus, "deployment/status", ANY)
         states = probe.create_publisher(JointState, "joint_states", ANY)
         odom = probe.create_publisher(Odometry, "odom", ANY)
-        feedback = probe.create_publisher(String, "critic/feedback", ANY)
-        comparison = probe.create_publisher(String, "critic/comparison", ANY)
+        feedback = probe.create_publisher(MotionFeedbackMsg, "critic/feedback", ANY)
+        comparison = probe.create_publisher(ComparisonMsg, "critic/comparison", ANY)
         positions = probe.create_publisher(Float64MultiArray, "joint_position_commands", ANY)
-        old = Node("old_deployment", namespace=ns, context=second_ros_context).create_publisher(
-            String, "deployment/status", ANY)
+        old_node = Node("old_deployment", namespace=ns, context=second_ros_context)
+        old = old_node.create_publisher(String, "deployment/status", ANY)
+        old_critic = Node("old_critic", namespace=ns, context=second_ros_context)
+        old_answers = [old_critic.create_publisher(String, t, ANY) for t in ("critic/feedback", "critic/comparison")]
         J = robot.num_joints
         nan_odom = Odometry()
         nan_odom.pose.pose.position.x = math.nan
@@ -112,16 +127,34 @@ def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_st
                  (status, DeploymentStatus(mode=DeploymentStatus.MODE_RUN, mode_name="STAND")),
                  (states, JointState(name=list(robot.joint_names), position=[math.nan] * J)),
                  (states, JointState(name=list(robot.joint_names), position=[0.0] * (J - 1))),
-                 (odom, nan_odom), (feedback, String(data="x")), (comparison, String(data="[1]")),
-                 (positions, Float64MultiArray(data=[0.0] * (J - 1)))]
+                 (odom, nan_odom), (positions, Float64MultiArray(data=[0.0] * (J - 1)))]
+        good_fb = feedback_msg(MotionFeedback(critic="kinematic", task="walk", alignment_score=0.5,
+                                              descriptors=[Descriptor("knee_flexion", "knees", 20.0, "deg", 0.8)],
+                                              features=[("knees_straight", 0.8)], meta={"rollout_id": "r1"}))
+        bad_feedback = [copy.deepcopy(good_fb) for _ in range(6)]
+        bad_feedback[0].alignment_score = math.nan
+        bad_feedback[1].alignment_score = 1.5
+        bad_feedback[2].descriptors[0].value = math.inf  # NaN is "none stated"; infinity is nothing
+        bad_feedback[3].features[0].label = "moonwalking"
+        bad_feedback[4].better_than_best = 7
+        bad_feedback[5].meta.kind = "ledger"
+        good_cmp = comparison_msg(Comparison("first", 0.7, "straighter knees", meta={"request_id": "q1"}))
+        bad_comparisons = [copy.deepcopy(good_cmp) for _ in range(4)]
+        bad_comparisons[0].preferred = "third"
+        bad_comparisons[1].confidence = math.nan
+        bad_comparisons[2].meta.json = "[1]"
+        bad_comparisons[3].meta.version = 2
+        sends += [(feedback, m) for m in bad_feedback] + [(comparison, m) for m in bad_comparisons]
         host_bad = {f"{ns}/deployment/status": 2, f"{ns}/joint_states": 2, f"{ns}/odom": 1,
-                    f"{ns}/critic/feedback": 1, f"{ns}/critic/comparison": 1}
+                    f"{ns}/critic/feedback": len(bad_feedback), f"{ns}/critic/comparison": len(bad_comparisons)}
         # the simulator's loop takes the newest status (depth 1): one or both of the two bad ones
         sim_bad = {f"{ns}/deployment/status": 1, f"{ns}/joint_position_commands": 1}
         assert wait_for(lambda: all(p.get_subscription_count() for p, _ in sends), timeout=15)
         for pub, msg in sends:
             pub.publish(msg)
         old.publish(String(data='{"mode": "RUN", "stand_complete": true}'))
+        for pub in old_answers:
+            pub.publish(String(data='{"valid": true, "meta": {"rollout_id": "r1", "request_id": "q1"}}'))
         counted = lambda inbox, want: all(inbox.bad[t] >= n for t, n in want.items())  # noqa: E731
         assert wait_for(lambda: counted(playback.inbox, host_bad) and counted(sim.inbox, sim_bad), timeout=15), \
             (playback.inbox.counts(), sim.inbox.counts())
@@ -133,9 +166,51 @@ def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_st
         for inbox in (playback.inbox, sim.inbox):
             assert wait_for(lambda inbox=inbox: inbox.check_publishers() or
                             inbox.wrong_type.get(f"{ns}/deployment/status") == old_name, timeout=15), inbox.counts()
+        old_critic_name = [f"{ns}/old_critic (std_msgs/msg/String)"]
+        assert wait_for(lambda: playback.inbox.check_publishers() or all(
+            playback.inbox.wrong_type.get(f"{ns}/critic/{t}") == old_critic_name for t in ("feedback", "comparison")),
+            timeout=15), playback.inbox.counts()
+        assert playback._feedback == {} and playback._comparisons == {}, "a bad or untyped answer was taken"
+        # good typed answers still arrive, as the dicts the search records
+        feedback.publish(good_fb)
+        comparison.publish(good_cmp)
+        assert wait_for(lambda: playback._feedback and playback._comparisons, timeout=15)
+        (fb,) = playback._feedback.values()
+        (cmp,) = playback._comparisons.values()
+        assert (fb["alignment_score"], fb["meta"], fb["descriptors"][0]["value"]) == (0.5, {"rollout_id": "r1"}, 20.0)
+        assert (cmp["preferred"], cmp["meta"]["request_id"]) == ("first", "q1")
+        assert {t: playback.inbox.bad[t] for t in host_bad} == host_bad
         # both still work: a good status reaches the playback and lets the gantry go
         status.publish(DeploymentStatus(mode=DeploymentStatus.MODE_STAND, mode_name="STAND", stand_complete=True))
         assert wait_for(lambda: not sim.sim.gantry and playback._status is not None, timeout=15)
         assert playback._status["mode"] == "STAND" and playback._status["stand_complete"] is True
     finally:
         spinners.shutdown()
+
+
+@pytest.mark.parametrize("better", [None, True, False])
+def test_the_critic_answers_and_the_heartbeat_translate_back_to_what_the_core_keeps(better):
+    """feedback, comparison and heartbeat through their messages and back: the same records (None text empty, a
+    number none stated NaN on the wire); a heartbeat naming no node is refused."""
+    from motionvl.critic.schema import Suggestion, discretise
+    from motionvl.ros.messages import (BadMessage, comparison_from_msg, feedback_from_msg, heartbeat_from_msg,
+                                       heartbeat_msg)
+
+    descriptors = [Descriptor("knee_flexion", "knees", 35.0, "deg", 0.8, "bent", measured_value=8.0, contradiction=True),
+                   Descriptor("torso_upright", "torso", None, None, 0.9)]
+    feedback = MotionFeedback(critic="openai:m", task="walk", descriptors=descriptors, features=discretise(descriptors),
+                              alignment_score=0.3, suggestions=[Suggestion("knee_extension", "increase", "bent")],
+                              better_than_best=better, unjudged=["speed"], raw_text="{...}",
+                              meta={"rollout_id": "i1c0", "attempts": 2, "usage": {"tokens": 120}})
+    msg = feedback_msg(feedback)
+    assert math.isnan(msg.descriptors[1].value) and msg.meta.kind == "critic_meta" and msg.meta.version == 1
+    assert feedback_from_msg(msg) == feedback
+    for comparison in (Comparison("second", 0.7, "straighter", meta={"request_id": "q"}),
+                       Comparison.invalid("kinematic", "walk", "no rollout", meta={"request_id": "q2"})):
+        assert comparison_from_msg(comparison_msg(comparison)) == comparison
+    beat = heartbeat_from_msg(heartbeat_msg("/ns/policy_trainer_2", "i3c1", 2))
+    assert {k: beat[k] for k in ("trainer", "candidate_id", "queue_length")} == \
+        {"trainer": "/ns/policy_trainer_2", "candidate_id": "i3c1", "queue_length": 2}
+    assert heartbeat_from_msg(heartbeat_msg("/policy_trainer", None, 0))["candidate_id"] is None
+    with pytest.raises(BadMessage, match="full name"):
+        heartbeat_from_msg(TrainerHeartbeat(trainer="policy_trainer"))

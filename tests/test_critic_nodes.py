@@ -32,8 +32,11 @@ from std_srvs.srv import Trigger  # noqa: E402
 
 from motionvl.critic.base import Rollout  # noqa: E402
 from motionvl.critic.schema import Comparison, Descriptor, MotionFeedback  # noqa: E402
+from motionvl.msg import Comparison as ComparisonMsg  # noqa: E402
+from motionvl.msg import MotionFeedback as MotionFeedbackMsg  # noqa: E402
 from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
 from motionvl.ros.camera_renderer_node import CameraRendererNode  # noqa: E402
+from motionvl.ros.messages import comparison_from_msg, feedback_from_msg  # noqa: E402
 from motionvl.ros.vlm_critic_node import VlmCriticNode, image_to_rgb  # noqa: E402
 from spinning import Spinners  # noqa: E402
 from waiting import wait_for as _wait_for  # noqa: E402
@@ -66,15 +69,17 @@ class Probe:
         self.image_pub = n.create_publisher(Image, "camera/image_raw", qos_profile_sensor_data)
         n.create_subscription(Image, "camera/image_raw", self._keep(self.images), qos_profile_sensor_data)
         n.create_subscription(CameraInfo, "camera/camera_info", self._keep(self.infos), qos_profile_sensor_data)
-        n.create_subscription(String, "critic/feedback", self._keep(self.feedback), LATCHED)
-        n.create_subscription(String, "critic/comparison", self._keep(self.comparisons), LATCHED)
+        # typed answers, kept as the core's records they translate to (motionvl.ros.messages)
+        n.create_subscription(MotionFeedbackMsg, "critic/feedback", self._keep(self.feedback, feedback_from_msg), LATCHED)
+        n.create_subscription(ComparisonMsg, "critic/comparison", self._keep(self.comparisons, comparison_from_msg),
+                              LATCHED)
         self.compare_pub = n.create_publisher(String, "critic/compare", RELIABLE)
         self.critique_client = n.create_client(Trigger, "vlm_critic/critique")
 
-    def _keep(self, store: list):
+    def _keep(self, store: list, translate=None):
         def callback(msg):
             with self.lock:
-                store.append(msg)
+                store.append(translate(msg) if translate else msg)
         return callback
 
     def count(self, store: list) -> int:
@@ -211,7 +216,7 @@ def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):
     assert wait_for(lambda: critic.collected()["states"] >= sent and critic.collected()["odom"] >= sent, timeout=10.0)
     probe.boundary(event="end")
     assert wait_for(lambda: probe.count(probe.feedback) >= 1)
-    fb = MotionFeedback.from_json(probe.last(probe.feedback).data)
+    fb = probe.last(probe.feedback)
     assert fb.valid and fb.critic == "kinematic" and fb.task == "stand still"
     assert fb.alignment_score > 0.8, fb.meta
     assert fb.meta["states"] == sent and fb.meta["rollout_id"] == "r1" and fb.meta["trigger"] == "boundary"
@@ -224,7 +229,7 @@ def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):
     assert wait_for(lambda: critic.collected()["states"] >= sent and critic.collected()["odom"] >= sent, timeout=10.0)
     probe.boundary(event="end", task="walk forward at 0.5 m/s")
     assert wait_for(lambda: probe.count(probe.feedback) >= 2)
-    fb2 = MotionFeedback.from_json(probe.last(probe.feedback).data)
+    fb2 = probe.last(probe.feedback)
     speed = next(d for d in fb2.descriptors if d.label == "forward_speed")
     assert fb2.task == "walk forward at 0.5 m/s" and speed.value == pytest.approx(0.5, abs=0.02)
 
@@ -234,29 +239,29 @@ def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):
     assert wait_for(future.done)
     assert future.result().success  # the last finished rollout
     assert wait_for(lambda: probe.count(probe.feedback) >= 3)
-    assert json.loads(probe.last(probe.feedback).data)["meta"]["trigger"] == "service"
+    assert probe.last(probe.feedback).meta["trigger"] == "service"
     probe.boundary(event="start", task="stand still")
     probe.boundary(event="end")
     assert wait_for(lambda: probe.count(probe.feedback) >= 4)
-    empty = MotionFeedback.from_json(probe.last(probe.feedback).data)
+    empty = probe.last(probe.feedback)
     assert not empty.valid and "joint_states" in empty.error
 
     # a late subscriber still gets the last feedback (transient local)
     late = []
     node = Node(f"late_{uuid.uuid4().hex[:6]}", namespace=critic.get_namespace(), context=ros_context)
-    node.create_subscription(String, "critic/feedback", late.append, LATCHED)
+    node.create_subscription(MotionFeedbackMsg, "critic/feedback", late.append, LATCHED)
     ex = rclpy.executors.SingleThreadedExecutor(context=ros_context)
     ex.add_node(node)
     end = time.monotonic() + 10.0
     while not late and time.monotonic() < end:
         ex.spin_once(timeout_sec=0.1)
     node.destroy_node()
-    assert late and json.loads(late[0].data)["valid"] is False
+    assert late and feedback_from_msg(late[0]).valid is False
 
 
 def comparison_for(probe: Probe, request_id) -> Comparison | None:
     with probe.lock:
-        found = [Comparison.from_json(m.data) for m in probe.comparisons]
+        found = list(probe.comparisons)
     return next((c for c in found if c.meta.get("request_id") == request_id), None)
 
 
@@ -273,8 +278,8 @@ def test_critic_node_compares_two_rollouts_named_in_each_request(graph, ros_cont
                         timeout=10.0)
         probe.boundary(event="end")
         assert wait_for(lambda n=n: probe.count(probe.feedback) >= n + 1)
-    stood = MotionFeedback.from_json(probe.feedback[0].data)
-    moved = MotionFeedback.from_json(probe.feedback[1].data)
+    stood = probe.feedback[0]
+    moved = probe.feedback[1]
     # no best kept by the node: nothing to judge the second rollout against unless the boundary sends it
     assert stood.better_than_best is None and moved.better_than_best is None
     saved = Rollout.load(stood.meta["rollout_path"])
@@ -302,7 +307,7 @@ def test_critic_node_compares_two_rollouts_named_in_each_request(graph, ros_cont
     assert wait_for(lambda: min(critic.collected()["states"], critic.collected()["odom"]) >= sent, timeout=10.0)
     probe.boundary(event="end", previous_best=moved.to_dict())
     assert wait_for(lambda: probe.count(probe.feedback) >= 3)
-    assert MotionFeedback.from_json(probe.last(probe.feedback).data).better_than_best is False
+    assert probe.last(probe.feedback).better_than_best is False
 
 
 class SlowFakeVLM:
@@ -359,13 +364,13 @@ def test_critic_node_vlm_path_collects_frames_and_never_blocks(graph, ros_contex
     assert task == "walk with straight knees" and 5 <= n_frames <= 12
     assert times[0] == 0.0 and all(dt >= 0.09 - 1e-6 for dt in np.diff(times))
     assert traj is not None and len(traj.time) == 21
-    fb = MotionFeedback.from_json(probe.feedback[0].data)
+    fb = probe.feedback[0]
     assert fb.critic == "fake-vlm" and fb.valid
     assert fb.descriptors[0].contradiction is True  # merged with the kinematic measurement (57 deg knees)
     check = fb.meta["cross_check"]  # its only measurable claim was contradicted: its alignment counts nothing
     assert (check["measurable"], check["confirmed"], check["stated_alignment"]) == (1, 0, 0.7) and fb.alignment_score == 0
     assert fb.meta["frames"] == n_frames and fb.meta["trigger"] == "boundary"
-    assert json.loads(probe.feedback[1].data)["meta"]["trigger"] == "service"
+    assert probe.feedback[1].meta["trigger"] == "service"
     assert image_to_rgb(Image(height=12, width=16, encoding="bgr8", step=48,
                               data=frame[:, :, ::-1].tobytes()))[0, 0].tolist() == [200, 0, 0]
 
@@ -390,4 +395,4 @@ def test_camera_frames_reach_the_critic(graph, ros_context):
     n_frames, times, task, _, traj = fake.calls[0]
     assert n_frames >= 5 and task == "walk forward" and times == sorted(times)
     assert traj is not None and traj.base_pos[-1, 0] > traj.base_pos[0, 0]
-    assert json.loads(probe.last(probe.feedback).data)["meta"]["frames"] == n_frames
+    assert probe.last(probe.feedback).meta["frames"] == n_frames

@@ -41,6 +41,7 @@ from sensor_msgs.msg import Image, Imu, JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
 from motionvl.bags import read_bag  # noqa: E402
+from motionvl.msg import MotionFeedback  # noqa: E402
 from motionvl.rewards.spec import load_reward_spec  # noqa: E402
 from motionvl.robot import load_robot_config  # noqa: E402
 from spinning import Spinners  # noqa: E402
@@ -76,7 +77,7 @@ class Feeder(Node):
         self.request_pub = self.create_publisher(String, "synthesizer/request", 50)
         self.frames = self.feedback = self.progress = self.answers = 0
         self.create_subscription(Image, "camera/image_raw", self._on_frame, qos_profile_sensor_data)
-        self.create_subscription(String, "critic/feedback", self._on_feedback, 10)
+        self.create_subscription(MotionFeedback, "critic/feedback", self._on_feedback, 10)
         self.create_subscription(String, "trainer/progress", self._on_progress, 50)
         self.create_subscription(String, "synthesizer/candidates", self._on_answer, 50)
         self.commands: dict[str, int] = {}  # motor command topic -> messages seen

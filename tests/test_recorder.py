@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -251,10 +252,12 @@ def test_main_exits_1_on_bad_storage(tmp_path):
 
 
 def test_typed_topics_are_recorded_with_their_definitions(ros_context, tmp_path):
-    """search/state, search/ledger and deployment/status are MotionVL's own types: the recorder writes them
-    with their message definitions (what `ros2 bag` and Foxglove decode with), read_bag decodes their fields."""
+    """search/state, search/ledger, deployment/status, trainer/heartbeat and the critic's answers are MotionVL's
+    own types: the recorder writes them with their message definitions (what `ros2 bag` and Foxglove decode
+    with), read_bag decodes their fields, nested ones too."""
+    from motionvl.critic.schema import Comparison, Descriptor, MotionFeedback
     from motionvl.msg import DeploymentStatus, SearchState
-    from motionvl.ros.messages import ledger_msg, search_state_msg
+    from motionvl.ros.messages import comparison_msg, feedback_msg, heartbeat_msg, ledger_msg, search_state_msg
     from spinning import Spinners
 
     source = Node("typed_source", context=ros_context)
@@ -265,17 +268,25 @@ def test_typed_topics_are_recorded_with_their_definitions(ros_context, tmp_path)
     state.publish(sent)
     ledger.publish(ledger_msg({"kind": "decided", "iteration": 2}))
     status.publish(DeploymentStatus(mode=DeploymentStatus.MODE_DAMP, mode_name="DAMP", faults=["fall"]))
+    answers = {
+        "/trainer/heartbeat": heartbeat_msg("/policy_trainer_1", "i2c0", 1),
+        "/critic/feedback": feedback_msg(MotionFeedback(
+            critic="kinematic", task="walk", alignment_score=0.25, better_than_best=False,
+            descriptors=[Descriptor("knee_flexion", "knees", None, None, 0.6, "bent", measured_value=35.0)],
+            features=[("knees_bent", 0.6)], meta={"rollout_id": "i2c0"})),
+        "/critic/comparison": comparison_msg(Comparison(None, 0.4, "no clear difference", meta={"request_id": "q"}))}
+    for topic, msg in answers.items():
+        source.create_publisher(type(msg), topic, LATCHED).publish(msg)
+    typed = ["/search/state", "/search/ledger", "/deployment/status", *answers]
     recorder = RecorderNode(context=ros_context, parameter_overrides=[
         Parameter("output_dir", value=str(tmp_path)), Parameter("bag_name", value="typed"),
-        Parameter("topics", value=["/search/state", "/search/ledger", "/deployment/status"]),
-        Parameter("discovery_period_s", value=0.1)])
+        Parameter("topics", value=typed), Parameter("discovery_period_s", value=0.1)])
     spinners = Spinners(ros_context)
     spinners.add(source)
     spinners.add(recorder)
     try:
-        _wait(lambda: all(recorder.bag.counts.get(t) == 1 for t in ("/search/state", "/search/ledger",
-                                                                    "/deployment/status")),
-              15, f"the three typed messages; have {recorder.bag.counts}")
+        _wait(lambda: all(recorder.bag.counts.get(t) == 1 for t in typed),
+              15, f"the {len(typed)} typed messages; have {recorder.bag.counts}")
         recorder.bag.close()
     finally:
         spinners.shutdown()
@@ -288,6 +299,19 @@ def test_typed_topics_are_recorded_with_their_definitions(ros_context, tmp_path)
     d = got["/deployment/status"][1]
     assert (got["/deployment/status"][0], d.mode, d.mode_name, list(d.faults)) == \
         ("motionvl/msg/DeploymentStatus", 3, "DAMP", ["fall"])
+    beat = got["/trainer/heartbeat"]
+    assert (beat[0], beat[1].trainer, beat[1].candidate_id, beat[1].queue_length) == \
+        ("motionvl/msg/TrainerHeartbeat", "/policy_trainer_1", "i2c0", 1)
+    fb = got["/critic/feedback"][1]
+    assert got["/critic/feedback"][0] == "motionvl/msg/MotionFeedback"
+    d = fb.descriptors[0]
+    assert (fb.alignment_score, fb.better_than_best, d.label, math.isnan(d.value), d.measured_value) == \
+        (0.25, 2, "knee_flexion", True, 35.0)
+    assert [(f.label, f.confidence) for f in fb.features] == [("knees_bent", 0.6)]
+    assert (fb.meta.kind, fb.meta.version, json.loads(fb.meta.json)) == ("critic_meta", 1, {"rollout_id": "i2c0"})
+    c = got["/critic/comparison"][1]
+    assert (got["/critic/comparison"][0], c.preferred, c.confidence, json.loads(c.meta.json)) == \
+        ("motionvl/msg/Comparison", "", 0.4, {"request_id": "q"})
     # the definition is in the bag itself (a reader without MotionVL's types decodes it from there)
     from rosbags.highlevel import AnyReader
 
@@ -295,6 +319,7 @@ def test_typed_topics_are_recorded_with_their_definitions(ros_context, tmp_path)
         defs = {c.msgtype: c.msgdef.data for c in reader.connections}
     assert "uint8 MODE_DAMP=3" in defs["motionvl/msg/DeploymentStatus"]
     assert "int32 trainer_iteration" in defs["motionvl/msg/SearchState"]
+    assert "MSG: motionvl/JsonRecord" in defs["motionvl/msg/MotionFeedback"], defs["motionvl/msg/MotionFeedback"]
 
 
 def test_analyze_reads_the_status_of_old_and_new_bags(tmp_path):
@@ -324,3 +349,36 @@ def test_analyze_reads_the_status_of_old_and_new_bags(tmp_path):
         bag.close()
         rows[name] = [s for _, s in BagData(tmp_path / name, load_robot_config()).rows["status"]]
     assert rows["old"] == rows["new"] == [status], "one status each; the unreadable one skipped"
+
+
+def test_analyze_reads_bags_with_the_trainer_and_critic_topics_typed_or_json(tmp_path):
+    """A loop's bag holds trainer/heartbeat and the critic's answers typed (now) or as JSON strings (before the
+    types): `motionvl analyze` decodes every message of both, takes the status and passes over the rest."""
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import String
+
+    from motionvl.critic.schema import Comparison, MotionFeedback
+    from motionvl.deploy.analysis import BagData
+    from motionvl.msg import DeploymentStatus
+    from motionvl.robot import load_robot_config
+    from motionvl.ros.messages import comparison_msg, feedback_msg, heartbeat_msg
+
+    feedback = MotionFeedback.invalid("kinematic", "walk", "nothing collected", meta={"rollout_id": "r"})
+    comparison = Comparison("second", 0.9, "upright", meta={"request_id": "q"})
+    old = {"/trainer/heartbeat": String(data=json.dumps({"trainer": "/policy_trainer", "candidate_id": None,
+                                                         "queue_length": 0, "time": 1.0})),
+           "/critic/feedback": String(data=feedback.to_json()), "/critic/comparison": String(data=comparison.to_json())}
+    new = {"/trainer/heartbeat": heartbeat_msg("/policy_trainer", None, 0), "/critic/feedback": feedback_msg(feedback),
+           "/critic/comparison": comparison_msg(comparison)}
+    status = DeploymentStatus(mode=DeploymentStatus.MODE_PASSIVE, mode_name="PASSIVE", path="pd", cycle=3)
+    rows = {}
+    for name, messages in (("old", old), ("new", new)):
+        bag = BagRecorder(tmp_path / name)
+        for i, (topic, msg) in enumerate([*messages.items(), ("/deployment/status", status)]):
+            kind = type(msg)
+            bag.add_topic(topic, f"{kind.__module__.split('.')[0]}/msg/{kind.__name__}")
+            bag.write(topic, 1000 + i, serialize_message(msg))
+        bag.close()
+        assert len(list(read_bag(tmp_path / name))) == 4
+        rows[name] = [s["mode"] for _, s in BagData(tmp_path / name, load_robot_config()).rows["status"]]
+    assert rows == {"old": ["PASSIVE"], "new": ["PASSIVE"]}

@@ -597,5 +597,7 @@ def test_a_search_finishes_while_malformed_messages_arrive_on_every_graph_topic(
         publisher.wait()
     err = capfd.readouterr().err
     assert code == 0 and Ledger(tmp_path / "run").get("run", "finished") is not None, err[-3000:]
-    assert re.search(r"/trainer/heartbeat: dropped a message \(\d+ so far\): not JSON", err), err[-3000:]
+    assert re.search(r"/trainer/status: dropped a message \(\d+ so far\): not JSON", err), err[-3000:]
+    # a typed topic never hears the strings: their publisher is reported instead
+    assert "/trainer/heartbeat: publisher(s) of another type than motionvl/msg/TrainerHeartbeat" in err, err[-3000:]
     assert "a callback raised" not in err and "Traceback" not in err, err[-3000:]

@@ -30,8 +30,8 @@ the collector vlm_critic uses (motionvl.critic.rollouts).
 
 Host topics: publishes cmd_vel (Twist), rollout/boundary and critic/compare (String); subscribes
 deployment/status (DeploymentStatus), /diagnostics, joint_states, odom, camera/image_raw, critic/feedback
-and critic/comparison (JSON), each through the host's motionvl.ros.inbox (a bad message is counted, never
-fatal). Calls deployment/{set_mode/*, load_policy, rearm} and simulator/{reset, hold}.
+(MotionFeedback) and critic/comparison (Comparison), each through the host's motionvl.ros.inbox (a bad
+message is counted, never fatal); the search gets the critic's answers as the dicts it records. Calls deployment/{set_mode/*, load_policy, rearm} and simulator/{reset, hold}.
 """
 
 from __future__ import annotations
@@ -55,10 +55,11 @@ from std_srvs.srv import Trigger
 
 from motionvl.critic.rollouts import Boundary, CollectLimits, RolloutCollector
 from motionvl.deploy.mapping import JointMapping
+from motionvl.msg import Comparison as ComparisonMsg
 from motionvl.msg import DeploymentStatus
+from motionvl.msg import MotionFeedback as MotionFeedbackMsg
 from motionvl.ros.inbox import Inbox
-from motionvl.ros.messages import BadMessage, deployment_status_from_msg
-from motionvl.ros.records import json_record
+from motionvl.ros.messages import BadMessage, comparison_from_msg, deployment_status_from_msg, feedback_from_msg
 from motionvl.search.config import PlaybackConfig
 from motionvl.search.playback import SUMMARY_FILE, CritiqueRequest, PlaybackResult, clipped_share, deployment_fault
 from motionvl.srv import LoadPolicy
@@ -135,8 +136,8 @@ class GraphPlayback:
         inbox.subscribe(JointState, "joint_states", self._on_joint_state, STATE_QOS)
         inbox.subscribe(Odometry, "odom", self._on_odom, STATE_QOS)
         inbox.subscribe(Image, "camera/image_raw", self._on_image, qos_profile_sensor_data)
-        inbox.subscribe(String, "critic/feedback", self._on_feedback, ANSWER_QOS)
-        inbox.subscribe(String, "critic/comparison", self._on_comparison, ANSWER_QOS)
+        inbox.subscribe(MotionFeedbackMsg, "critic/feedback", self._on_feedback, ANSWER_QOS)
+        inbox.subscribe(ComparisonMsg, "critic/comparison", self._on_comparison, ANSWER_QOS)
 
     # ------------------------------------------------------------------ graph input
     def _notify(self) -> None:
@@ -180,20 +181,16 @@ class GraphPlayback:
 
             self.collector.add_frame(_stamp(msg.header.stamp), lambda: image_to_rgb(msg))
 
-    def _on_feedback(self, msg: String) -> None:
-        feedback = json_record(self.node, msg, "critic/feedback", self.inbox)
-        if feedback is None:
-            return
+    def _on_feedback(self, msg: MotionFeedbackMsg) -> None:
+        feedback = feedback_from_msg(msg)
         with self._changed:
-            self._feedback[_key(_meta(feedback).get("rollout_id"))] = feedback
+            self._feedback[_key(feedback.meta.get("rollout_id"))] = feedback.to_dict()
             self._changed.notify_all()
 
-    def _on_comparison(self, msg: String) -> None:
-        comparison = json_record(self.node, msg, "critic/comparison", self.inbox)
-        if comparison is None:
-            return
+    def _on_comparison(self, msg: ComparisonMsg) -> None:
+        comparison = comparison_from_msg(msg)
         with self._changed:
-            self._comparisons[_key(_meta(comparison).get("request_id"))] = comparison
+            self._comparisons[_key(comparison.meta.get("request_id"))] = comparison.to_dict()
             self._changed.notify_all()
 
     # ------------------------------------------------------------------ waiting and calling
@@ -481,11 +478,6 @@ def _stamp(stamp) -> float:
 
 def _key(value) -> str:
     return json.dumps(value, sort_keys=True, default=str)
-
-
-def _meta(record: dict) -> dict:
-    meta = record.get("meta")
-    return meta if isinstance(meta, dict) else {}
 
 
 def _faults(status: dict | None) -> list:

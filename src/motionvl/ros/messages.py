@@ -6,7 +6,9 @@ gives back what the core uses, validated (a message another program sent may hol
 out of range, a JSON record of another kind or version). A `from_msg` raises `BadMessage` naming the
 field; motionvl.ros.inbox logs and counts it and the node goes on.
 
-What stays JSON on purpose (a ledger record) travels as motionvl/msg/JsonRecord: a kind and a version.
+What stays JSON on purpose travels as motionvl/msg/JsonRecord, a kind and a version: a ledger record
+(search/ledger, kind "ledger") and the critic's bookkeeping (the `meta` of MotionFeedback and Comparison,
+kind "critic_meta").
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ import time
 from builtin_interfaces.msg import Time
 
 from motionvl.deploy.modes import Mode, status_from_message
-from motionvl.msg import DeploymentStatus, JsonRecord, SearchState
+from motionvl.msg import Comparison as ComparisonMsg
+from motionvl.msg import DeploymentStatus, JsonRecord, MotionDescriptor, MotionFeature
+from motionvl.msg import MotionFeedback as MotionFeedbackMsg
+from motionvl.msg import RewardSuggestion, SearchState, TrainerHeartbeat
 
 JSON_VERSION = 1
 """The version of every JSON object MotionVL's messages carry (a reader refuses another)."""
 LEDGER_KIND = "ledger"
+CRITIC_META_KIND = "critic_meta"
 MODES = tuple(m.value for m in Mode)  # DeploymentStatus.MODE_PASSIVE ... MODE_DAMP: 0 ... 3
 
 
@@ -114,3 +120,112 @@ def ledger_from_msg(msg: JsonRecord) -> dict:
     if msg.kind != LEDGER_KIND:
         raise BadMessage(f"kind {msg.kind!r}, expected {LEDGER_KIND!r}")
     return json_field(msg.json, "json", msg.version)
+
+
+# ---------------------------------------------------------------------------------------- trainer heartbeat
+def heartbeat_msg(trainer: str, candidate_id: str | None, queue_length: int, now: Time | None = None) -> TrainerHeartbeat:
+    """A policy_trainer's heartbeat: its full node name, the candidate in training (None: idle), goals waiting."""
+    return TrainerHeartbeat(stamp=now or stamp(), trainer=trainer, candidate_id=candidate_id or "",
+                            queue_length=int(queue_length))
+
+
+def heartbeat_from_msg(msg: TrainerHeartbeat) -> dict:
+    """{trainer, candidate_id (None: idle), queue_length, time}: the dict the orchestrator keeps per trainer."""
+    if not msg.trainer.startswith("/") or msg.trainer.strip() != msg.trainer or len(msg.trainer) < 2:
+        raise BadMessage(f"trainer {msg.trainer[:80]!r}: not a node's full name")
+    return {"trainer": msg.trainer, "candidate_id": msg.candidate_id or None, "queue_length": int(msg.queue_length),
+            "time": seconds(msg.stamp)}
+
+
+# ---------------------------------------------------------------------------------------- the critic's answers
+def critic_meta_msg(meta: dict) -> JsonRecord:
+    return JsonRecord(kind=CRITIC_META_KIND, version=JSON_VERSION, json=json.dumps(meta, default=str))
+
+
+def critic_meta_from_msg(record: JsonRecord) -> dict:
+    """The bookkeeping object; a message built by hand may leave the record empty (no bookkeeping)."""
+    if not record.kind and not record.json:
+        return {}
+    if record.kind != CRITIC_META_KIND:
+        raise BadMessage(f"meta.kind {record.kind[:40]!r}, expected {CRITIC_META_KIND!r}")
+    return json_field(record.json, "meta.json", record.version)
+
+
+def _nan_for_none(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _none_for_nan(value: float, what: str) -> float | None:
+    """NaN: none stated; any other value must be finite."""
+    if math.isnan(value):
+        return None
+    if not math.isfinite(value):
+        raise BadMessage(f"{what}: {value!r} is not finite (NaN means none)")
+    return float(value)
+
+
+_BETTER = {None: MotionFeedbackMsg.UNKNOWN, True: MotionFeedbackMsg.BETTER, False: MotionFeedbackMsg.NOT_BETTER}
+_BETTER_BACK = {v: k for k, v in _BETTER.items()}
+
+
+def feedback_msg(feedback, now: Time | None = None) -> MotionFeedbackMsg:
+    """A motionvl.critic.schema.MotionFeedback as motionvl/MotionFeedback (None text: empty, None number: NaN)."""
+    msg = MotionFeedbackMsg(
+        critic=feedback.critic, task=feedback.task, alignment_score=float(feedback.alignment_score),
+        descriptors=[MotionDescriptor(label=d.label, region=d.region, value=_nan_for_none(d.value), unit=d.unit or "",
+                                      confidence=float(d.confidence), note=d.note,
+                                      measured_value=_nan_for_none(d.measured_value), contradiction=d.contradiction)
+                     for d in feedback.descriptors],
+        features=[MotionFeature(label=label, confidence=float(c)) for label, c in feedback.features],
+        suggestions=[RewardSuggestion(term=s.term, direction=s.direction, reason=s.reason)
+                     for s in feedback.suggestions],
+        better_than_best=_BETTER[feedback.better_than_best], unjudged=list(feedback.unjudged), valid=feedback.valid,
+        error=feedback.error or "", raw_text=feedback.raw_text or "", meta=critic_meta_msg(feedback.to_dict()["meta"]))
+    msg.header.stamp = now or stamp()
+    return msg
+
+
+def feedback_from_msg(msg: MotionFeedbackMsg):
+    """The motionvl.critic.schema.MotionFeedback a message carries, checked by the schema (else BadMessage)."""
+    from motionvl.critic.schema import MotionFeedback, SchemaError
+
+    if msg.better_than_best not in _BETTER_BACK:
+        raise BadMessage(f"better_than_best: {msg.better_than_best} is not UNKNOWN, BETTER or NOT_BETTER")
+    record = {
+        "critic": msg.critic, "task": msg.task, "alignment_score": msg.alignment_score,
+        "descriptors": [{"label": d.label, "region": d.region, "value": _none_for_nan(d.value, f"descriptors[{i}].value"),
+                         "unit": d.unit or None, "confidence": d.confidence, "note": d.note,
+                         "measured_value": _none_for_nan(d.measured_value, f"descriptors[{i}].measured_value"),
+                         "contradiction": bool(d.contradiction)} for i, d in enumerate(msg.descriptors)],
+        "features": [[f.label, f.confidence] for f in msg.features],
+        "suggestions": [{"term": s.term, "direction": s.direction, "reason": s.reason} for s in msg.suggestions],
+        "better_than_best": _BETTER_BACK[msg.better_than_best], "unjudged": list(msg.unjudged),
+        "valid": bool(msg.valid), "error": msg.error or None, "raw_text": msg.raw_text or None,
+        "meta": critic_meta_from_msg(msg.meta)}
+    try:
+        return MotionFeedback.from_dict(record)
+    except (SchemaError, TypeError) as exc:
+        raise BadMessage(str(exc)) from None
+
+
+def comparison_msg(comparison, now: Time | None = None) -> ComparisonMsg:
+    """A motionvl.critic.schema.Comparison as motionvl/Comparison (an abstention: preferred empty)."""
+    msg = ComparisonMsg(preferred=comparison.preferred or "", confidence=float(comparison.confidence),
+                        reason=comparison.reason, valid=comparison.valid, critic=comparison.critic,
+                        task=comparison.task, error=comparison.error or "", raw_text=comparison.raw_text or "",
+                        meta=critic_meta_msg(comparison.to_dict()["meta"]))
+    msg.header.stamp = now or stamp()
+    return msg
+
+
+def comparison_from_msg(msg: ComparisonMsg):
+    """The motionvl.critic.schema.Comparison a message carries, checked by the schema (else BadMessage)."""
+    from motionvl.critic.schema import Comparison, SchemaError
+
+    record = {"preferred": msg.preferred or None, "confidence": msg.confidence, "reason": msg.reason,
+              "valid": bool(msg.valid), "critic": msg.critic, "task": msg.task, "error": msg.error or None,
+              "raw_text": msg.raw_text or None, "meta": critic_meta_from_msg(msg.meta)}
+    try:
+        return Comparison.from_dict(record)
+    except (SchemaError, TypeError) as exc:
+        raise BadMessage(str(exc)) from None

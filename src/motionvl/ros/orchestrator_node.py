@@ -10,7 +10,7 @@ critic here). Everything the search records is also published. No message ends t
 subscribed topic is logged and counted (`inbox.bad`), a publisher of another type reported (motionvl.ros.inbox).
 
 Subscribes:
-  trainer/heartbeat    std_msgs/String  which trainers are alive and what they train (reliable, depth 10);
+  trainer/heartbeat    motionvl/TrainerHeartbeat  which trainers are alive and what they train (reliable, depth 10);
                                         a trainer silent for limits.trainer_lost_s is gone and its
                                         candidate goes to another trainer
   trainer/status, trainer/progress, trainer/statistics, trainer/policy   the trainers' reports, matched
@@ -49,10 +49,10 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from motionvl.msg import JsonRecord, SearchState
+from motionvl.msg import JsonRecord, SearchState, TrainerHeartbeat
 from motionvl.robot import ConfigError
 from motionvl.ros.inbox import Inbox
-from motionvl.ros.messages import BadMessage, ledger_msg, search_state_msg
+from motionvl.ros.messages import BadMessage, heartbeat_from_msg, ledger_msg, search_state_msg
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.records import json_record
 from motionvl.ros.runtime import abandon_work, request_stop, run_node, time_left
@@ -258,7 +258,7 @@ class OrchestratorNode(Node):
             self.critic = make_critic(self.settings, options)
         self.state_pub = self.create_publisher(SearchState, "search/state", STATE_QOS)
         self.ledger_pub = self.create_publisher(JsonRecord, "search/ledger", LEDGER_QOS)
-        self.inbox.subscribe(String, "trainer/heartbeat", self._on_heartbeat, HEARTBEAT_QOS)
+        self.inbox.subscribe(TrainerHeartbeat, "trainer/heartbeat", self._on_heartbeat, HEARTBEAT_QOS)
         for topic, key, qos in (("trainer/status", "status", LATCHED_QOS), ("trainer/progress", "progress", STREAM_QOS),
                                 ("trainer/statistics", "statistics", LATCHED_QOS), ("trainer/policy", "policy", LATCHED_QOS)):
             self.inbox.subscribe(String, topic, self._trainer_report(key), qos)
@@ -273,11 +273,9 @@ class OrchestratorNode(Node):
                                f"{self.settings.preset}) in {p['run_dir']}")
 
     # ------------------------------------------------------------------ graph input
-    def _on_heartbeat(self, msg: String) -> None:
-        data = json_record(self, msg, "trainer/heartbeat")
-        name = data.get("trainer") if data else None
-        if not name or not isinstance(name, str):
-            return
+    def _on_heartbeat(self, msg: TrainerHeartbeat) -> None:
+        data = heartbeat_from_msg(msg)
+        name = data["trainer"]
         with self.lock:
             self.trainers[name] = {"received": time.time(), "data": data}
             if name not in self.slots:

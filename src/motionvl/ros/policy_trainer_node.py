@@ -13,10 +13,12 @@ Subscribes:
                                        channel (/<node name>/candidates), what the orchestrator uses.
   reward_candidates   the same, shared by every trainer that has `shared_channel` on (by hand, one
                       trainer). Both reliable, depth 50: candidates must not be dropped.
-Publishes (std_msgs/String, JSON; every message carries "trainer", the node's full name):
-  trainer/heartbeat   every `heartbeat_period_s`: {trainer, candidate_id (in training or null),
-                      queue_length, time}. Reliable, depth 10. A trainer silent for a few periods
-                      has gone (the orchestrator hands its candidate to another).
+Publishes (every message names the trainer, the node's full name):
+  trainer/heartbeat   motionvl/TrainerHeartbeat every `heartbeat_period_s`: stamp (node clock),
+                      trainer, candidate_id (in training; empty: idle), queue_length. Reliable,
+                      depth 10. A trainer silent for a few periods has gone (the orchestrator hands
+                      its candidate to another).
+  the others std_msgs/String, JSON with "trainer":
   trainer/status      {candidate_id, state: queued|training|done|cancelled|rejected|failed, message}
                       Reliable, transient-local depth 50, so a late subscriber sees recent states.
   trainer/progress    one record per PPO iteration: candidate_id, phase "training", iteration,
@@ -43,7 +45,9 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from motionvl.msg import TrainerHeartbeat
 from motionvl.robot import ConfigError, load_robot_config
+from motionvl.ros.messages import heartbeat_msg
 from motionvl.ros.runtime import abandon_work, run_node, time_left
 from motionvl.ros.params import declare_parameters
 from motionvl.task import DEFAULT_COMMAND
@@ -95,7 +99,7 @@ class PolicyTrainerNode(Node):
         self.progress_pub = self.create_publisher(String, "trainer/progress", STREAM_QOS)
         self.stats_pub = self.create_publisher(String, "trainer/statistics", LATCHED_QOS)
         self.policy_pub = self.create_publisher(String, "trainer/policy", LATCHED_QOS)
-        self.heartbeat_pub = self.create_publisher(String, "trainer/heartbeat", HEARTBEAT_QOS)
+        self.heartbeat_pub = self.create_publisher(TrainerHeartbeat, "trainer/heartbeat", HEARTBEAT_QOS)
 
         from motionvl.rl.jobs import TrainingQueue
 
@@ -117,9 +121,8 @@ class PolicyTrainerNode(Node):
         self.get_logger().info(f"ready: candidates on {', '.join(channels)}, runs in {p['runs_dir']}")
 
     def _beat(self) -> None:
-        self.heartbeat_pub.publish(String(data=json.dumps(
-            {"trainer": self.trainer_name, "candidate_id": self.queue.current, "queue_length": self.queue.pending(),
-             "time": self.get_clock().now().nanoseconds * 1e-9})))
+        self.heartbeat_pub.publish(heartbeat_msg(self.trainer_name, self.queue.current, self.queue.pending(),
+                                                 self.get_clock().now().to_msg()))
 
     def _publisher(self, pub, log: bool = False):
         def publish(payload: dict) -> None:

@@ -24,9 +24,11 @@ Subscribes:
   odom                nav_msgs/Odometry       / kinematic critic rebuilds the Trajectory from them
   <command_topic>     geometry_msgs/TwistStamped  the command in effect (default simulator/command)
 Publishes:
-  critic/feedback     std_msgs/String  the MotionFeedback JSON (motionvl.critic.schema), reliable,
-                                       transient-local, depth 1: a late subscriber gets the last one.
-  critic/comparison   std_msgs/String  the Comparison JSON, meta["request_id"] = the request's id;
+  critic/feedback     motionvl/MotionFeedback  the critic's MotionFeedback (motionvl.critic.schema;
+                                       bookkeeping such as meta["rollout_id"] in `meta`, a JsonRecord
+                                       of kind "critic_meta", version 1), reliable, transient-local,
+                                       depth 1: a late subscriber gets the last one.
+  critic/comparison   motionvl/Comparison  the Comparison, meta["request_id"] = the request's id;
                                        every request gets one (valid=false with the error when the
                                        request or a rollout is unusable); reliable, transient-local,
                                        depth 10.
@@ -68,7 +70,10 @@ from motionvl.critic.rollouts import CollectLimits, RolloutCollector, json_objec
 from motionvl.critic.schema import Comparison, MotionFeedback  # noqa: E402
 from motionvl.critic.service import BACKENDS, CriticService, backend_factory, parse_comparison_request  # noqa: E402
 from motionvl.deploy.mapping import JointMapping  # noqa: E402
+from motionvl.msg import Comparison as ComparisonMsg  # noqa: E402
+from motionvl.msg import MotionFeedback as MotionFeedbackMsg  # noqa: E402
 from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
+from motionvl.ros.messages import comparison_msg, feedback_msg  # noqa: E402
 from motionvl.ros.params import declare_parameters  # noqa: E402
 from motionvl.ros.runtime import abandon_work, run_node, time_left  # noqa: E402
 from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain  # noqa: E402
@@ -163,8 +168,8 @@ class VlmCriticNode(Node):
         self.last_feedback: MotionFeedback | None = None
         self.comparison_count = 0
 
-        self.feedback_pub = self.create_publisher(String, "critic/feedback", FEEDBACK_QOS)
-        self.comparison_pub = self.create_publisher(String, "critic/comparison", COMPARISON_QOS)
+        self.feedback_pub = self.create_publisher(MotionFeedbackMsg, "critic/feedback", FEEDBACK_QOS)
+        self.comparison_pub = self.create_publisher(ComparisonMsg, "critic/comparison", COMPARISON_QOS)
         self.create_subscription(String, "rollout/boundary", self._on_boundary, BOUNDARY_QOS)
         self.create_subscription(String, "critic/compare", self._on_compare, BOUNDARY_QOS)
         if self.backend != "kinematic":
@@ -261,7 +266,7 @@ class VlmCriticNode(Node):
                 continue
             feedback = self.service.critique(item)
             feedback.meta.update(trigger=trigger, backend=self.backend)
-            self.feedback_pub.publish(String(data=feedback.to_json()))
+            self.feedback_pub.publish(feedback_msg(feedback, self.get_clock().now().to_msg()))
             self.last_feedback = feedback
             self.feedback_count += 1
             self.get_logger().info(f"feedback #{feedback.meta['rollout_index']} ({trigger}): valid={feedback.valid} "
@@ -270,7 +275,7 @@ class VlmCriticNode(Node):
 
     def _publish_comparison(self, comparison: Comparison) -> None:
         comparison.meta["backend"] = self.backend
-        self.comparison_pub.publish(String(data=comparison.to_json()))
+        self.comparison_pub.publish(comparison_msg(comparison, self.get_clock().now().to_msg()))
         self.comparison_count += 1
         self.get_logger().info(f"comparison {comparison.meta.get('request_id')!r}: valid={comparison.valid} "
                                f"preferred={comparison.preferred} confidence={comparison.confidence:.2f}"
