@@ -1,6 +1,7 @@
 """The deployment node on a robot, or on the simulated robot over topics.
 
     ros2 launch motionvl deploy.launch.py policy:=/abs/policy.onnx [path:=pd|torque] [sim:=true] [record:=true]
+        [namespace:=robot1]
 
 Starts the deployment node with the `deployment` section of config/nodes.yaml (policy, path and
 robot_config from the launch arguments, which win over the params file). On a robot it stays in PASSIVE
@@ -9,7 +10,8 @@ simulator starts too, in hardware emulation (the robot config's hardware section
 virtual gantry released when STAND completes), publishing at the command rate of the path and /clock,
 and the deployment node runs PASSIVE -> STAND -> RUN by itself. Every node but the simulator runs on the
 simulator's clock with sim:=true and on the system clock on a robot (use_sim_time follows `sim`).
-record:=true records the deployment topics into a bag (MCAP) under bag_dir with the recorder.
+record:=true records the deployment topics into a bag (MCAP) under bag_dir with the recorder. namespace:=NAME
+puts every node and topic but /diagnostics (and the simulator's /clock) under NAME: two robots on one domain.
 """
 
 from launch import LaunchDescription
@@ -34,6 +36,7 @@ def generate_launch_description():
     params_file = LaunchConfiguration("params_file")
     sim = LaunchConfiguration("sim")
     record = LaunchConfiguration("record")
+    namespace = LaunchConfiguration("namespace")
     use_sim_time = ParameterValue(sim, value_type=bool)
     deployment = {"robot_config": _text("robot_config"), "policy": _text("policy"), "path": _text("path"),
                   "use_sim_time": use_sim_time}
@@ -49,15 +52,20 @@ def generate_launch_description():
         DeclareLaunchArgument("sim", default_value="false", description="also start the simulated robot"),
         DeclareLaunchArgument("record", default_value="false", description="record a bag with the recorder"),
         DeclareLaunchArgument("bag_dir", default_value="runs/bags", description="where record:=true writes"),
-        Node(package=PACKAGE, executable="deployment_node", name="deployment", output="screen", emulate_tty=True,
+        DeclareLaunchArgument("namespace", default_value="", description="namespace of every node and topic (a robot)"),
+        Node(package=PACKAGE, executable="deployment_node", name="deployment", namespace=namespace, output="screen",
+             emulate_tty=True,
              parameters=[params_file, deployment], condition=UnlessCondition(sim)),
-        Node(package=PACKAGE, executable="deployment_node", name="deployment", output="screen", emulate_tty=True,
+        Node(package=PACKAGE, executable="deployment_node", name="deployment", namespace=namespace, output="screen",
+             emulate_tty=True,
              parameters=[params_file, {**deployment, "autostart": "run"}], condition=IfCondition(sim)),
-        Node(package=PACKAGE, executable="simulator_node", name="simulator", output="screen", emulate_tty=True,
+        Node(package=PACKAGE, executable="simulator_node", name="simulator", namespace=namespace, output="screen",
+             emulate_tty=True,
              parameters=[params_file, {"robot_config": _text("robot_config"), "mode": "effort", "gantry": True,
                                        "emulate_hardware": True, "publish_rate_hz": rate}],
              condition=IfCondition(sim)),
-        Node(package=PACKAGE, executable="recorder_node", name="recorder", output="screen", emulate_tty=True,
+        Node(package=PACKAGE, executable="recorder_node", name="recorder", namespace=namespace, output="screen",
+             emulate_tty=True,
              parameters=[params_file, {"topics": RECORDED, "output_dir": _text("bag_dir"),
                                        "use_sim_time": use_sim_time}],
              condition=IfCondition(record)),

@@ -11,14 +11,15 @@ does with the result:
   UnlessCondition accept true/false/1/0 only; OpaqueFunction is called with the context;
 - a Node's `parameters` list, in order: a path stays a path; a dict is written to a params file of its
   own keyed `/**` when the node has a name but no namespace, else by its full name `/<namespace>/<name>`
-  (launch_ros keys it by node name only when both are given), whose values are evaluated as launch_ros does: a substitution's text is read as YAML (empty text stays
+  (launch_ros keys it by node name only when both are given; an empty namespace is the root: `/<name>`),
+  whose values are evaluated as launch_ros does: a substitution's text is read as YAML (empty text stays
   ''), `ParameterValue(..., value_type=str)` keeps the text, plain values stay as they are;
 - the command line: `<executable> --ros-args -r __node:=<name> [-r __ns:=/<namespace>] --params-file <each,
   in order>` (a namespace made absolute, as launch_ros does).
   launch_ros finds the executable in `<prefix>/lib/motionvl/` (colcon's install); on the pip route the
   console scripts are in the venv's bin/, which is what `executable_dir` defaults to.
 
-What it does not model (and the launch files must not need): an empty namespace, PushRosNamespace, remappings, `Parameter`
+What it does not model (and the launch files must not need): PushRosNamespace, remappings, `Parameter`
 objects (`-p` rules), composable nodes, event handling beyond recording the handlers.
 """
 
@@ -254,16 +255,15 @@ def _node_process(action: Node, context: Context, executable_dir: Path, workdir:
     assert perform(kw["package"], context) == PACKAGE
     assert not kw.get("remappings"), "remappings are not modelled"
     name, executable = perform(kw["name"], context), perform(kw["executable"], context)
-    namespace = None if kw.get("namespace") is None else perform(kw["namespace"], context)
-    assert namespace != "", "an empty namespace is not modelled: pass None"
+    namespace = None if kw.get("namespace") is None else perform(kw["namespace"], context).rstrip("/")
     if namespace is not None and not namespace.startswith("/"):
-        namespace = "/" + namespace
+        namespace = "/" + namespace  # '' is the root, '/'
     files = []
     for entry in kw.get("parameters") or []:
         if isinstance(entry, dict):
             values = {key: _evaluate_value(v, context) for key, v in entry.items()}
             path = Path(tempfile.mkstemp(prefix="launch_params_", suffix=".yaml", dir=workdir)[1])
-            key = "/**" if namespace is None else f"{namespace}/{name}"
+            key = "/**" if namespace is None else f"{namespace.rstrip('/')}/{name}"
             path.write_text(yaml.safe_dump({key: {"ros__parameters": values}}))
             files.append((str(path), values))
         else:

@@ -40,7 +40,7 @@ START_TIMEOUT_S = 120.0  # a node's parameter services appear once it is built (
 # Launch arguments that decide which nodes start, how many, or from where: checked for that effect.
 LAUNCH_LOGIC = {
     TRAIN.name: {"record", "trainers", "params_file", "resume", "namespace"},
-    DEPLOY.name: {"sim", "record", "params_file", "bag_dir"},
+    DEPLOY.name: {"sim", "record", "params_file", "bag_dir", "namespace"},
 }
 FLOOR_NODES = ("simulator", "camera_renderer", "vlm_critic")
 ROBOT_NODES = ("simulator", "camera_renderer", "vlm_critic", "reward_synthesizer", "deployment", "orchestrator",
@@ -349,9 +349,14 @@ def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_driv
 
 
 def test_deploy_launch_on_a_robot_runs_on_the_system_clock_with_every_argument(graph, tmp_path, policy):
+    """On a robot under namespace:=robot1 (two robots on one domain): the params file's sections and the arguments
+    reach the namespaced nodes, and the status is /robot1/deployment/status."""
     robot = _robot_copy(tmp_path)
+    params = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
+    params["/**/deployment"]["ros__parameters"]["state_timeout"] = 0.25  # a value only the params file sets
+    (tmp_path / "my_nodes.yaml").write_text(yaml.safe_dump(params))
     values = {"policy": policy, "path": "torque", "robot_config": robot, "record": "true",
-              "bag_dir": str(tmp_path / "bags")}
+              "bag_dir": str(tmp_path / "bags"), "namespace": "robot1", "params_file": str(tmp_path / "my_nodes.yaml")}
     expectations = {"policy": {"deployment": ("policy", policy)}, "path": {"deployment": ("path", "torque")},
                     "robot_config": {"deployment": ("robot_config", robot)}}
     _checked_arguments(DEPLOY, expectations, tmp_path)
@@ -359,11 +364,14 @@ def test_deploy_launch_on_a_robot_runs_on_the_system_clock_with_every_argument(g
     assert {n.name for n in launch.nodes} == {"deployment", "recorder"}
     for process in launch.nodes:
         graph.start(process.name, process.argv)
-    assert graph.parameters("deployment", ["policy", "path", "robot_config", "autostart", "use_sim_time"]) == {
-        "policy": policy, "path": "torque", "robot_config": robot, "autostart": "", "use_sim_time": False}
+    graph.namespace = "/robot1"
+    assert graph.parameters("deployment", ["policy", "path", "robot_config", "autostart", "use_sim_time",
+                                           "state_timeout"]) == {
+        "policy": policy, "path": "torque", "robot_config": robot, "autostart": "", "use_sim_time": False,
+        "state_timeout": 0.25}
     assert graph.parameters("recorder", ["output_dir", "use_sim_time"]) == {
         "output_dir": str(tmp_path / "bags"), "use_sim_time": False}
-    status = graph.latched_status("/deployment/status")
+    status = graph.latched_status("/robot1/deployment/status")
     assert status["mode"] == "PASSIVE" and status["path"] == "torque" and status["policy"], status
     _assert_clean_exits(graph, graph.stop())
     assert "nothing publishes /clock" not in graph.log("recorder")
