@@ -95,6 +95,29 @@ def running_search(ns: str, wait_s: float = 1.0) -> str | None:
         rclpy.shutdown(context=context)
 
 
+def _claim_namespace(ns: str, run_dir: str):
+    """This machine's claim on namespace `ns` of this ROS domain: (an open file holding its lock, None), or (None,
+    the run directory of the search holding it). The kernel drops the lock with its process, however it ends;
+    discovery (`running_search`) covers searches on other machines of the domain."""
+    import fcntl
+
+    domain = os.environ.get("ROS_DOMAIN_ID", "0")
+    path = Path(tempfile.gettempdir()) / f"motionvl-train-domain{domain}{ns.replace('/', '_') or '_'}.lock"
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        return None, holder
+    handle.seek(0)
+    handle.truncate()
+    handle.write(run_dir)
+    handle.flush()
+    return handle, None
+
+
 def _watch_trainers(children: list, logs: Path, ended: threading.Event) -> None:
     """When every trainer process has exited while the search still runs (a trainer that could not start), stop
     the graph with the trainers' last log lines instead of letting the search wait for a trainer."""
@@ -157,8 +180,11 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
 
     params_file = Path(params_file) if params_file else package_root() / NODES_YAML
     ns = graph_namespace(namespace)
-    other = running_search(ns)
+    claim, other = _claim_namespace(ns, str(orchestrator["run_dir"]))
+    other = other or running_search(ns)
     if other:
+        if claim is not None:
+            claim.close()
         print(f"motionvl train: another search (run directory {other}) runs on this ROS domain (ROS_DOMAIN_ID="
               f"{os.environ.get('ROS_DOMAIN_ID', '0')}) in namespace '{ns or '/'}': two searches in one namespace "
               "would take each other's trainers and answers; give this one its own --namespace NAME (or "
@@ -216,6 +242,7 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
         return run_nodes(factories, "motionvl train", ["--ros-args", "--params-file", str(params_file),
                                                        *(["-r", f"__ns:={ns}"] if ns else [])])
     finally:
+        claim.close()
         ended.set()
         for child in children:  # a trainer stops after its iteration in progress, its checkpoint saved
             if child.poll() is None:
