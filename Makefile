@@ -68,23 +68,18 @@ $(INTERFACES_STAMP): $(STAMP) $(INTERFACE_FILES)
 # libEGL for MuJoCo's headless renderer and the interface build's compilers: installed when missing and
 # running as root, else reported (tests that render skip with a reason when EGL is unusable).
 system-deps:
-	@missing=""; for tool in $(BUILD_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
-	if [ -z "$$missing" ]; then exit 0; fi; \
+	@tools=""; for tool in $(BUILD_TOOLS); do command -v $$tool >/dev/null || tools="$$tools $$tool"; done; \
+	libs=""; for lib in $(EGL_LIBS); do ldconfig -p | grep -q "$$lib" || libs="$$libs $$lib"; done; \
+	if [ -z "$$tools$$libs" ]; then exit 0; fi; \
+	packages="$${tools:+$(BUILD_PACKAGES)} $${libs:+$(APT_PACKAGES)}"; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing $(BUILD_PACKAGES) (missing:$$missing)"; \
+		echo "installing $$packages (missing:$$tools$$libs)"; \
 		DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(BUILD_PACKAGES); \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$packages; \
+	elif [ -n "$$tools" ]; then \
+		echo "error: missing$$tools to build the ROS interfaces; install: apt-get install $(BUILD_PACKAGES)" >&2; exit 1; \
 	else \
-		echo "error: missing$$missing to build the ROS interfaces; install: apt-get install $(BUILD_PACKAGES)" >&2; exit 1; \
-	fi
-	@missing=""; for lib in $(EGL_LIBS); do ldconfig -p | grep -q "$$lib" || missing="$$missing $$lib"; done; \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing $(APT_PACKAGES) (missing:$$missing)"; \
-		DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(APT_PACKAGES); \
-	else \
-		echo "warning: missing$$missing for headless rendering (MUJOCO_GL=egl); install: apt-get install $(APT_PACKAGES)"; \
+		echo "warning: missing$$libs for headless rendering (MUJOCO_GL=egl); install: apt-get install $(APT_PACKAGES)"; \
 	fi
 
 # The linter first (ruff.toml: unused or undefined names, late-bound loop variables, ...), then pytest.
