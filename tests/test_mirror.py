@@ -80,16 +80,18 @@ def _mirror_env_1_onto_env_0(env: LocomotionEnv, m: EnvMirror, half_period_steps
     env._obs = env._build_observations()
 
 
-@pytest.mark.parametrize("obs_history, heading, feedforward, stride",
-                         [(0, False, 0.0, 0.0), (2, True, 0.0, 0.0), (0, True, 0.2, 0.0), (0, True, 0.2, 0.3)])
-def test_mirrored_physics_gives_mirrored_observations_and_equal_rewards(obs_history, heading, feedforward, stride):
+@pytest.mark.parametrize("obs_history, heading, feedforward, stride, lateral",
+                         [(0, False, 0.0, 0.0, 0.0), (2, True, 0.0, 0.0, 0.0), (0, True, 0.2, 0.0, 0.0),
+                          (0, True, 0.2, 0.3, 0.0), (0, True, 0.2, 0.1, 0.4)])
+def test_mirrored_physics_gives_mirrored_observations_and_equal_rewards(obs_history, heading, feedforward, stride,
+                                                                         lateral):
     """The maps are checked against the simulator itself: a mirrored robot driven by mirrored actions
     must observe exactly the mirror image of what the original observes, and earn the same reward."""
     period = 0.72  # 36 control steps: half a gait period is a whole number of steps
     cfg = EnvConfig(num_envs=2, num_threads=1, terrain="flat", gait_period_s=period, random_heading=False,
                     obs_history=obs_history,
                     heading_observation=heading, gait_feedforward=feedforward, gait_stride_feedforward=stride,
-                    gait_stand_below=-1.0,
+                    gait_lateral_stride=lateral, gait_stand_below=-1.0,
                     randomization=RandomizationConfig.disabled())
     spec = load_reward_spec()
     env = LocomotionEnv(ROBOT, cfg, reward_fn=spec)

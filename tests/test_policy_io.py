@@ -219,3 +219,44 @@ def test_policy_io_from_sensors_is_what_evaluation_observes(robot):
         env.sim.step = original
         np.testing.assert_allclose(targets, captured[0], atol=1e-12)
         assert not (terminated | truncated).any()
+
+
+def test_lateral_stride_puts_the_stance_foot_where_the_robot_steps(robot):
+    """The sideways twin of the forward stride: at vy > 0 the stance foot starts its half cycle on the +y side
+    of its hip and ends on the -y side (forward kinematics of the robot's own model, so the roll sign
+    convention is checked, not assumed), the swing foot the other way round, the soles kept flat; nothing
+    at a standing command; the contract carries it through the ONNX metadata and the robot check."""
+    import mujoco
+
+    from motionvl.sim.model import build_model
+    cfg = EnvConfig(obs_history=0, gait_feedforward=0.0, gait_stride_feedforward=0.0, gait_lateral_stride=0.4,
+                    gait_stand_below=0.1)
+    contract = PolicyContract.for_training(robot, cfg)
+    assert contract.lateral_joints == (("left_hip_roll", "left_ankle_roll"), ("right_hip_roll", "right_ankle_roll"))
+    assert PolicyContract.from_metadata(json.loads(json.dumps(contract.to_metadata()))) == contract
+    contract.check_robot(robot)
+    law = ActionLaw(contract)
+    model = build_model(robot)
+    data = mujoco.MjData(model)
+    feet = [model.body(name).id for name in robot.feet]
+
+    def feet_y(offsets):
+        data.qpos[:] = model.key("home").qpos
+        data.qpos[7:] += offsets
+        mujoco.mj_kinematics(model, data)
+        return np.array([data.xpos[b, 1] for b in feet]), np.array([data.xmat[b].reshape(3, 3)[2, 2] for b in feet])
+
+    home, _ = feet_y(np.zeros(robot.num_joints))
+    command = np.array([[0.0, 0.2, 0.0]])
+    start, upright = feet_y(law.feedforward(command, np.array([0.0]))[0])  # left stance begins, right swing begins
+    end, _ = feet_y(law.feedforward(command, np.array([0.4999]))[0])
+    assert start[0] - home[0] > 0.01 and end[0] - home[0] < -0.01  # left (stance): +y side to -y side
+    assert start[1] - home[1] < -0.01 and end[1] - home[1] > 0.01  # right (swing): the other way round
+    np.testing.assert_allclose(upright, 1.0, atol=1e-9)  # ankle roll opposite to hip roll: soles flat
+    assert not law.feedforward(np.array([[0.0, 0.05, 0.0]]), np.array([0.0])).any()  # standing: no sweep
+    backward = law.feedforward(-command, np.array([0.0]))
+    np.testing.assert_allclose(backward, -law.feedforward(command, np.array([0.0])))
+    meta = json.loads(json.dumps(contract.to_metadata()))
+    meta["gait_lateral_joints"] = [["left_hip_roll"], ["right_hip_roll"]]
+    with pytest.raises(ContractError, match="gait_lateral_joints"):
+        PolicyContract.from_metadata(meta)

@@ -124,10 +124,19 @@ def test_a_task_sets_only_what_it_needs_and_walking_keeps_the_defaults():
     fast = make_task("run at 1.2 m/s").training_overrides(0.5, ((-0.5, 1.0), (-0.3, 0.3), (-1.0, 1.0)))
     assert "env.commands.vx=[-0.5, 1.2]" in fast, "a command outside the base's ranges widens them"
     assert "env.commands.task_share=0.5" in fast, "and is practised"
-    for walk in ("walk forward with straight knees", "walk backward slowly", "walk sideways to the left"):
-        overrides = make_task(walk).training_overrides(0.5, ((-0.5, 1.0), (-0.3, 0.3), (-1.0, 1.0)))
+    ranges, start = ((-0.5, 1.0), (-0.3, 0.3), (-1.0, 1.0)), ((0.3, 0.8), (-0.1, 0.1), (-0.3, 0.3))
+    for walk in ("walk forward with straight knees", "walk forward slowly"):
+        overrides = make_task(walk).training_overrides(0.5, ranges, start)
         assert not any(o.startswith("env.commands.task_share") for o in overrides), \
-            f"{walk}: the base's ranges train a walk inside them"
+            f"{walk}: the base's curriculum starts with it"
+    for walk in ("walk backward slowly", "walk sideways to the left"):
+        overrides = make_task(walk).training_overrides(0.5, ranges, start)
+        assert "env.commands.task_share=0.5" in overrides, f"{walk}: the curriculum reaches it late"
+        assert not any(o.startswith("env.commands.task_share") for o in make_task(walk).training_overrides(
+            0.5, ranges)), f"{walk}: without a curriculum the base's ranges train it"
+    sideways = make_task("walk sideways to the left")
+    assert sideways.env == {"env.gait_lateral_stride": 0.3}, "side-stepping gets the lateral stride"
+    assert "env.gait_lateral_stride=0.3" in sideways.training_overrides(0.5, ranges, start)
     rough = make_task("walk on rough ground at level 2").training_overrides(0.0)
     assert "env.terrain=rough" in rough and "env.terrain_level=2" in rough
     assert not any(o.startswith("env.commands.task") for o in rough), "share 0: the base's distribution alone"

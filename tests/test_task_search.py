@@ -124,7 +124,7 @@ def test_a_slower_straight_knee_walk_is_evaluated_at_its_own_speed_with_walking_
     env = _trained_config(run_dir, "start")["env"]
     assert env["gait_stand_below"] == -1.0 and env["gait_feedforward"] == 0.2 and env["terrain"] == "mixed", \
         "a walking task trains with today's env defaults"
-    assert env["commands"]["task_share"] == 0.0, "a walk inside the base's ranges trains on them alone"
+    assert env["commands"]["task_share"] == 0.0, "a walk the base's curriculum starts with trains on the base's ranges alone"
     assert _trained_config(run_dir, "start")["task"]["command"] == [0.3, 0.0, 0.0], "judged at its own speed"
 
 

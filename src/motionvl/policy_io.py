@@ -44,6 +44,9 @@ HEADING_ERROR_CLIP = 1.0
 FEEDFORWARD_KINDS = ("hip_pitch", "knee", "ankle_pitch")
 """The joints of each leg the gait feed-forward moves, in the order of its offsets."""
 
+LATERAL_KINDS = ("hip_roll", "ankle_roll")
+"""The joints of each leg the lateral stride of the feed-forward moves, in the order of its offsets."""
+
 COMMAND_AXES = ("vx", "vy", "yaw_rate")
 
 # The blocks an observation can hold: name -> (size, or None for one entry per joint).
@@ -131,10 +134,14 @@ class PolicyContract:
     """Amplitude (rad) of the stepping fold; 0: none."""
     gait_stride_feedforward: float = 0.0
     """Hip-pitch sweep (rad per m/s of forward command); 0: none."""
+    gait_lateral_stride: float = 0.0
+    """Hip-roll sweep (rad per m/s of lateral command); 0: none."""
     gait_stand_below: float = 0.1
     """The feed-forward rests while every command component is at or below this (m/s, rad/s)."""
     feedforward_joints: tuple = ()
     """(left, right) x FEEDFORWARD_KINDS joint names the feed-forward moves; () without feed-forward."""
+    lateral_joints: tuple = ()
+    """(left, right) x LATERAL_KINDS joint names the lateral stride moves; () without it."""
     command_ranges: tuple | None = None
     """((lo, hi) of vx, vy, yaw_rate) the policy was trained on; commands are clipped to them. None: no clip."""
     action_clip: float = 1.0
@@ -167,7 +174,7 @@ class PolicyContract:
 
     @property
     def has_feedforward(self) -> bool:
-        return bool(self.gait_feedforward or self.gait_stride_feedforward)
+        return bool(self.gait_feedforward or self.gait_stride_feedforward or self.gait_lateral_stride)
 
     def gait_phase(self, time_s) -> np.ndarray:
         """The gait clock (cycles in [0, 1)) `time_s` seconds after the policy started."""
@@ -190,12 +197,14 @@ class PolicyContract:
         (EnvConfig.SCHEDULES); None: env_cfg.gait_period_s. `feedforward_joints`: the joints the
         gait feed-forward moves, (left, right) x FEEDFORWARD_KINDS names; None: from the robot's roles."""
         J = robot.num_joints
-        feedforward = bool(env_cfg.gait_feedforward or env_cfg.gait_stride_feedforward)
-        for name in ("gait_feedforward", "gait_stride_feedforward"):
+        lateral = bool(env_cfg.gait_lateral_stride)
+        feedforward = bool(env_cfg.gait_feedforward or env_cfg.gait_stride_feedforward or lateral)
+        for name in ("gait_feedforward", "gait_stride_feedforward", "gait_lateral_stride"):
             if not getattr(env_cfg, name) >= 0.0:
                 raise ConfigError(f"env.{name} must be >= 0, got {getattr(env_cfg, name)}")
         if feedforward and robot.action_mode != "absolute":
-            raise ConfigError("env.gait_feedforward and env.gait_stride_feedforward need a robot with action_mode "
+            raise ConfigError("env.gait_feedforward, gait_stride_feedforward and gait_lateral_stride need a robot with "
+                              "action_mode "
                               f"'absolute' (offsets from the default pose), not {robot.action_mode!r}")
         if feedforward and feedforward_joints is None:
             feedforward_joints = robot_feedforward_joints(robot)
@@ -214,8 +223,10 @@ class PolicyContract:
             gait_period=float(env_cfg.gait_period_s if gait_period is None else gait_period),
             gait_feedforward=float(env_cfg.gait_feedforward),
             gait_stride_feedforward=float(env_cfg.gait_stride_feedforward),
+            gait_lateral_stride=float(env_cfg.gait_lateral_stride),
             gait_stand_below=float(env_cfg.gait_stand_below),
             feedforward_joints=tuple(tuple(side) for side in feedforward_joints) if feedforward else (),
+            lateral_joints=robot_lateral_joints(robot) if lateral else (),
             command_ranges=tuple((float(lo), float(hi)) for lo, hi in (commands.vx, commands.vy, commands.yaw_rate)),
             action_clip=float(action_clip), train_sim_dt=float(env_cfg.sim_dt or robot.sim_dt),
             train_decimation=int(env_cfg.decimation or robot.decimation))
@@ -239,6 +250,8 @@ class PolicyContract:
             "gait_period": self.gait_period, "gait_feedforward": self.gait_feedforward,
             "gait_stride_feedforward": self.gait_stride_feedforward, "gait_stand_below": self.gait_stand_below,
             "gait_feedforward_joints": [list(side) for side in self.feedforward_joints],
+            "gait_lateral_stride": self.gait_lateral_stride,
+            "gait_lateral_joints": [list(side) for side in self.lateral_joints],
             "command_ranges": None if self.command_ranges is None else dict(zip(COMMAND_AXES,
                                                                                   map(list, self.command_ranges))),
             "train_sim_dt": self.train_sim_dt, "train_decimation": self.train_decimation,
@@ -296,15 +309,12 @@ class PolicyContract:
                                     f"{sum(b.size for b in frame)}")
             else:
                 layout.append(_parse_block(raw, J, problems, "obs_layout", tuple(BLOCK_SIZES)))
-        ff_joints = tuple(tuple(str(n) for n in side) for side in meta.get("gait_feedforward_joints") or [])
-        feedforward = bool(meta.get("gait_feedforward") or meta.get("gait_stride_feedforward"))
+        lateral = bool(meta.get("gait_lateral_stride"))
+        feedforward = bool(meta.get("gait_feedforward") or meta.get("gait_stride_feedforward") or lateral)
+        lateral_joints = _leg_joints(meta, "gait_lateral_joints", LATERAL_KINDS, names, problems) if lateral else ()
+        ff_joints = _leg_joints(meta, "gait_feedforward_joints", FEEDFORWARD_KINDS, names, problems) \
+            if feedforward else ()
         if feedforward:
-            if len(ff_joints) != 2 or any(len(side) != len(FEEDFORWARD_KINDS) for side in ff_joints):
-                problems.append(f"gait_feedforward_joints: expected (left, right) x {list(FEEDFORWARD_KINDS)} joint "
-                                f"names, got {meta.get('gait_feedforward_joints')!r}")
-            elif any(n not in names for side in ff_joints for n in side):
-                problems.append(f"gait_feedforward_joints: {[n for s in ff_joints for n in s if n not in names]} "
-                                "are not among joint_names")
             if meta["action_mode"] != "absolute":
                 problems.append("gait feed-forward needs action_mode 'absolute'")
         ranges = meta.get("command_ranges")
@@ -324,8 +334,10 @@ class PolicyContract:
             history_frame=tuple(frame), history_reset_value=reset_value, gait_period=float(meta["gait_period"]),
             gait_feedforward=float(meta.get("gait_feedforward", 0.0)),
             gait_stride_feedforward=float(meta.get("gait_stride_feedforward", 0.0)),
+            gait_lateral_stride=float(meta.get("gait_lateral_stride", 0.0)),
             gait_stand_below=float(meta.get("gait_stand_below", 0.1)),
-            feedforward_joints=ff_joints if feedforward else (), command_ranges=command_ranges,
+            feedforward_joints=ff_joints, lateral_joints=lateral_joints,
+            command_ranges=command_ranges,
             action_clip=float(meta.get("action_clip", 1.0)),
             train_sim_dt=None if meta.get("train_sim_dt") is None else float(meta["train_sim_dt"]),
             train_decimation=None if meta.get("train_decimation") is None else int(meta["train_decimation"]))
@@ -365,6 +377,15 @@ class PolicyContract:
                 if tuple(map(tuple, theirs)) != self.feedforward_joints:
                     problems.append(f"gait feed-forward joints: policy {[list(s) for s in self.feedforward_joints]} vs "
                                     f"robot {[list(s) for s in theirs]}")
+        if self.gait_lateral_stride and len(have) == len(want):
+            try:
+                theirs = robot_lateral_joints(robot)
+            except (ConfigError, ValueError) as exc:
+                problems.append(f"lateral stride joints: {exc}")
+            else:
+                if theirs != self.lateral_joints:
+                    problems.append(f"lateral stride joints: policy {[list(s) for s in self.lateral_joints]} vs "
+                                    f"robot {[list(s) for s in theirs]}")
         if problems:
             raise ContractError("policy does not match the robot: " + "; ".join(problems))
 
@@ -392,6 +413,22 @@ def _parse_block(raw, num_joints: int, problems: list, where: str, known: tuple)
         return None
     clip = raw.get("clip")
     return ObsBlock(name, size, _floats(scale), None if clip is None else float(clip))
+
+
+def _leg_joints(meta: dict, key: str, kinds: tuple, names: tuple, problems: list) -> tuple:
+    """meta[key] as (left, right) x `kinds` joint names among `names` (a problem noted otherwise)."""
+    joints = tuple(tuple(str(n) for n in side) for side in meta.get(key) or [])
+    if len(joints) != 2 or any(len(side) != len(kinds) for side in joints):
+        problems.append(f"{key}: expected (left, right) x {list(kinds)} joint names, got {meta.get(key)!r}")
+    elif any(n not in names for side in joints for n in side):
+        problems.append(f"{key}: {[n for s in joints for n in s if n not in names]} are not among joint_names")
+    return joints
+
+
+def robot_lateral_joints(robot) -> tuple:
+    """(left, right) x LATERAL_KINDS joint names of `robot` (RobotConfig), from its declared joint roles."""
+    return tuple(tuple(robot.joint_names[robot.joint_index(side, kind)] for kind in LATERAL_KINDS)
+                 for side in SIDES)
 
 
 def robot_feedforward_joints(robot) -> tuple:
@@ -454,6 +491,23 @@ def gait_feedforward_offsets(command: np.ndarray, gait_phase: np.ndarray, amplit
         sweep = reach * np.where(stance, -ramp, ramp)
         offsets = offsets + sweep[:, :, None] * np.array([1.0, 0.0, -1.0])
     return offsets
+
+
+def lateral_stride_offsets(command: np.ndarray, gait_phase: np.ndarray, stride: float,
+                           stand_below: float) -> np.ndarray:
+    """(N, 2, 2) offsets from the default pose of (hip roll, ankle roll), left and right.
+
+    stride (rad per m/s of lateral command vy): the legs sweep in hip roll as side-stepping at vy asks, as
+    `gait_feedforward_offsets` sweeps hip pitch for vx: the stance hip from +stride vy to -stride vy
+    linearly over its half cycle (for roll joints about the pelvis' +x axis, a positive roll puts the foot
+    towards +y: from beside the hip on the side the robot steps to, to the other side), the swing hip back
+    again, the ankle roll opposite to keep the sole flat. None while the command is standing.
+    """
+    stance = expected_stance(gait_phase, command, stand_below)
+    ramp = 1.0 - 2.0 * swing_progress(gait_phase)  # +1 -> -1 over each half cycle
+    reach = stride * command[:, 1:2] * moving(command, stand_below)[:, None]
+    sweep = reach * np.where(stance, ramp, -ramp)
+    return sweep[:, :, None] * np.array([1.0, -1.0])
 
 
 def _rows(x, num_envs: int, width: int | None, name: str) -> np.ndarray:
@@ -545,6 +599,9 @@ class ActionLaw:
         self.feedforward_index = np.array([[c.joint_names.index(n) for n in side] for side in c.feedforward_joints],
                                           dtype=np.int64).reshape(-1, len(FEEDFORWARD_KINDS))
         """(2, 3) joint indices [left, right] x FEEDFORWARD_KINDS; empty without feed-forward."""
+        self.lateral_index = np.array([[c.joint_names.index(n) for n in side] for side in c.lateral_joints],
+                                      dtype=np.int64).reshape(-1, len(LATERAL_KINDS))
+        """(2, 2) joint indices [left, right] x LATERAL_KINDS; empty without the lateral stride."""
         self._clip_command = c.command_ranges is not None
 
     def clip(self, action) -> np.ndarray:
@@ -554,15 +611,26 @@ class ActionLaw:
     def offsets(self, command, gait_phase) -> np.ndarray:
         """(N, 2, 3) feed-forward offsets of the joints `feedforward_index` names (zeros without feed-forward)."""
         c = self.contract
+        command, phase = self._clock_inputs(command, gait_phase)
+        if not c.has_feedforward:
+            return np.zeros((len(command), 2, len(FEEDFORWARD_KINDS)))
+        return gait_feedforward_offsets(command, phase, c.gait_feedforward, c.gait_stand_below,
+                                        c.gait_stride_feedforward)
+
+    def _clock_inputs(self, command, gait_phase) -> tuple:
+        """(N, 3) commands (clipped to the trained ranges) and (N,) gait phases."""
         command = np.asarray(command, dtype=np.float64)
         command = command.reshape(-1, 3) if command.ndim == 1 else command
         phase = np.asarray(gait_phase, dtype=np.float64).reshape(len(command))
-        if not c.has_feedforward:
-            return np.zeros((len(command), 2, len(FEEDFORWARD_KINDS)))
-        if self._clip_command:
-            command = c.clip_command(command)
-        return gait_feedforward_offsets(command, phase, c.gait_feedforward, c.gait_stand_below,
-                                        c.gait_stride_feedforward)
+        return (self.contract.clip_command(command) if self._clip_command else command), phase
+
+    def lateral_offsets(self, command, gait_phase) -> np.ndarray:
+        """(N, 2, 2) lateral stride offsets of the joints `lateral_index` names (zeros without it)."""
+        c = self.contract
+        command, phase = self._clock_inputs(command, gait_phase)
+        if not c.gait_lateral_stride:
+            return np.zeros((len(command), 2, len(LATERAL_KINDS)))
+        return lateral_stride_offsets(command, phase, c.gait_lateral_stride, c.gait_stand_below)
 
     def feedforward(self, command, gait_phase) -> np.ndarray:
         """(N, J) joint position offsets the gait feed-forward adds to the targets."""
@@ -570,6 +638,8 @@ class ActionLaw:
         out = np.zeros((len(offsets), self.contract.num_joints))
         if self.feedforward_index.size:
             out[:, self.feedforward_index] = offsets
+        if self.lateral_index.size:
+            out[:, self.lateral_index] += self.lateral_offsets(command, gait_phase)
         return out
 
     def targets(self, action, *, joint_pos=None, command=None, gait_phase=None) -> np.ndarray:
@@ -587,7 +657,7 @@ class ActionLaw:
         if self.contract.has_feedforward:
             if command is None or gait_phase is None:
                 raise ValueError("a policy with gait feed-forward needs the command and gait_phase it observed")
-            target[:, self.feedforward_index] += self.offsets(command, gait_phase)
+            target += self.feedforward(command, gait_phase)
         return np.clip(target, self.lower, self.upper)
 
 

@@ -225,6 +225,12 @@ class EnvConfig:
     iteration, which the policy otherwise learns through the tracking reward alone. 0: off. Part of the
     exported contract (`gait_stride_feedforward` in the ONNX metadata), like the fold. 0.1: 10-minute
     policies reach the command's pace on more seeds (0.2 overshoots it and falls more)."""
+    gait_lateral_stride: float = 0.0
+    """Hip-roll sweep (rad per m/s of lateral command vy) of the stepping feedforward, the sideways twin of
+    `gait_stride_feedforward`: the stance hip rolls from +a vy to -a vy over its half cycle, the swing hip
+    back, the ankle roll opposite (`policy_io.lateral_stride_offsets`). Part of the exported contract
+    (`gait_lateral_stride`). 0 here: walks trained on the reference need none; a sideways task sets it
+    (`motionvl.task.LATERAL_STRIDE`)."""
     gait_stand_below: float = -1.0
     """The stepping feedforward rests (both legs at the default pose) while every command component
     is at or below this (m/s, rad/s); a negative value keeps it stepping in place at a standing command.

@@ -39,7 +39,7 @@ def evaluation_env_config(seconds: float, command=(0.0, 0.0, 0.0), terrain: str 
     cfg = EnvConfig(num_envs=1, num_threads=1, episode_length_s=float(seconds) + 10.0, sim_dt=None,
                     decimation=None, terrain=terrain, terrain_level=fixed_level(terrain, terrain_level),
                     random_heading=False, reset_joint_noise=0.0, reset_base_velocity_noise=0.0,
-                    obs_history=0, gait_feedforward=0.0, gait_stride_feedforward=0.0,
+                    obs_history=0, gait_feedforward=0.0, gait_stride_feedforward=0.0, gait_lateral_stride=0.0,
                     seed=int(seed), commands=CommandConfig(fixed=tuple(float(c) for c in command),
                                                            resample_s=float(seconds) + 10.0, standing_fraction=0.0),
                     randomization=RandomizationConfig.disabled())

@@ -39,7 +39,7 @@ from motionvl.robot import ConfigError
 
 INTERFACE_KEYS = (
     "env.obs_history", "env.heading_observation", "env.critic_sees_randomization", "env.sim_dt", "env.decimation",
-    "env.gait_feedforward", "env.gait_stride_feedforward", "env.gait_stand_below",
+    "env.gait_feedforward", "env.gait_stride_feedforward", "env.gait_lateral_stride", "env.gait_stand_below",
     "ppo.actor_hidden_dims", "ppo.critic_hidden_dims", "ppo.activation", "ppo.obs_normalization",
     "ppo.velocity_estimator", "ppo.estimator_hidden_dims",
 )

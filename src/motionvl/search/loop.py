@@ -85,7 +85,8 @@ def training_overrides(cfg: SearchConfig, task: Task | None = None, train_config
         from motionvl.rl.config import TrainConfig
 
         commands = TrainConfig.from_yaml(train_config or None, overrides=tuple(cfg.training_overrides)).env.commands
-        task_overrides = task.training_overrides(cfg.task_share, (commands.vx, commands.vy, commands.yaw_rate))
+        start = (commands.start_vx, commands.start_vy, commands.start_yaw_rate) if commands.curriculum else None
+        task_overrides = task.training_overrides(cfg.task_share, (commands.vx, commands.vy, commands.yaw_rate), start)
     return ([f"seed={cfg.seed}", *task_overrides, *cfg.training_overrides]
             + ([f"env.num_envs={cfg.num_envs}"] if cfg.num_envs else []))
 
