@@ -154,6 +154,19 @@ def test_upright_torso_raises_orientation_and_a_fall_prone_parent_gets_stabilise
     assert first & {"termination", "orientation"} and "knee_extension" not in first
 
 
+def test_high_steps_ask_for_more_lift_than_the_parent_already_has():
+    """The clearance term pays fully from its height to twice it: a walk lifting 14 cm earns all of it at the
+    old fixed 12 cm target, which then changed nothing (task suite, high steps: 14.7 -> 14.5 cm)."""
+    candidates = propose(task="walk forward with high steps", k=2, parent_scores={"swing_clearance_m": 0.14})
+    heights = [e["new"]["height"] for c in candidates if c.ok for e in c.edits
+               if e["term"] == "feet_clearance" and e["change"] == "params"]
+    assert len(heights) == 2 and min(heights) >= 0.18 and heights[1] > heights[0], heights
+    assert "swing clearance 14.0 cm" in candidates[0].rationale
+    low = propose(task="walk forward with high steps", k=1, parent_scores={"swing_clearance_m": 0.05})
+    assert [e["new"]["height"] for e in low[0].edits if e["term"] == "feet_clearance" and e["change"] == "params"] \
+        == [0.12], "a shuffling parent gets the walking target"
+
+
 def test_reward_reflection_widens_an_unpaid_kernel_and_lowers_a_saturated_cost():
     parent = ok_specs(propose(k=1))[0]
     stats = stats_for(parent, {"knee_extension": 0.01, "action_rate": 0.9}, up_share=0.25)

@@ -199,8 +199,8 @@ def _urgency(gap: float | None) -> float:
 
 
 # ----------------------------------------------------------------------------- the moves
-def _with_measure(text: str, label: str, value: float | None, fmt: str) -> str:
-    return text if value is None else f"{text}; {label} {value:{fmt}} deg"
+def _with_measure(text: str, label: str, value: float | None, fmt: str, unit: str = "deg") -> str:
+    return text if value is None else f"{text}; {label} {value:{fmt}} {unit}"
 
 
 def _knee_moves(parent: RewardSpec, knees: str | None, knee: float | None) -> list[Move]:
@@ -263,10 +263,14 @@ def _step_moves(parent: RewardSpec, steps: list, clearance: float | None) -> lis
     lift = parent.weights.get("feet_clearance", 0.4)
     for want in steps:
         if want == "high":
-            moves.append(Move("task:high_steps", _urgency(_gap(None if clearance is None else -clearance, -0.12, -0.03)),
-                              "the task asks for high steps",
-                              [[Edit("feet_clearance", _w(lift + 0.2), {"height": 0.12})],
-                               [Edit("feet_clearance", _w(lift + 0.4), {"height": 0.15}),
+            # The clearance term pays fully from `height` to twice it: a target at or below the swing the parent
+            # already lifts changes nothing, so the targets sit above what it lifts (walks lift 10-15 cm).
+            lifted = clearance or 0.0
+            moves.append(Move("task:high_steps", _urgency(_gap(None if clearance is None else -clearance, -0.2, -0.05)),
+                              _with_measure("the task asks for high steps", "swing clearance",
+                                            None if clearance is None else 100 * clearance, ".1f", "cm"),
+                              [[Edit("feet_clearance", _w(lift + 0.2), {"height": round(max(0.12, 1.3 * lifted), 3)})],
+                               [Edit("feet_clearance", _w(lift + 0.4), {"height": round(max(0.15, 1.5 * lifted), 3)}),
                                 _raise(parent, "feet_air_time", 0.2, 0.3)]]))
         elif want == "low":
             moves.append(Move("task:low_steps", 1.5, "the task asks for low, shuffling steps",
