@@ -66,7 +66,8 @@ def make_vlm_critic(args):
 def run(args: argparse.Namespace) -> int:
     from motionvl.critic.crosscheck import cross_check
     from motionvl.critic.kinematic import KinematicCritic
-    from motionvl.render.cli import render_from_args, rollout_from_args, write_outputs
+    from motionvl.render.cli import render_from_args, rollout_from_args
+    from motionvl.render.video import write_rollout_files
 
     from motionvl.robot import ConfigError
 
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     timings["critique_s"] = round(time.perf_counter() - t1, 3)
     fb.meta.update(policy=name, command=list(command), terrain=args.terrain, seconds=args.seconds, **timings)
     if args.out:
-        files = write_outputs(Path(args.out), frames, times, traj, args.every)
+        files = write_rollout_files(Path(args.out), frames, times, traj, args.every)
         (Path(args.out) / "feedback.json").write_text(fb.to_json(indent=2))
         fb.meta["files"] = files
     print(fb.to_json())
