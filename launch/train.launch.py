@@ -31,7 +31,7 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
-from motionvl.backend_names import RECORDED, recorded_parameters
+from motionvl.backend_names import RECORDED, backends_help, recorded_parameters
 from motionvl.rl.threads import cpu_shares
 from motionvl.ros.graph import namespace, node_section, training_nodes
 from motionvl.ros.terrain import launch_ground
@@ -46,8 +46,8 @@ ARGUMENTS = {  # name -> (default, description)
     "allow_backend_change": ("false", "with resume: switch to the synthesizer/critic and models given here (recorded)"),
     "record": ("false", "record the loop's topics into <run_dir>/bags"),
     "trainers": ("1", "policy_trainer nodes to start"),
-    "synthesizer": ("rules", "reward synthesizer backend: rules (offline, not an LLM) | openai | transformers | replay"),
-    "critic": ("kinematic", "critic backend: kinematic (offline, not a VLM) | transformers | openai"),
+    "synthesizer": ("rules", f"reward synthesizer: {backends_help('synth')}"),
+    "critic": ("kinematic", f"critic: {backends_help('critic')}"),
     **recorded_parameters(),  # synth_model, synth_base_url, critic_model, critic_base_url (motionvl.backend_names)
     "settings_file": ("", "YAML of search settings laid over the preset"),
     "train_config": ("", "training YAML of the trainers (empty: config/training.yaml)"),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from motionvl.backend_names import (CRITIC_OPTIONS, KINDS, RECORDED, SESSION, SYNTHESIZER_OPTIONS, ModelSettings,
+from motionvl.backend_names import (CRITIC_BACKENDS, KINDS, RECORDED, SESSION, SYNTHESIZER_BACKENDS, ModelSettings,
                                     backend_keywords, kind_settings, option_flag)
 from motionvl.dataclass_docs import field_docs
 
@@ -39,7 +39,7 @@ def _options(module: str) -> dict:
 def test_every_field_is_documented_and_taken_by_a_backend():
     names = [f.name for f in dataclasses.fields(ModelSettings)]
     assert set(DOCS) == set(names), "a docstring per field: the one description of each setting"
-    taken = {name for registry in KINDS.values() for options in registry.values() for name in options}
+    taken = {name for registry in KINDS.values() for backend in registry.values() for name in backend.options}
     assert taken == set(names) and set(RECORDED) | set(SESSION) == set(names)
     assert {"MOTIONVL_OPENAI_API_KEY", "OPENAI_API_KEY"} <= set(re.findall(r"[A-Z_]+_API_KEY", DOCS["base_url"]))
     from motionvl.llm.openai_client import API_KEY_ENV_VARS
@@ -51,13 +51,13 @@ def test_every_field_is_documented_and_taken_by_a_backend():
 def test_the_registries_name_the_backends_and_build_them():
     from motionvl.synth import BACKENDS, backend_options
 
-    assert tuple(SYNTHESIZER_OPTIONS) == BACKENDS
-    for backend in SYNTHESIZER_OPTIONS:  # every option a backend is given it takes
+    assert tuple(SYNTHESIZER_BACKENDS) == BACKENDS
+    for backend in SYNTHESIZER_BACKENDS:  # every option a backend is given it takes
         given = backend_keywords("synth", backend, ModelSettings(model="m", base_url="http://h/v1"))
         assert set(given) <= set(backend_options(backend)), backend
     from motionvl.critic.base import _REGISTRY
 
-    assert set(CRITIC_OPTIONS) <= set(_REGISTRY)
+    assert set(CRITIC_BACKENDS) <= set(_REGISTRY)
     with pytest.raises(ValueError, match="needs base_url and model"):
         backend_keywords("critic", "openai", ModelSettings())
     assert backend_keywords("critic", "transformers", ModelSettings(model="/m")) == {"model_dir": "/m", "device": "auto"}
@@ -156,8 +156,8 @@ b.ModelSettings, b._DEFAULTS = Probed, Probed()
 b._DOCS = {**b._DOCS, **field_docs(Probed)}
 b.RECORDED = (*b.RECORDED, "probe_region")
 b.SESSION = tuple(f.name for f in dataclasses.fields(Probed) if f.name not in b.RECORDED)
-b.SYNTHESIZER_OPTIONS["openai"] += ("probe_limit_s", "probe_region")
-b.CRITIC_OPTIONS["openai"] += ("probe_limit_s", "probe_region")
+for registry in (b.SYNTHESIZER_BACKENDS, b.CRITIC_BACKENDS):
+    registry["openai"] = registry["openai"]._replace(options=(*b.ENDPOINT, "probe_limit_s", "probe_region"))
 sys.path.insert(0, sys.argv[2])
 import argparse, importlib, launch_model
 

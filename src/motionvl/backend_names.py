@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import NamedTuple
 
 from motionvl.dataclass_docs import field_docs
 
@@ -37,27 +38,33 @@ critic_base_url, ...) and a resume keeps them."""
 SESSION = tuple(f.name for f in dataclasses.fields(ModelSettings) if f.name not in RECORDED)
 """The others: the session running a search sets them once for both its backends (device, timeouts)."""
 
-SYNTHESIZER_OPTIONS = {
-    "rules": (),
-    "openai": ("base_url", "model", "connect_timeout_s", "read_timeout_s"),
-    "transformers": ("model", "device"),
-    "replay": (),
+class Backend(NamedTuple):
+    options: tuple
+    """The ModelSettings it takes."""
+    about: str
+    """What it is, for help texts."""
+
+
+ENDPOINT = ("base_url", "model", "connect_timeout_s", "read_timeout_s")
+LOCAL = ("model", "device")
+SYNTHESIZER_BACKENDS = {
+    "rules": Backend((), "offline, model-free rules; not an LLM"),
+    "openai": Backend(ENDPOINT, "an OpenAI-compatible endpoint"),
+    "transformers": Backend(LOCAL, "a local causal LM directory"),
+    "replay": Backend((), "the answers a recorded run got, from its ledger"),
 }
-"""rules: offline and model-free (not an LLM); openai: an OpenAI-compatible endpoint; transformers: a local
-model directory; replay: the answers a recorded run got (its ledger, not a model setting)."""
-CRITIC_OPTIONS = {
-    "kinematic": (),
-    "transformers": ("model", "device"),
-    "openai": ("base_url", "model", "connect_timeout_s", "read_timeout_s"),
+CRITIC_BACKENDS = {
+    "kinematic": Backend((), "offline gait analysis, no model; not a VLM"),
+    "transformers": Backend(LOCAL, "a local VLM directory"),
+    "openai": Backend(ENDPOINT, "an OpenAI-compatible endpoint"),
 }
-"""kinematic: offline gait analysis (not a VLM); transformers: a local VLM; openai: an endpoint."""
-SYNTHESIZERS = tuple(SYNTHESIZER_OPTIONS)
-CRITICS = tuple(CRITIC_OPTIONS)
-MODEL_SYNTHESIZERS = tuple(name for name, options in SYNTHESIZER_OPTIONS.items() if "model" in options)
+SYNTHESIZERS = tuple(SYNTHESIZER_BACKENDS)
+CRITICS = tuple(CRITIC_BACKENDS)
+MODEL_SYNTHESIZERS = tuple(name for name, backend in SYNTHESIZER_BACKENDS.items() if "model" in backend.options)
 """The synthesizers that are language models (a run with one is labelled LLM)."""
-MODEL_CRITICS = tuple(name for name, options in CRITIC_OPTIONS.items() if "model" in options)
+MODEL_CRITICS = tuple(name for name, backend in CRITIC_BACKENDS.items() if "model" in backend.options)
 """The critics that are vision-language models (a run with one is labelled VLM)."""
-KINDS = {"synth": SYNTHESIZER_OPTIONS, "critic": CRITIC_OPTIONS}
+KINDS = {"synth": SYNTHESIZER_BACKENDS, "critic": CRITIC_BACKENDS}
 """Backend kind -> its registry; the kind is also the prefix of its settings in a search (synth_model, ...)."""
 KIND_LABELS = {"synth": "synthesizer", "critic": "critic"}
 KEYWORDS = {"transformers": {"model": "model_dir"}}
@@ -69,7 +76,7 @@ _DEFAULTS = ModelSettings()
 
 def kind_settings(kind: str) -> tuple[str, ...]:
     """The settings any backend of `kind` takes, in ModelSettings' order."""
-    taken = {name for options in KINDS[kind].values() for name in options}
+    taken = {name for backend in KINDS[kind].values() for name in backend.options}
     return tuple(f.name for f in dataclasses.fields(ModelSettings) if f.name in taken)
 
 
@@ -83,11 +90,18 @@ def backend_keywords(kind: str, backend: str, settings: ModelSettings) -> dict:
     registry = KINDS[kind]
     if backend not in registry:
         raise ValueError(f"backend must be one of {tuple(registry)}, got {backend!r}")
-    missing = [name for name in registry[backend] if required(name) and not getattr(settings, name)]
+    options = registry[backend].options
+    missing = [name for name in options if required(name) and not getattr(settings, name)]
     if missing:
         raise ValueError(f"backend {backend!r} needs {' and '.join(missing)}")
     rename = KEYWORDS.get(backend, {})
-    return {rename.get(name, name): getattr(settings, name) for name in registry[backend]}
+    return {rename.get(name, name): getattr(settings, name) for name in options}
+
+
+def backends_help(kind: str) -> str:
+    """The backends of `kind`, each with what it is: for help texts and parameter descriptions."""
+    items = [f"{name} ({backend.about})" for name, backend in KINDS[kind].items()]
+    return ", ".join(items[:-1]) + " or " + items[-1]
 
 
 def model_parameters(names, prefix: str = "") -> dict:

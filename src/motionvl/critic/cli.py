@@ -23,7 +23,8 @@ from pathlib import Path
 if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
     os.environ["MUJOCO_GL"] = "egl"
 
-from motionvl.backend_names import CRITICS, add_model_arguments, kind_settings, model_settings  # noqa: E402
+from motionvl.backend_names import (CRITICS, add_model_arguments, backends_help, kind_settings,  # noqa: E402
+                                     model_settings)
 from motionvl.render.cli import add_common_rollout_arguments  # noqa: E402
 
 
@@ -31,7 +32,7 @@ from motionvl.render.cli import add_common_rollout_arguments  # noqa: E402
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_rollout_arguments(parser)
     parser.add_argument("--critic", choices=CRITICS, default="kinematic",
-                        help="kinematic (offline gait analysis, default), transformers (local VLM) or openai (HTTP endpoint)")
+                        help=f"{backends_help('critic')} (default kinematic)")
     add_model_arguments(parser, kind_settings("critic"))
     parser.add_argument("--contact-sheet", action="store_true", help="VLM: send one timestamped grid image")
     parser.add_argument("--previous-best", default=None, help="a previous feedback JSON file to judge against")

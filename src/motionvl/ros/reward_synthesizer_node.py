@@ -33,7 +33,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
-from motionvl.backend_names import kind_settings, model_parameters, model_settings
+from motionvl.backend_names import backends_help, kind_settings, model_parameters, model_settings
 from motionvl.robot import ConfigError
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import abandon_work, run_node, time_left
@@ -43,8 +43,7 @@ from motionvl.synth import (SynthesisCapReached, SynthesisError, SynthesisReques
 NODE_NAME = "reward_synthesizer"
 
 PARAMETERS = {
-    "backend": ("rules", "Synthesizer: 'rules' (offline, model-free rules; not an LLM), 'openai' (OpenAI-compatible "
-                         "endpoint), 'transformers' (local causal LM directory) or 'replay' (an earlier run's ledger)."),
+    "backend": ("rules", f"Synthesizer: {backends_help('synth')}."),
     **model_parameters(kind_settings("synth")),  # model, base_url, device, timeouts (motionvl.backend_names)
     "ledger": ("", "replay: the ledger.jsonl of the run to replay."),
     "start_spec": ("", "Reward spec a first proposal starts from; empty = config/rewards/reference.yaml (RL-Base)."),

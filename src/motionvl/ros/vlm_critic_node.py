@@ -66,7 +66,7 @@ from sensor_msgs.msg import Image, JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from motionvl.backend_names import kind_settings, model_parameters, model_settings  # noqa: E402
+from motionvl.backend_names import backends_help, kind_settings, model_parameters, model_settings  # noqa: E402
 from motionvl.critic.rollouts import CollectLimits, RolloutCollector, json_object, parse_boundary  # noqa: E402
 from motionvl.critic.schema import Comparison, MotionFeedback  # noqa: E402
 from motionvl.critic.service import BACKENDS, CriticService, backend_factory, parse_comparison_request  # noqa: E402
@@ -83,8 +83,7 @@ from motionvl.sim.model import build_model  # noqa: E402
 NODE_NAME = "vlm_critic"
 
 PARAMETERS = {
-    "backend": ("kinematic", "Critic: 'kinematic' (offline gait analysis, no model, not a VLM), 'transformers' "
-                             "(local model directory) or 'openai' (OpenAI-compatible endpoint)."),
+    "backend": ("kinematic", f"Critic: {backends_help('critic')}."),
     **model_parameters(kind_settings("critic")),  # model, base_url, device, timeouts (motionvl.backend_names)
     "use_contact_sheet": (False, "VLM backends: send one timestamped grid image instead of one image per frame."),
     "task": ("", "Task sentence used when a boundary message carries none."),

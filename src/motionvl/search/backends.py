@@ -91,7 +91,7 @@ def _checked(kind: str, name: str, model: ModelSettings) -> None:
     try:
         backend_keywords(kind, name, model)
     except ValueError as exc:
-        flags = ", ".join(option_flag(n, f"{kind}_") for n in RECORDED if n in KINDS[kind][name])
+        flags = ", ".join(option_flag(n, f"{kind}_") for n in RECORDED if n in KINDS[kind][name].options)
         raise ConfigError(f"the {name} {label}: {exc} ({flags})") from None
     if name == "transformers" and not Path(model.model).is_dir():
         raise ConfigError(f"the transformers {label} needs a local model directory ({option_flag('model', kind + '_')} "

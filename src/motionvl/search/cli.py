@@ -27,7 +27,7 @@ if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.envi
     os.environ["MUJOCO_GL"] = "egl"
 
 from motionvl.backend_names import (CRITICS, KINDS, RECORDED, SESSION, SYNTHESIZERS,  # noqa: E402
-                                     add_model_arguments, option_flag)
+                                     add_model_arguments, backends_help, option_flag)
 from motionvl.robot import ConfigError  # noqa: E402
 from motionvl.search.config import MODES  # noqa: E402
 
@@ -46,12 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=MODES, default="synth+critic", help="ablation mode (default synth+critic)")
     parser.add_argument("--preset", default="quick", help="budget preset of config/search.yaml: quick, cpu, gpu (default quick)")
     parser.add_argument("--synthesizer", choices=SYNTHESIZERS, default=None,
-                        help="reward synthesizer backend (default rules: offline, model-free, not an LLM; a resumed "
-                             "run: the recorded one)")
+                        help=f"reward synthesizer: {backends_help('synth')} (default rules; a resumed run: the "
+                             "recorded one)")
     add_model_arguments(parser, RECORDED, prefix="synth_")
     parser.add_argument("--replay", type=Path, default=None, help="replay: the recorded run directory whose answers to replay")
     parser.add_argument("--critic", choices=CRITICS, default=None,
-                        help="motion critic (default kinematic: offline gait analysis, not a VLM; a resumed run: the "
+                        help=f"motion critic: {backends_help('critic')} (default kinematic; a resumed run: the "
                              "recorded one)")
     add_model_arguments(parser, RECORDED, prefix="critic_")
     add_model_arguments(parser, SESSION, unset="default: the settings' limits.model_connect_timeout_s and "

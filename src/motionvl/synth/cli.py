@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from motionvl.backend_names import SYNTHESIZERS, add_model_arguments, kind_settings, model_settings
+from motionvl.backend_names import add_model_arguments, backends_help, kind_settings, model_settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=0.3)
     parser.add_argument("--backend", default="rules",
-                        help=f"{' | '.join(SYNTHESIZERS)} (default rules: model-free, not an LLM)")
+                        help=f"{backends_help('synth')} (default rules)")
     parser.add_argument("--parent", type=Path, help="reward spec to revise (YAML/JSON)")
     parser.add_argument("--run", type=Path, help="a training run directory: its spec, term_stats.json and eval.json")
     parser.add_argument("--feedback", type=Path,
