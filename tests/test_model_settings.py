@@ -77,6 +77,13 @@ def test_the_nodes_declare_the_settings_their_backends_take_as_the_dataclass_say
     assert orchestrator_node.PARAMETERS["device"] == (DEFAULTS.device, DOCS["device"])
 
 
+def test_a_search_records_each_kinds_recorded_settings():
+    from motionvl.search.loop import BACKEND_KEYS, SearchSettings
+
+    recorded = {f"{kind}_{name}" for kind in KINDS for name in RECORDED}
+    assert recorded <= set(SearchSettings.__dataclass_fields__) and recorded <= set(BACKEND_KEYS)
+
+
 def test_the_launch_arguments_are_the_recorded_settings_and_reach_the_nodes_that_take_them():
     import launch_model
 
