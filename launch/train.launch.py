@@ -31,6 +31,7 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
+from motionvl.backend_names import RECORDED, backends_help, recorded_parameters
 from motionvl.rl.threads import cpu_shares
 from motionvl.ros.graph import namespace, node_section, training_nodes
 from motionvl.ros.terrain import launch_ground
@@ -45,13 +46,9 @@ ARGUMENTS = {  # name -> (default, description)
     "allow_backend_change": ("false", "with resume: switch to the synthesizer/critic and models given here (recorded)"),
     "record": ("false", "record the loop's topics into <run_dir>/bags"),
     "trainers": ("1", "policy_trainer nodes to start"),
-    "synthesizer": ("rules", "reward synthesizer backend: rules (offline, not an LLM) | openai | transformers | replay"),
-    "synth_base_url": ("", "openai synthesizer: the endpoint"),
-    "synth_model": ("", "openai synthesizer: the model name"),
-    "synth_model_dir": ("", "transformers synthesizer: a local model directory"),
-    "critic": ("kinematic", "critic backend: kinematic (offline, not a VLM) | transformers | openai"),
-    "critic_base_url": ("", "openai critic: the endpoint"),
-    "critic_model": ("", "openai critic: the model name; transformers: a local model directory"),
+    "synthesizer": ("rules", f"reward synthesizer: {backends_help('synth')}"),
+    "critic": ("kinematic", f"critic: {backends_help('critic')}"),
+    **recorded_parameters(),  # synth_model, synth_base_url, critic_model, critic_base_url (motionvl.backend_names)
     "settings_file": ("", "YAML of search settings laid over the preset"),
     "train_config": ("", "training YAML of the trainers (empty: config/training.yaml)"),
     "robot_config": ("", "robot YAML of every node (overrides the params file's); empty: the package's"),
@@ -63,14 +60,12 @@ ARGUMENTS = {  # name -> (default, description)
 # of digits, an empty URL), as launch_ros would otherwise read each value as YAML.
 TEXT = {
     "orchestrator": {"task": "task", "mode": "mode", "preset": "preset", "run_dir": "run_dir",
-                     "synthesizer": "synthesizer", "synth_model": "synth_model", "synth_base_url": "synth_base_url",
-                     "critic": "critic", "critic_model": "critic_model", "critic_base_url": "critic_base_url",
+                     "synthesizer": "synthesizer", "critic": "critic", **{arg: arg for arg in recorded_parameters()},
                      "settings_file": "settings_file", "train_config": "train_config", "playback": "playback",
                      "robot_config": "robot_config"},
-    "reward_synthesizer": {"backend": "synthesizer", "base_url": "synth_base_url", "model": "synth_model",
-                           "model_dir": "synth_model_dir", "robot_config": "robot_config"},
-    "vlm_critic": {"backend": "critic", "model": "critic_model", "base_url": "critic_base_url",
-                   "robot_config": "robot_config"},
+    "reward_synthesizer": {"backend": "synthesizer", **{name: f"synth_{name}" for name in RECORDED},
+                           "robot_config": "robot_config"},
+    "vlm_critic": {"backend": "critic", **{name: f"critic_{name}" for name in RECORDED}, "robot_config": "robot_config"},
     "simulator": {"robot_config": "robot_config"},
     "camera_renderer": {"robot_config": "robot_config"},
     "deployment": {"robot_config": "robot_config"},

@@ -5,6 +5,7 @@ import pytest
 
 from motionvl.critic.base import Rollout
 from motionvl.critic.rollouts import CollectLimits, RolloutCollector, parse_boundary
+from motionvl.backend_names import ModelSettings
 from motionvl.critic.service import CriticService, backend_factory, parse_comparison_request
 from motionvl.robot import load_robot_config
 from motionvl.sim.model import build_model
@@ -64,5 +65,5 @@ def test_service_answers_every_comparison_even_when_it_cannot_judge(tmp_path):
 
     answer = CriticService(no_backend, model=None, robot=robot).compare(request)
     assert not answer.valid and "cannot create the critic: RuntimeError: no GPU" in answer.error
-    with pytest.raises(ValueError, match="needs base_url and model"):
-        backend_factory("openai", model="m")
+    with pytest.raises(ValueError, match="backend 'openai' needs base_url$"):
+        backend_factory("openai", ModelSettings(model="m"))

@@ -66,7 +66,6 @@ def _train_expectations(values: dict) -> dict:
                              ("reward_synthesizer", "base_url", values["synth_base_url"])),
         "synth_model": to(("orchestrator", "synth_model", values["synth_model"]),
                           ("reward_synthesizer", "model", values["synth_model"])),
-        "synth_model_dir": to(("reward_synthesizer", "model_dir", values["synth_model_dir"])),
         "critic": to(("orchestrator", "critic", values["critic"]), ("vlm_critic", "backend", values["critic"])),
         "critic_base_url": to(("orchestrator", "critic_base_url", values["critic_base_url"]),
                               ("vlm_critic", "base_url", values["critic_base_url"])),
@@ -215,7 +214,7 @@ def test_every_train_launch_argument_reaches_the_nodes_that_take_it(graph, tmp_p
     values = {"task": "walk forward with straight knees on uneven ground", "mode": "synth", "preset": "cpu",
               "run_dir": str(tmp_path / "run"), "synthesizer": "openai", "synth_base_url": "http://127.0.0.1:9/v1",
               "synth_model": "007",  # text that YAML would read as a number
-              "synth_model_dir": str(tmp_path / "llm"), "critic": "openai", "critic_base_url": "http://127.0.0.1:9/v2",
+              "critic": "openai", "critic_base_url": "http://127.0.0.1:9/v2",
               "critic_model": "vlm-1", "settings_file": str(ROOT / "tests" / "data" / "search_tiny.yaml"),
               "train_config": str(training), "robot_config": _robot_copy(tmp_path), "playback": "ros",
               "allow_backend_change": "true"}

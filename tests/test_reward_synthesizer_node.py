@@ -108,7 +108,7 @@ def test_a_node_with_an_unusable_backend_refuses_to_start(ros_context, tmp_path)
         RewardSynthesizerNode(context=ros_context, parameter_overrides=[Parameter("backend", value="gpt")])
     with pytest.raises(ConfigError, match="does not exist"):
         RewardSynthesizerNode(context=ros_context, parameter_overrides=[
-            Parameter("backend", value="transformers"), Parameter("model_dir", value=str(tmp_path / "none"))])
+            Parameter("backend", value="transformers"), Parameter("model", value=str(tmp_path / "none"))])
 
 
 def test_a_synthesizer_node_on_another_backend_than_the_runs_ends_the_search(ros_context, spinners):

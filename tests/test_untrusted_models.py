@@ -361,6 +361,7 @@ def test_timeouts_are_settable_from_the_command_line_the_settings_and_node_param
     import rclpy
     from rclpy.parameter import Parameter
 
+    from motionvl.backend_names import ModelSettings
     from motionvl.critic.service import backend_factory
     from motionvl.ros.reward_synthesizer_node import RewardSynthesizerNode
     from motionvl.search.backends import load_settings, make_critic, make_synthesizer as make_search_synthesizer
@@ -378,10 +379,11 @@ def test_timeouts_are_settable_from_the_command_line_the_settings_and_node_param
     for make in (make_search_synthesizer, make_critic):
         client = make(settings, _options(args)).client
         assert (client.connect_timeout_s, client.read_timeout_s) == (3.0, 7.0), "the command line's, for this session"
-    args.connect_timeout = args.read_timeout = None
+    args.connect_timeout_s = args.read_timeout_s = None
     assert make_critic(settings, _options(args)).client.read_timeout_s == 9.0, "else the settings'"
-    assert backend_factory("openai", model="v", base_url="http://127.0.0.1:9/v1", connect_timeout_s=2.0,
-                           read_timeout_s=4.0)().client.read_timeout_s == 4.0, "the vlm_critic node's parameters"
+    assert backend_factory("openai", ModelSettings(model="v", base_url="http://127.0.0.1:9/v1", connect_timeout_s=2.0,
+                                                   read_timeout_s=4.0))().client.read_timeout_s == 4.0, \
+        "the vlm_critic node's parameters"
     context = rclpy.Context()
     rclpy.init(context=context)
     try:

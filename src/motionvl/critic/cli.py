@@ -23,7 +23,8 @@ from pathlib import Path
 if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
     os.environ["MUJOCO_GL"] = "egl"
 
-from motionvl.backend_names import CRITICS  # noqa: E402
+from motionvl.backend_names import (CRITICS, add_model_arguments, backends_help, kind_settings,  # noqa: E402
+                                     model_settings)
 from motionvl.render.cli import add_common_rollout_arguments  # noqa: E402
 
 
@@ -31,15 +32,8 @@ from motionvl.render.cli import add_common_rollout_arguments  # noqa: E402
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_rollout_arguments(parser)
     parser.add_argument("--critic", choices=CRITICS, default="kinematic",
-                        help="kinematic (offline gait analysis, default), transformers (local VLM) or openai (HTTP endpoint)")
-    parser.add_argument("--model", default=None,
-                        help="transformers: the local model directory; openai: the model name the server expects")
-    parser.add_argument("--base-url", default=None, help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
-    parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
-                        help="openai: seconds the endpoint may take to accept a connection (default 10)")
-    parser.add_argument("--read-timeout", type=float, default=300.0, metavar="S",
-                        help="openai: seconds the endpoint may take to answer one request (default 300)")
-    parser.add_argument("--device", default="auto", help="transformers: auto, cpu, cuda:0, ...")
+                        help=f"{backends_help('critic')} (default kinematic)")
+    add_model_arguments(parser, kind_settings("critic"))
     parser.add_argument("--contact-sheet", action="store_true", help="VLM: send one timestamped grid image")
     parser.add_argument("--previous-best", default=None, help="a previous feedback JSON file to judge against")
     parser.add_argument("--out", default=None, help="also write rollout.mp4, contact_sheet.png, trajectory.npz, feedback.json here")
@@ -50,23 +44,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def make_vlm_critic(args):
     """The VLM backend named by the arguments (imported lazily: torch / HTTP client only when used)."""
-    from motionvl.critic.base import create_critic
+    from motionvl.critic.service import backend_factory
 
-    if args.critic == "transformers":
-        if not args.model:
-            raise SystemExit("motionvl critique: --critic transformers needs --model DIR")
-        return create_critic("transformers", model_dir=args.model, device=args.device,
-                             use_contact_sheet=args.contact_sheet)
-    if not (args.base_url and args.model):
-        raise SystemExit("motionvl critique: --critic openai needs --base-url URL and --model NAME")
-    return create_critic("openai", base_url=args.base_url, model=args.model, use_contact_sheet=args.contact_sheet,
-                         connect_timeout_s=args.connect_timeout, read_timeout_s=args.read_timeout)
+    try:
+        factory = backend_factory(args.critic, model_settings(vars(args)), use_contact_sheet=args.contact_sheet)
+    except ValueError as exc:
+        raise SystemExit(f"motionvl critique: --critic {args.critic}: {exc}") from None
+    return factory()
 
 
 def run(args: argparse.Namespace) -> int:
     from motionvl.critic.crosscheck import cross_check
     from motionvl.critic.kinematic import KinematicCritic
-    from motionvl.render.cli import render_from_args, rollout_from_args, write_outputs
+    from motionvl.render.cli import render_from_args, rollout_from_args
+    from motionvl.render.video import write_rollout_files
 
     from motionvl.robot import ConfigError
 
@@ -99,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     timings["critique_s"] = round(time.perf_counter() - t1, 3)
     fb.meta.update(policy=name, command=list(command), terrain=args.terrain, seconds=args.seconds, **timings)
     if args.out:
-        files = write_outputs(Path(args.out), frames, times, traj, args.every)
+        files = write_rollout_files(Path(args.out), frames, times, traj, args.every)
         (Path(args.out) / "feedback.json").write_text(fb.to_json(indent=2))
         fb.meta["files"] = files
     print(fb.to_json())

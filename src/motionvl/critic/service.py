@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from motionvl.backend_names import CRITICS
+from motionvl.backend_names import CRITICS, MODEL_CRITICS, ModelSettings, backend_keywords
 from motionvl.critic.base import Rollout, create_critic
 from motionvl.critic.kinematic import KinematicCritic
 from motionvl.critic.rollouts import CollectedRollout, json_object
@@ -37,23 +37,14 @@ from motionvl.critic.schema import Comparison, MotionFeedback
 BACKENDS = CRITICS
 
 
-def backend_factory(backend: str, *, model: str = "", base_url: str = "", device: str = "auto",
-                    use_contact_sheet: bool = False, connect_timeout_s: float | None = None,
-                    read_timeout_s: float | None = None) -> Callable[[], Any]:
-    """A function building the named critic backend; ValueError naming what is missing."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "kinematic":
-        return KinematicCritic
-    if backend == "transformers":
-        if not model:
-            raise ValueError("backend 'transformers' needs model (a local model directory)")
-        return lambda: create_critic("transformers", model_dir=model, device=device,
-                                     use_contact_sheet=use_contact_sheet)
-    if not (model and base_url):
-        raise ValueError("backend 'openai' needs base_url and model")
-    return lambda: create_critic("openai", base_url=base_url, model=model, use_contact_sheet=use_contact_sheet,
-                                 connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s)
+def backend_factory(backend: str, settings: ModelSettings | None = None, *, use_contact_sheet: bool = False,
+                    **extra) -> Callable[[], Any]:
+    """A function building the named critic backend from its ModelSettings (motionvl.backend_names: the options
+    each backend takes), `use_contact_sheet` and `extra` for a VLM; ValueError naming what is missing."""
+    keywords = backend_keywords("critic", backend, settings or ModelSettings())
+    if backend not in MODEL_CRITICS:
+        return lambda: create_critic(backend, **keywords)
+    return lambda: create_critic(backend, **keywords, use_contact_sheet=use_contact_sheet, **extra)
 
 
 @dataclasses.dataclass(frozen=True)

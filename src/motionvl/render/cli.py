@@ -120,21 +120,9 @@ def render_from_args(args, robot, traj):
     return frames, times, time.perf_counter() - t0
 
 
-def write_outputs(out: Path, frames, times, traj, every: float, cols: int = 7, max_tiles: int | None = 21) -> dict:
-    from motionvl.render.video import contact_sheet, save_png, video_info, write_mp4
-
-    out.mkdir(parents=True, exist_ok=True)
-    video = write_mp4(frames, out / "rollout.mp4", fps=1.0 / every)
-    sheet = contact_sheet(frames, times, cols=cols, max_tiles=max_tiles or None)
-    save_png(sheet, out / "contact_sheet.png")
-    traj.save(out / "trajectory.npz")
-    info = video_info(video)
-    return {"video": str(video), "video_frames": info["frames"], "contact_sheet": str(out / "contact_sheet.png"),
-            "contact_sheet_size": [int(sheet.shape[1]), int(sheet.shape[0])], "trajectory": str(out / "trajectory.npz")}
-
-
 def run(args: argparse.Namespace) -> int:
     from motionvl.render.camera import gl_backend
+    from motionvl.render.video import write_rollout_files
 
     if args.every <= 0 or args.seconds <= 0:
         print("motionvl render: --every and --seconds must be > 0", file=sys.stderr)
@@ -149,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     t_roll = time.perf_counter() - t0
     frames, times, t_render = render_from_args(args, robot, traj)
-    files = write_outputs(Path(args.out), frames, times, traj, args.every, args.cols, args.max_tiles)
+    files = write_rollout_files(Path(args.out), frames, times, traj, args.every, args.cols, args.max_tiles)
     fell = bool(traj.fell.any())
     summary = {
         "policy": name, "task": args.task_object.sentence if args.task_object else None, "terrain": args.terrain,

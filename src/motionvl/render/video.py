@@ -153,3 +153,16 @@ def save_png(image: np.ndarray, path: str | Path) -> Path:
     if not cv2.imwrite(str(path), cv2.cvtColor(np.asarray(image), cv2.COLOR_RGB2BGR)):
         raise RuntimeError(f"cannot write {path}")
     return path
+
+
+def write_rollout_files(out: Path, frames, times, traj, every: float, cols: int = 7, max_tiles: int | None = 21) -> dict:
+    """rollout.mp4 (one frame per `every` seconds), contact_sheet.png and trajectory.npz in `out`; their paths
+    and sizes."""
+    out.mkdir(parents=True, exist_ok=True)
+    video = write_mp4(frames, out / "rollout.mp4", fps=1.0 / every)
+    sheet = contact_sheet(frames, times, cols=cols, max_tiles=max_tiles or None)
+    save_png(sheet, out / "contact_sheet.png")
+    traj.save(out / "trajectory.npz")
+    info = video_info(video)
+    return {"video": str(video), "video_frames": info["frames"], "contact_sheet": str(out / "contact_sheet.png"),
+            "contact_sheet_size": [int(sheet.shape[1]), int(sheet.shape[0])], "trajectory": str(out / "trajectory.npz")}

@@ -420,9 +420,9 @@ class GraphPlayback:
         if traj is None:
             return
         if frames:
-            from motionvl.render.cli import write_outputs
+            from motionvl.render.video import write_rollout_files
 
-            write_outputs(out_dir, frames, times, traj, every=self.cfg.frame_interval_s)
+            write_rollout_files(out_dir, frames, times, traj, every=self.cfg.frame_interval_s)
         else:
             traj.save(out_dir / "trajectory.npz")
 

@@ -49,6 +49,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from motionvl.backend_names import backends_help, model_parameters, recorded_parameters
 from motionvl.msg import JsonRecord, SearchState, TrainerHeartbeat
 from motionvl.robot import ConfigError
 from motionvl.ros.inbox import Inbox
@@ -73,15 +74,13 @@ PARAMETERS = {
     "allow_backend_change": (False, "With resume: switch to the synthesizer/critic, models and endpoints given here "
                                     "(recorded in the ledger); without it a resume refuses a model or endpoint that "
                                     "differs from the recorded one and keeps the recorded backends."),
-    "synthesizer": ("rules", "The synthesizer backend the reward_synthesizer node runs (or the in-process one)."),
+    "synthesizer": ("rules", f"The synthesizer the reward_synthesizer node runs (or the in-process one): "
+                             f"{backends_help('synth')}."),
     "synthesizer_node": (True, "Ask the reward_synthesizer node; false: a synthesizer in this process."),
-    "synth_model": ("", "In-process synthesizer: openai model name or transformers model directory."),
-    "synth_base_url": ("", "In-process openai synthesizer: the endpoint."),
     "synth_timeout_s": (1800.0, "Seconds to wait for the synthesizer node's answer to one request."),
-    "critic": ("kinematic", "Critic backend: kinematic (offline, not a VLM), transformers, openai."),
-    "critic_model": ("", "transformers: model directory; openai: model name."),
-    "critic_base_url": ("", "openai critic: the endpoint."),
-    "device": ("auto", "transformers backends: auto, cpu, cuda:0, ..."),
+    "critic": ("kinematic", f"Critic backend: {backends_help('critic')}."),
+    **recorded_parameters(),  # synth_model, synth_base_url, critic_model, critic_base_url (a resume: the recorded)
+    **model_parameters(("device",)),  # of the in-process backends
     "train_config": ("", "Training YAML the trainers use (empty: the package's config/training.yaml)."),
     "robot_config": ("", "Robot YAML of the run's playbacks and evaluations, the trainers' too (config/nodes.yaml gives "
                          "every node the same; empty: the package's config/robot.yaml). A resumed run keeps its own."),

@@ -18,7 +18,7 @@ Publishes:
 
 Parameter `backend` picks the synthesizer: "rules" (offline default: model-free rules, not an LLM),
 "openai" (`base_url`, `model`; the API key only from the environment, MOTIONVL_OPENAI_API_KEY or
-OPENAI_API_KEY), "transformers" (`model_dir`) or "replay" (`ledger` of an earlier run). Proposals run
+OPENAI_API_KEY), "transformers" (`model`: a local model directory) or "replay" (`ledger` of an earlier run). Proposals run
 one at a time on a worker thread, so a slow model never blocks the executor.
 """
 
@@ -33,21 +33,18 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
+from motionvl.backend_names import backends_help, kind_settings, model_parameters, model_settings
 from motionvl.robot import ConfigError
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import abandon_work, run_node, time_left
 from motionvl.synth import (SynthesisCapReached, SynthesisError, SynthesisRequest, make_synthesizer,
-                            synthesis_record)
+                            synthesis_record, synthesizer_options)
 
 NODE_NAME = "reward_synthesizer"
 
 PARAMETERS = {
-    "backend": ("rules", "Synthesizer: 'rules' (offline, model-free rules; not an LLM), 'openai' (OpenAI-compatible "
-                         "endpoint), 'transformers' (local causal LM directory) or 'replay' (an earlier run's ledger)."),
-    "base_url": ("", "openai: the endpoint, e.g. http://127.0.0.1:8000/v1 (the API key comes from the environment)."),
-    "model": ("", "openai: the model name the server expects."),
-    "model_dir": ("", "transformers: the local model directory (never downloaded)."),
-    "device": ("auto", "transformers: 'auto', 'cpu', 'cuda:0', ..."),
+    "backend": ("rules", f"Synthesizer: {backends_help('synth')}."),
+    **model_parameters(kind_settings("synth")),  # model, base_url, device, timeouts (motionvl.backend_names)
     "ledger": ("", "replay: the ledger.jsonl of the run to replay."),
     "start_spec": ("", "Reward spec a first proposal starts from; empty = config/rewards/reference.yaml (RL-Base)."),
     "robot_config": ("", "Robot YAML for the prompt's robot summary and the sandbox; empty = config/robot.yaml."),
@@ -56,47 +53,29 @@ PARAMETERS = {
     "max_bytes": (0, "The run's cap on bytes sent to and received from the endpoint; 0 = no cap."),
     "max_repairs": (2, "Model backends: repairs per candidate after a rejected answer."),
     "max_new_tokens": (2048, "Model backends: the answer's token limit."),
-    "connect_timeout_s": (10.0, "openai: seconds the endpoint may take to accept a connection."),
-    "read_timeout_s": (300.0, "openai: seconds the endpoint may take to answer one request (a line is logged every "
-                              "10 s while it waits)."),
     "max_retries": (3, "openai: retries with exponential backoff on transport errors, 5xx and 429."),
     "response_format": ("auto", "openai: 'auto' (JSON schema where the server takes it), 'json_schema', "
                                 "'json_object' or 'none'."),
 }
+
+CAPS = ("max_calls", "max_tokens", "max_bytes")
 
 REQUEST_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 ANSWER_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
-def synthesizer_options(p: dict) -> dict:
-    """make_synthesizer options from the node's parameters (empty strings and zero caps mean unset)."""
-    backend = p["backend"]
-    options: dict = {}
+def _options(p: dict) -> dict:
+    """make_synthesizer's options from the node's parameters (empty strings and zero caps mean unset)."""
     robot = None
     if p["robot_config"]:
         from motionvl.robot import load_robot_config
 
         robot = load_robot_config(p["robot_config"])
-    if backend != "replay":
-        options.update(robot=robot, start=p["start_spec"] or None)
-    else:
-        options.update(robot=robot, ledger=p["ledger"])
-    if p["max_calls"]:
-        options["max_calls"] = p["max_calls"]
-    if p["max_tokens"]:
-        options["max_tokens"] = p["max_tokens"]
-    if p["max_bytes"]:
-        options["max_bytes"] = p["max_bytes"]
-    if backend in ("openai", "transformers"):
-        options.update(max_repairs=p["max_repairs"], max_new_tokens=p["max_new_tokens"])
-    if backend == "openai":
-        options.update(base_url=p["base_url"], model=p["model"], connect_timeout_s=p["connect_timeout_s"],
-                       read_timeout_s=p["read_timeout_s"], max_retries=p["max_retries"],
-                       response_format=p["response_format"])
-    elif backend == "transformers":
-        options.update(model_dir=p["model_dir"], device=p["device"])
-    return options
+    return synthesizer_options(p["backend"], model_settings(p), ledger=p["ledger"], robot=robot,
+                               start=p["start_spec"] or None, **{cap: p[cap] or None for cap in CAPS},
+                               **{name: p[name] for name in ("max_repairs", "max_new_tokens", "max_retries",
+                                                              "response_format")})
 
 
 class RewardSynthesizerNode(Node):
@@ -108,7 +87,7 @@ class RewardSynthesizerNode(Node):
         if not (p["connect_timeout_s"] > 0 and p["read_timeout_s"] > 0):
             raise ConfigError("connect_timeout_s and read_timeout_s must be > 0")
         try:
-            self.synthesizer = make_synthesizer(p["backend"], **synthesizer_options(p))
+            self.synthesizer = make_synthesizer(p["backend"], **_options(p))
         except SynthesisError as exc:
             raise ConfigError(str(exc)) from None
         self.answers = self.create_publisher(String, "synthesizer/candidates", ANSWER_QOS)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from motionvl.backend_names import RECORDED
 from motionvl.rl.threads import cpu_shares
 from motionvl.robot import package_root
 from motionvl.ros.graph import namespace as graph_namespace
@@ -155,9 +156,9 @@ def _playback_factory(node, params_file: Path, orchestrator: dict, critic_parame
     if orchestrator.get("robot_config"):
         values["robot_config"] = orchestrator["robot_config"]
     if node.name == "vlm_critic":
-        values.update(backend=orchestrator.get("critic") or "kinematic", model=orchestrator.get("critic_model") or "",
-                      base_url=orchestrator.get("critic_base_url") or "", device=orchestrator.get("device") or "auto",
-                      **(critic_parameters or {}))
+        values.update(backend=orchestrator.get("critic") or "kinematic",
+                      **{name: orchestrator.get(f"critic_{name}") or "" for name in RECORDED},
+                      device=orchestrator.get("device") or "auto", **(critic_parameters or {}))
     module, cls = PLAYBACK_CLASSES[node.name]
 
     def factory():
@@ -173,7 +174,7 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
     and the task's terrain_level (both passed on to the playback nodes that build a world);
     synthesizer: the reward_synthesizer node's (None: the orchestrator synthesizes in process); robot_config:
     the trainers' robot YAML (None: the params file's, as the other nodes); critic_parameters: more of the
-    vlm_critic node's (its model endpoint's timeouts). Returns 0 when the search finished, 1 when it failed or a
+    vlm_critic node's (its ModelSettings: motionvl.backend_names). Returns 0 when the search finished, 1 when it failed or a
     node could not start."""
     from motionvl.ros.orchestrator_node import OrchestratorNode
     from motionvl.ros.runtime import run_nodes

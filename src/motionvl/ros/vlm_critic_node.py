@@ -66,6 +66,7 @@ from sensor_msgs.msg import Image, JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
+from motionvl.backend_names import backends_help, kind_settings, model_parameters, model_settings  # noqa: E402
 from motionvl.critic.rollouts import CollectLimits, RolloutCollector, json_object, parse_boundary  # noqa: E402
 from motionvl.critic.schema import Comparison, MotionFeedback  # noqa: E402
 from motionvl.critic.service import BACKENDS, CriticService, backend_factory, parse_comparison_request  # noqa: E402
@@ -82,14 +83,8 @@ from motionvl.sim.model import build_model  # noqa: E402
 NODE_NAME = "vlm_critic"
 
 PARAMETERS = {
-    "backend": ("kinematic", "Critic: 'kinematic' (offline gait analysis, no model, not a VLM), 'transformers' "
-                             "(local model directory) or 'openai' (OpenAI-compatible endpoint)."),
-    "model": ("", "transformers: the model directory; openai: the model name the server expects."),
-    "base_url": ("", "openai: the endpoint, e.g. http://127.0.0.1:8000/v1."),
-    "connect_timeout_s": (10.0, "openai: seconds the endpoint may take to accept a connection."),
-    "read_timeout_s": (300.0, "openai: seconds the endpoint may take to answer one request (a line is logged every 10 s "
-                              "while it waits)."),
-    "device": ("auto", "transformers: 'auto', 'cpu', 'cuda:0', ..."),
+    "backend": ("kinematic", f"Critic: {backends_help('critic')}."),
+    **model_parameters(kind_settings("critic")),  # model, base_url, device, timeouts (motionvl.backend_names)
     "use_contact_sheet": (False, "VLM backends: send one timestamped grid image instead of one image per frame."),
     "task": ("", "Task sentence used when a boundary message carries none."),
     "frame_interval_s": (0.1, "Keep at most one camera frame per this many seconds of stamp time (paper: 0.1)."),
@@ -148,10 +143,8 @@ class VlmCriticNode(Node):
             raise ConfigError(f"parameter backend must be one of {BACKENDS}, got {p['backend']!r}")
         if critic_factory is None:
             try:
-                critic_factory = backend_factory(p["backend"], model=p["model"], base_url=p["base_url"],
-                                                 device=p["device"], use_contact_sheet=bool(p["use_contact_sheet"]),
-                                                 connect_timeout_s=p["connect_timeout_s"],
-                                                 read_timeout_s=p["read_timeout_s"])
+                critic_factory = backend_factory(p["backend"], model_settings(p),
+                                                 use_contact_sheet=bool(p["use_contact_sheet"]))
             except ValueError as exc:
                 raise ConfigError(f"parameters: {exc}") from None
         self.p = p

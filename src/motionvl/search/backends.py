@@ -5,31 +5,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from motionvl.backend_names import CRITICS, SYNTHESIZERS
+from motionvl.backend_names import KIND_LABELS, KINDS, RECORDED, SESSION, ModelSettings, backend_keywords, option_flag
 from motionvl.robot import ConfigError
 
 
-@dataclasses.dataclass
-class BackendOptions:
-    """Where the model-backed backends are; None where a backend needs nothing (or where the run's settings,
-    which record the models and endpoints, say it)."""
-
-    synth_model: str | None = None
-    """openai: the model name; transformers: a local model directory."""
-    synth_base_url: str | None = None
-    """openai: the endpoint, e.g. http://127.0.0.1:8000/v1."""
-    replay: str | None = None
-    """replay: the run directory whose recorded synthesizer answers to replay."""
-    critic_model: str | None = None
-    """transformers: a local model directory; openai: the model name."""
-    critic_base_url: str | None = None
-    """openai: the critic's endpoint."""
-    device: str = "auto"
-    """transformers backends: auto, cpu, cuda:0, ..."""
-    connect_timeout_s: float | None = None
-    """Model endpoints' connect timeout for this session (None: the settings' limits.model_connect_timeout_s)."""
-    read_timeout_s: float | None = None
-    """Model endpoints' read timeout for this session (None: the settings' limits.model_read_timeout_s)."""
+BackendOptions = dataclasses.make_dataclass("BackendOptions", [(name, object, None) for name in SESSION])
+BackendOptions.__doc__ = """This session's ModelSettings for the run's backends (motionvl.backend_names.SESSION: the
+device, the timeouts); None: the default, for a timeout the settings' limits. The models and endpoints come from
+the run's settings, which record them."""
 
 
 def load_settings(run_dir: str | Path, *, resume: bool = False, task: str | None = None, mode: str = "synth+critic",
@@ -89,51 +72,55 @@ def load_settings(run_dir: str | Path, *, resume: bool = False, task: str | None
                           replay=replay or None).validate()
 
 
-def _pick(settings, options: BackendOptions, key: str):
-    """A backend option given for this session, else the run's recorded one."""
-    return getattr(options, key, None) or getattr(settings, key, None)
-
-
-def model_timeouts(settings, options: BackendOptions) -> dict:
-    """connect_timeout_s and read_timeout_s of the model endpoints for this session."""
+def model_settings(settings, options: BackendOptions, kind: str) -> ModelSettings:
+    """The ModelSettings of the run's `kind` backend (synth, critic) for this session: its recorded model and
+    endpoint, this session's device and timeouts (else the settings' limits)."""
     from motionvl.search.config import SearchConfig
 
     limits = SearchConfig.from_dict(settings.config).limits
-    return {"connect_timeout_s": options.connect_timeout_s or limits.model_connect_timeout_s,
-            "read_timeout_s": options.read_timeout_s or limits.model_read_timeout_s}
+    session = {"connect_timeout_s": limits.model_connect_timeout_s, "read_timeout_s": limits.model_read_timeout_s,
+               **{name: getattr(options, name) for name in SESSION if getattr(options, name) is not None}}
+    return ModelSettings(**{name: getattr(settings, f"{kind}_{name}") or "" for name in RECORDED}, **session)
 
 
-def synthesizer_options(settings, options: BackendOptions) -> dict:
-    """make_synthesizer's options for the synthesizer `settings` names; ConfigError names what is missing (checked
-    before any node or model starts)."""
-    name = settings.synthesizer
-    kwargs: dict = {}
-    model, base_url, replay = (_pick(settings, options, k) for k in ("synth_model", "synth_base_url", "replay"))
-    if name == "openai":
-        if not (base_url and model):
-            raise ConfigError("the openai synthesizer needs a base URL and a model name (--synth-base-url, --synth-model)")
-        kwargs = {"base_url": base_url, "model": model, **model_timeouts(settings, options)}
-    elif name == "transformers":
-        if not model or not Path(model).is_dir():
-            raise ConfigError(f"the transformers synthesizer needs a local model directory (--synth-model DIR); "
-                              f"got {model!r}")
-        kwargs = {"model_dir": model, "device": options.device}
-    elif name == "replay":
-        ledger = Path(replay or "") / "ledger.jsonl"
-        if not replay or not ledger.exists():
-            raise ConfigError(f"the replay synthesizer needs the run directory of a recorded search (--replay RUN_DIR); "
-                              f"got {replay!r}")
-        kwargs = {"ledger": str(ledger)}
-    elif name != "rules":
-        raise ConfigError(f"unknown synthesizer {name!r}; synthesizers: {', '.join(SYNTHESIZERS)}")
-    return kwargs
+def _checked(kind: str, name: str, model: ModelSettings) -> None:
+    """ConfigError naming the options a backend misses (checked before any node or model starts)."""
+    label = KIND_LABELS[kind]
+    if name not in KINDS[kind]:
+        raise ConfigError(f"unknown {label} {name!r}; {label}s: {', '.join(KINDS[kind])}")
+    try:
+        backend_keywords(kind, name, model)
+    except ValueError as exc:
+        flags = ", ".join(option_flag(n, f"{kind}_") for n in RECORDED if n in KINDS[kind][name].options)
+        raise ConfigError(f"the {name} {label}: {exc} ({flags})") from None
+    if name == "transformers" and not Path(model.model).is_dir():
+        raise ConfigError(f"the transformers {label} needs a local model directory ({option_flag('model', kind + '_')} "
+                          f"DIR); got {model.model!r}")
+
+
+def checked_synthesizer_options(settings, options: BackendOptions) -> dict:
+    """motionvl.synth.synthesizer_options for the synthesizer `settings` names; ConfigError names what is missing
+    (checked before any node or model starts)."""
+    from motionvl.synth import SynthesisError
+    from motionvl.synth import synthesizer_options as options_of
+
+    name, model = settings.synthesizer, model_settings(settings, options, "synth")
+    _checked("synth", name, model)
+    ledger = Path(settings.replay or "") / "ledger.jsonl"
+    if name == "replay" and not (settings.replay and ledger.exists()):
+        raise ConfigError(f"the replay synthesizer needs the run directory of a recorded search (--replay RUN_DIR); "
+                          f"got {settings.replay!r}")
+    try:
+        return options_of(name, model, ledger=str(ledger) if name == "replay" else None)
+    except SynthesisError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def make_synthesizer(settings, options: BackendOptions):
     """The in-process synthesizer of `settings` (None in mode reference); ConfigError names what is missing."""
     if settings.mode == "reference":
         return None
-    name, kwargs = settings.synthesizer, synthesizer_options(settings, options)
+    name, kwargs = settings.synthesizer, checked_synthesizer_options(settings, options)
     from motionvl.search.config import SearchConfig
     from motionvl.synth import make_synthesizer as make
 
@@ -149,27 +136,13 @@ def make_critic(settings, options: BackendOptions):
     """The in-process critic of `settings` (None unless mode synth+critic); ConfigError names what is missing."""
     if settings.mode != "synth+critic":
         return None
-    from motionvl.critic.base import create_critic
-
+    from motionvl.critic.service import backend_factory
     from motionvl.search.config import SearchConfig
 
-    name = settings.critic
-    model, base_url = _pick(settings, options, "critic_model"), _pick(settings, options, "critic_base_url")
-    limits = SearchConfig.from_dict(settings.config).limits
+    name, model = settings.critic, model_settings(settings, options, "critic")
+    _checked("critic", name, model)
+    cfg = SearchConfig.from_dict(settings.config)
+    limits = cfg.limits
     caps = {"max_calls": limits.max_critic_calls, "max_tokens": limits.max_critic_tokens,
             "max_images": limits.max_critic_images, "max_bytes": limits.max_critic_bytes}
-    playback = SearchConfig.from_dict(settings.config).playback
-    frames = {"frame_period_s": playback.frame_interval_s}
-    if name == "kinematic":
-        return create_critic("kinematic")
-    if name == "transformers":
-        if not model or not Path(model).is_dir():
-            raise ConfigError(f"the transformers critic needs a local model directory (--critic-model DIR); "
-                              f"got {model!r}")
-        return create_critic("transformers", model_dir=model, device=options.device, **caps, **frames)
-    if name == "openai":
-        if not (base_url and model):
-            raise ConfigError("the openai critic needs a base URL and a model name (--critic-base-url, --critic-model)")
-        return create_critic("openai", base_url=base_url, model=model, **model_timeouts(settings, options), **caps,
-                             **frames)
-    raise ConfigError(f"unknown critic {name!r}; critics: {', '.join(CRITICS)}")
+    return backend_factory(name, model, **caps, frame_period_s=cfg.playback.frame_interval_s)()

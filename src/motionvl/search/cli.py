@@ -17,6 +17,7 @@ Presets (config/search.yaml) are budgeted in PPO iterations.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -25,7 +26,8 @@ from pathlib import Path
 if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
     os.environ["MUJOCO_GL"] = "egl"
 
-from motionvl.backend_names import CRITICS, SYNTHESIZERS  # noqa: E402
+from motionvl.backend_names import (CRITICS, KINDS, RECORDED, SESSION, SYNTHESIZERS,  # noqa: E402
+                                     add_model_arguments, backends_help, option_flag)
 from motionvl.robot import ConfigError  # noqa: E402
 from motionvl.search.config import MODES  # noqa: E402
 
@@ -44,23 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=MODES, default="synth+critic", help="ablation mode (default synth+critic)")
     parser.add_argument("--preset", default="quick", help="budget preset of config/search.yaml: quick, cpu, gpu (default quick)")
     parser.add_argument("--synthesizer", choices=SYNTHESIZERS, default=None,
-                        help="reward synthesizer backend (default rules: offline, model-free, not an LLM; a resumed "
-                             "run: the recorded one)")
-    parser.add_argument("--synth-model", default=None, help="openai: model name; transformers: local model directory")
-    parser.add_argument("--synth-base-url", default=None, help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
+                        help=f"reward synthesizer: {backends_help('synth')} (default rules; a resumed run: the "
+                             "recorded one)")
+    add_model_arguments(parser, RECORDED, prefix="synth_")
     parser.add_argument("--replay", type=Path, default=None, help="replay: the recorded run directory whose answers to replay")
     parser.add_argument("--critic", choices=CRITICS, default=None,
-                        help="motion critic (default kinematic: offline gait analysis, not a VLM; a resumed run: the "
+                        help=f"motion critic: {backends_help('critic')} (default kinematic; a resumed run: the "
                              "recorded one)")
-    parser.add_argument("--critic-model", default=None, help="transformers: local model directory; openai: model name")
-    parser.add_argument("--critic-base-url", default=None, help="openai: endpoint of the critic")
-    parser.add_argument("--device", default="auto", help="transformers backends: auto, cpu, cuda:0, ...")
-    parser.add_argument("--connect-timeout", type=float, default=None, metavar="S",
-                        help="seconds a model endpoint may take to accept a connection (default: the settings' "
-                             "limits.model_connect_timeout_s, 10)")
-    parser.add_argument("--read-timeout", type=float, default=None, metavar="S",
-                        help="seconds a model endpoint may take to answer one request (default: the settings' "
-                             "limits.model_read_timeout_s, 300)")
+    add_model_arguments(parser, RECORDED, prefix="critic_")
+    add_model_arguments(parser, SESSION, unset="default: the settings' limits.model_connect_timeout_s and "
+                                                "model_read_timeout_s, 10 and 300")
     parser.add_argument("--allow-backend-change", action="store_true",
                         help="with --resume: switch to the backends, models or endpoints given (recorded in the "
                              "ledger); without it a resume uses the recorded ones and refuses others")
@@ -98,11 +93,11 @@ def _options(args: argparse.Namespace):
     """This session's backend options: the device and timeouts (models and endpoints come from the settings)."""
     from motionvl.search.backends import BackendOptions
 
-    for name in ("connect_timeout", "read_timeout"):
+    for name in ("connect_timeout_s", "read_timeout_s"):
         value = getattr(args, name, None)
         if value is not None and not value > 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be > 0 seconds, got {value:g}")
-    return BackendOptions(device=args.device, connect_timeout_s=args.connect_timeout, read_timeout_s=args.read_timeout)
+            raise ConfigError(f"{option_flag(name)} must be > 0 seconds, got {value:g}")
+    return BackendOptions(**{name: getattr(args, name) for name in SESSION})
 
 
 def settings_from_args(args: argparse.Namespace):
@@ -164,10 +159,10 @@ def _run(args: argparse.Namespace) -> int:
 
     seconds = SearchConfig.from_dict(settings.config).evaluation.seconds
     print(f"motionvl train: task {task.describe(seconds)}", file=sys.stderr)
-    from motionvl.search.backends import make_critic, make_synthesizer, synthesizer_options
+    from motionvl.search.backends import checked_synthesizer_options, make_critic, make_synthesizer
 
     if settings.mode != "reference":
-        synthesizer_options(settings, _options(args))
+        checked_synthesizer_options(settings, _options(args))
     make_critic(settings, _options(args))
     playback = args.playback or ("in_process" if args.no_ros else DEFAULT_PLAYBACK)
     if args.no_ros:
@@ -185,16 +180,14 @@ def _run(args: argparse.Namespace) -> int:
         make_synthesizer(settings, _options(args))
     from motionvl.ros.train_graph import run_train_graph
 
-    options = _options(args)
-    from motionvl.search.backends import model_timeouts
+    from motionvl.search.backends import model_settings
 
-    timeouts = model_timeouts(settings, options)
+    models = {kind: dataclasses.asdict(model_settings(settings, _options(args), kind)) for kind in KINDS}
     orchestrator = {"run_dir": str(args.out), "resume": bool(args.resume), "task": settings.task, "mode": settings.mode,
                     "preset": settings.preset, "synthesizer": settings.synthesizer, "critic": settings.critic,
                     "settings_file": str(args.settings) if args.settings else "",
                     "overrides": command_overrides(args) or [""],
-                    "synth_model": settings.synth_model or "", "synth_base_url": settings.synth_base_url or "",
-                    "critic_model": settings.critic_model or "", "critic_base_url": settings.critic_base_url or "",
+                    **{f"{kind}_{name}": models[kind][name] for kind in KINDS for name in RECORDED},
                     "device": args.device, "train_config": settings.train_config or "",
                     "start_run": settings.start_run or "", "render": not args.no_render, "playback": playback,
                     "allow_backend_change": bool(args.allow_backend_change),
@@ -206,16 +199,14 @@ def _run(args: argparse.Namespace) -> int:
 
         limits = SearchConfig.from_dict(settings.config).limits
         replay = settings.replay
-        synthesizer = {"backend": settings.synthesizer, "base_url": settings.synth_base_url or "",
-                       "model": settings.synth_model or "" if settings.synthesizer == "openai" else "",
-                       "model_dir": settings.synth_model or "" if settings.synthesizer == "transformers" else "",
-                       "device": args.device, "ledger": str(Path(replay) / "ledger.jsonl") if replay else "",
+        synthesizer = {"backend": settings.synthesizer, **models["synth"],
+                       "ledger": str(Path(replay) / "ledger.jsonl") if replay else "",
                        "max_calls": limits.max_synth_calls, "max_tokens": limits.max_synth_tokens,
-                       "max_bytes": limits.max_synth_bytes, "robot_config": settings.robot_config, **timeouts}
+                       "max_bytes": limits.max_synth_bytes, "robot_config": settings.robot_config}
     code = run_train_graph(orchestrator, synthesizer=synthesizer, trainers=args.trainers,
                            trainers_in_process=args.trainers_in_process, record=args.record,
                            train_config=settings.train_config, robot_config=settings.robot_config,
-                           critic_parameters=timeouts, namespace=args.namespace)
+                           critic_parameters=models["critic"], namespace=args.namespace)
     from motionvl.search.ledger import Ledger
 
     finished = Ledger(args.out).get("run", "finished") if (args.out / "ledger.jsonl").exists() else None

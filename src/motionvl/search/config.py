@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from motionvl.backend_names import MODEL_CRITICS, MODEL_SYNTHESIZERS
+from motionvl.backend_names import MODEL_CRITICS, MODEL_SYNTHESIZERS, ModelSettings
 from motionvl.envs.config import dataclass_from_dict
 from motionvl.rl.config import _plain
 from motionvl.robot import ConfigError, package_root
@@ -152,9 +152,9 @@ class LimitConfig:
     """Images sent to the critic over the run: 16 per critique, 32 per comparison order."""
     max_critic_bytes: int = 400_000_000
     """Bytes sent to and received from the critic's endpoint over the run (~30 kB per JPEG frame)."""
-    model_connect_timeout_s: float = 10.0
+    model_connect_timeout_s: float = ModelSettings.connect_timeout_s
     """Seconds a model endpoint (synthesizer, critic) may take to accept a connection (`--connect-timeout`)."""
-    model_read_timeout_s: float = 300.0
+    model_read_timeout_s: float = ModelSettings.read_timeout_s
     """Seconds a model endpoint may take to answer one request, from sending it to the answer's last byte
     (`--read-timeout`); a request waiting longer than 10 s logs a line every 10 s."""
 

@@ -43,7 +43,7 @@ from motionvl.rewards.spec import RewardSpec, RewardSpecError, load_reward_spec,
 from motionvl.rl.jobs import OUTCOME_FILE, TrainingJob
 from motionvl.robot import ConfigError
 from motionvl.search import deps
-from motionvl.backend_names import MODEL_SYNTHESIZERS
+from motionvl.backend_names import KINDS, MODEL_SYNTHESIZERS, RECORDED
 from motionvl.search.config import MODES, SearchConfig, mode_label
 from motionvl.search.decision import choose_start, decide, failures_against, gate_failures
 from motionvl.search.dispatch import STOPPED, Dispatcher, SlotState
@@ -56,7 +56,7 @@ from motionvl.synth.api import fixed_field_problem
 
 START, FINAL = "start", "final"
 SETTINGS_FILE = "search.json"
-BACKEND_KEYS = ("synthesizer", "critic", "synth_model", "synth_base_url", "critic_model", "critic_base_url", "replay")
+BACKEND_KEYS = ("synthesizer", "critic", *(f"{kind}_{name}" for kind in KINDS for name in RECORDED), "replay")
 """Settings that say which models answer: a resume restores them and refuses another unless allowed."""
 REWARD_KEY_VERSION = 2
 """Recorded with new runs: duplicates and the exported reward_spec_hash use motionvl.rewards.spec.reward_key (an
@@ -127,7 +127,7 @@ class SearchSettings:
                           self.critic if self.mode == "synth+critic" else None)
 
     def validate(self) -> "SearchSettings":
-        for key in ("synth_base_url", "critic_base_url"):
+        for key in (f"{kind}_base_url" for kind in KINDS):
             setattr(self, key, without_credentials(getattr(self, key)))
         if not isinstance(self.task, str) or not self.task.strip() or not any(c.isalpha() for c in self.task):
             raise ConfigError(f"the task sentence is empty or has no words: {self.task!r}")

@@ -162,13 +162,13 @@ class InProcessPlayback:
         frames, times = [], []
         if traj is not None and render:
             from motionvl.render.camera import render_trajectory
-            from motionvl.render.cli import write_outputs
+            from motionvl.render.video import write_rollout_files
             from motionvl.sim.model import build_model
 
             frames, times = render_trajectory(build_model(self.robot, floor), traj,
                                               every_s=self.cfg.frame_interval_s, width=self.cfg.width,
                                               height=self.cfg.height, camera=self.cfg.camera)
-            write_outputs(out_dir, frames, times, traj, every=self.cfg.frame_interval_s)
+            write_rollout_files(out_dir, frames, times, traj, every=self.cfg.frame_interval_s)
         elif traj is not None:
             traj.save(out_dir / "trajectory.npz")
         result = PlaybackResult(candidate_id=candidate_id, out_dir=out_dir, fault=deployment_fault(summary, traj),

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 
-from motionvl.backend_names import SYNTHESIZERS
+from motionvl.backend_names import SYNTHESIZERS, ModelSettings, backend_keywords
 from motionvl.synth.api import (Candidate, CallBudget, RewardSynthesizer, SynthesisCapReached, SynthesisError,
                                 SynthesisRequest, term_diff)
 from motionvl.synth.replay import (append_record, read_synthesis_records, request_key, synthesis_record,
@@ -37,7 +37,7 @@ BACKENDS = SYNTHESIZERS
 
 __all__ = ["BACKENDS", "Candidate", "CallBudget", "RewardSynthesizer", "SynthesisCapReached", "SynthesisError",
            "SynthesisRequest", "append_record", "make_synthesizer", "read_synthesis_records", "request_key",
-           "synthesis_record", "term_diff", "usage_totals"]
+           "synthesis_record", "synthesizer_options", "term_diff", "usage_totals"]
 
 
 def _backend_class(backend: str):
@@ -92,3 +92,22 @@ def make_synthesizer(backend: str = "rules", **options) -> RewardSynthesizer:
         raise SynthesisError(f"synthesizer backend {backend!r}: {exc}") from None
     except ValueError as exc:  # e.g. the start spec does not load
         raise SynthesisError(f"synthesizer backend {backend!r}: {exc}") from None
+
+
+def synthesizer_options(backend: str, model: ModelSettings | None = None, *, ledger=None, **common) -> dict:
+    """make_synthesizer's options for `backend`: the model settings it takes (motionvl.backend_names), replay's
+    `ledger`, and those of the `common` options (caps, robot, start, max_repairs, ...) that are not None and that
+    the backend takes. SynthesisError names what is missing: the one check `motionvl train`, `motionvl synth` and
+    the reward_synthesizer node make before a model starts."""
+    _backend_class(backend)  # an unknown backend: the error make_synthesizer gives
+    try:
+        options = backend_keywords("synth", backend, model or ModelSettings())
+    except ValueError as exc:
+        raise SynthesisError(f"synthesizer {exc}") from None
+    if backend == "replay":
+        if not ledger:
+            raise SynthesisError("synthesizer backend 'replay' needs ledger (the ledger.jsonl of the run to replay)")
+        options["ledger"] = ledger
+    known = backend_options(backend)
+    options.update({name: value for name, value in common.items() if value is not None and name in known})
+    return options

@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from motionvl.backend_names import add_model_arguments, backends_help, kind_settings, model_settings
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="the task sentence")
@@ -25,18 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iteration", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=0.3)
-    parser.add_argument("--backend", default="rules", help="rules (default, model-free) | openai | transformers | replay")
+    parser.add_argument("--backend", default="rules",
+                        help=f"{backends_help('synth')} (default rules)")
     parser.add_argument("--parent", type=Path, help="reward spec to revise (YAML/JSON)")
     parser.add_argument("--run", type=Path, help="a training run directory: its spec, term_stats.json and eval.json")
     parser.add_argument("--feedback", type=Path,
                         help="a MotionFeedback JSON file (the feedback.json of motionvl critique --out DIR)")
-    parser.add_argument("--base-url", help="openai: the endpoint")
-    parser.add_argument("--model", help="openai: the model name")
-    parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
-                        help="openai: seconds the endpoint may take to accept a connection (default 10)")
-    parser.add_argument("--read-timeout", type=float, default=300.0, metavar="S",
-                        help="openai: seconds the endpoint may take to answer one request (default 300)")
-    parser.add_argument("--model-dir", help="transformers: a local causal LM directory")
+    add_model_arguments(parser, kind_settings("synth"))
     parser.add_argument("--ledger", type=Path, help="replay: the ledger to answer from; else: append the call to it")
     parser.add_argument("--max-repairs", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=2048)
@@ -64,17 +61,10 @@ def _request(args):
 
 
 def _options(args) -> dict:
-    options: dict = {}
-    if args.backend == "openai":
-        options.update(base_url=args.base_url, model=args.model, connect_timeout_s=args.connect_timeout,
-                       read_timeout_s=args.read_timeout)
-    elif args.backend == "transformers":
-        options.update(model_dir=args.model_dir)
-    elif args.backend == "replay":
-        options.update(ledger=args.ledger)
-    if args.backend in ("openai", "transformers"):
-        options.update(max_repairs=args.max_repairs, max_new_tokens=args.max_new_tokens)
-    return options
+    from motionvl.synth import synthesizer_options
+
+    return synthesizer_options(args.backend, model_settings(vars(args)), ledger=args.ledger,
+                               max_repairs=args.max_repairs, max_new_tokens=args.max_new_tokens)
 
 
 def run(args: argparse.Namespace) -> int:
