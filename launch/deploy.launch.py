@@ -23,7 +23,7 @@ from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
 PACKAGE = "motionvl"
-RECORDED = ["joint_states", "imu/data", "odom", "foot_forces", "cmd_vel", "joint_drive_commands", "joint_drive_commands/joint_names",
+RECORDED = ["motor_states", "joint_states", "imu/data", "odom", "foot_forces", "cmd_vel", "low_command", "joint_command",
             "joint_effort_commands", "joint_effort_commands/joint_names", "deployment/status", "/diagnostics"]
 
 
