@@ -310,7 +310,7 @@ def _wait_status(graph: Graph, until) -> list:
 
 
 def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_drives(graph, tmp_path, policy):
-    from std_msgs.msg import Float64MultiArray
+    from motionvl.msg import LowCommand
 
     robot = _robot_copy(tmp_path)
     # a loaded test machine is slower than the drives a robot has: the params file (an argument too) puts the
@@ -334,7 +334,7 @@ def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_driv
     got = graph.parameters("recorder", ["output_dir", "use_sim_time"])
     assert got == {"output_dir": str(tmp_path / "bags"), "use_sim_time": True}
     commands: list = []
-    graph.node.create_subscription(Float64MultiArray, "/joint_drive_commands", commands.append, 10)
+    graph.node.create_subscription(LowCommand, "/low_command", commands.append, 10)
     statuses = _wait_status(graph, lambda s: s["mode"] == "RUN")
     assert any(s["mode"] == "RUN" for s in statuses), statuses[-3:]
     assert statuses[-1]["policy"] and statuses[-1]["path"] == "pd"
@@ -342,7 +342,7 @@ def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_driv
     end = graph._deadline()
     while len(commands) < seen + 20 and graph._now() < end:  # drive commands keep coming in RUN
         graph.executor.spin_once(timeout_sec=0.2)
-    assert len(commands) >= seen + 20 and len(commands[-1].data) == 12 * 5
+    assert len(commands) >= seen + 20 and len(commands[-1].motor_cmd) == 12
     _assert_clean_exits(graph, graph.stop())
     assert "damping commands" in graph.log("deployment")
 
