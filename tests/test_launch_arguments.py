@@ -40,7 +40,7 @@ START_TIMEOUT_S = 120.0  # a node's parameter services appear once it is built (
 # Launch arguments that decide which nodes start, how many, or from where: checked for that effect.
 LAUNCH_LOGIC = {
     TRAIN.name: {"record", "trainers", "params_file", "resume", "namespace"},
-    DEPLOY.name: {"sim", "record", "params_file", "bag_dir", "namespace"},
+    DEPLOY.name: {"sim", "record", "params_file", "bag_dir", "namespace", "motor_states"},
 }
 FLOOR_NODES = ("simulator", "camera_renderer", "vlm_critic")
 ROBOT_NODES = ("simulator", "camera_renderer", "vlm_critic", "reward_synthesizer", "deployment", "orchestrator",
@@ -355,7 +355,8 @@ def test_deploy_launch_on_a_robot_runs_on_the_system_clock_with_every_argument(g
     params["/**/deployment"]["ros__parameters"]["state_timeout"] = 0.25  # a value only the params file sets
     (tmp_path / "my_nodes.yaml").write_text(yaml.safe_dump(params))
     values = {"policy": policy, "path": "torque", "robot_config": robot, "record": "true",
-              "bag_dir": str(tmp_path / "bags"), "namespace": "robot1", "params_file": str(tmp_path / "my_nodes.yaml")}
+              "bag_dir": str(tmp_path / "bags"), "namespace": "robot1", "params_file": str(tmp_path / "my_nodes.yaml"),
+              "motor_states": "drives/states"}
     expectations = {"policy": {"deployment": ("policy", policy)}, "path": {"deployment": ("path", "torque")},
                     "robot_config": {"deployment": ("robot_config", robot)}}
     _checked_arguments(DEPLOY, expectations, tmp_path)
@@ -372,6 +373,15 @@ def test_deploy_launch_on_a_robot_runs_on_the_system_clock_with_every_argument(g
         "output_dir": str(tmp_path / "bags"), "use_sim_time": False}
     status = graph.latched_status("/robot1/deployment/status")
     assert status["mode"] == "PASSIVE" and status["path"] == "torque" and status["policy"], status
+    # motor_states:= names the driver's topic (relative: under the namespace too)
+    def readers() -> set:
+        return {f"{i.node_namespace}/{i.node_name}" for i in graph.node.get_subscriptions_info_by_topic(
+            "/robot1/drives/states")}
+    end = graph._deadline()
+    while "/robot1/deployment" not in readers() and graph._now() < end:
+        graph.executor.spin_once(timeout_sec=0.2)
+    assert "/robot1/deployment" in readers(), readers()
+    assert graph.node.count_subscribers("/robot1/motor_states") == 0
     _assert_clean_exits(graph, graph.stop())
     assert "nothing publishes /clock" not in graph.log("recorder")
 
