@@ -464,6 +464,7 @@ STARTUP_ERRORS = {  # node executable -> -p rules it cannot start with
         "deployment_node")},
     "orchestrator_node": [],  # no task sentence
     "recorder_node": ["storage:=bogus"],
+    "low_command_bridge_node": ["sender:=nowhere"],
 }
 
 
