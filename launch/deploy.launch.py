@@ -1,7 +1,7 @@
 """The deployment node on a robot, or on the simulated robot over topics.
 
     ros2 launch motionvl deploy.launch.py policy:=/abs/policy.onnx [path:=pd|torque] [sim:=true] [record:=true]
-        [namespace:=robot1]
+        [namespace:=robot1] [motor_states:=/your/driver/states]
 
 Starts the deployment node with the `deployment` section of config/nodes.yaml (policy, path and
 robot_config from the launch arguments, which win over the params file). On a robot it stays in PASSIVE
@@ -12,6 +12,8 @@ and the deployment node runs PASSIVE -> STAND -> RUN by itself. Every node but t
 simulator's clock with sim:=true and on the system clock on a robot (use_sim_time follows `sim`).
 record:=true records the deployment topics into a bag (MCAP) under bag_dir with the recorder. namespace:=NAME
 puts every node and topic but /diagnostics (and the simulator's /clock) under NAME: two robots on one domain.
+On a robot the deployment node reads the drives' states (sensor_msgs/JointState by motor name) from
+`motor_states`; motor_states:=TOPIC names your driver's topic instead (the simulator publishes motor_states).
 """
 
 from launch import LaunchDescription
@@ -23,7 +25,7 @@ from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
 PACKAGE = "motionvl"
-RECORDED = ["joint_states", "imu/data", "odom", "foot_forces", "cmd_vel", "joint_drive_commands", "joint_drive_commands/joint_names",
+RECORDED = ["motor_states", "joint_states", "imu/data", "odom", "foot_forces", "cmd_vel", "low_command", "joint_command",
             "joint_effort_commands", "joint_effort_commands/joint_names", "deployment/status", "/diagnostics"]
 
 
@@ -53,8 +55,10 @@ def generate_launch_description():
         DeclareLaunchArgument("record", default_value="false", description="record a bag with the recorder"),
         DeclareLaunchArgument("bag_dir", default_value="runs/bags", description="where record:=true writes"),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of every node and topic (a robot)"),
+        DeclareLaunchArgument("motor_states", default_value="motor_states",
+                              description="on a robot: the drives' state topic (JointState by motor name)"),
         Node(package=PACKAGE, executable="deployment_node", name="deployment", namespace=namespace, output="screen",
-             emulate_tty=True,
+             emulate_tty=True, remappings=[("motor_states", LaunchConfiguration("motor_states"))],
              parameters=[params_file, deployment], condition=UnlessCondition(sim)),
         Node(package=PACKAGE, executable="deployment_node", name="deployment", namespace=namespace, output="screen",
              emulate_tty=True,

@@ -31,9 +31,7 @@ import launch_testing.asserts  # noqa: E402
 import rclpy  # noqa: E402
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
-from std_msgs.msg import Float64MultiArray  # noqa: E402
-
-from motionvl.msg import DeploymentStatus  # noqa: E402
+from motionvl.msg import DeploymentStatus, LowCommand  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 from motionvl.deploy.random_policy import write_random_policy  # noqa: E402
@@ -75,7 +73,7 @@ class TestDeployGraph(unittest.TestCase):
                 commands.append(msg)
         subs = [self.node.create_subscription(DeploymentStatus, "/deployment/status",
                                               lambda m: statuses.append({"mode": m.mode_name}), latched),
-                self.node.create_subscription(Float64MultiArray, "/joint_drive_commands", on_command, 10)]
+                self.node.create_subscription(LowCommand, "/low_command", on_command, 10)]
         try:
             end = time.monotonic() + 120.0
             while time.monotonic() < end and len(commands) < RUN_COMMANDS:
@@ -85,7 +83,7 @@ class TestDeployGraph(unittest.TestCase):
                 self.node.destroy_subscription(sub)
         self.assertTrue(any(s.get("mode") == "RUN" for s in statuses), f"never reached RUN: {statuses[-3:]}")
         self.assertGreaterEqual(len(commands), RUN_COMMANDS, "too few drive commands in RUN")
-        self.assertEqual(len(commands[-1].data), 12 * 5)
+        self.assertEqual(len(commands[-1].motor_cmd), 12)
         proc_output.assertWaitFor("gantry released", timeout=30, stream="stderr")
 
 

@@ -81,4 +81,3 @@ def assert_within(command, robot, config):
         assert v.shape == (J,) and np.all(np.isfinite(v)), f"{f} not finite: {v}"
         lo, hi = bounds[f]
         assert np.all(v >= lo - 1e-12) and np.all(v <= hi + 1e-12), f"{command.mode} {f} {v} outside [{lo}, {hi}]"
-    assert len(command.data()) == J * len(fields)

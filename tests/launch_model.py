@@ -15,11 +15,11 @@ does with the result:
   whose values are evaluated as launch_ros does: a substitution's text is read as YAML (empty text stays
   ''), `ParameterValue(..., value_type=str)` keeps the text, plain values stay as they are;
 - the command line: `<executable> --ros-args -r __node:=<name> [-r __ns:=/<namespace>] --params-file <each,
-  in order>` (a namespace made absolute, as launch_ros does).
+  in order> [-r <from>:=<to> per remapping]` (a namespace made absolute, as launch_ros does).
   launch_ros finds the executable in `<prefix>/lib/motionvl/` (colcon's install); on the pip route the
   console scripts are in the venv's bin/, which is what `executable_dir` defaults to.
 
-What it does not model (and the launch files must not need): PushRosNamespace, remappings, `Parameter`
+What it does not model (and the launch files must not need): PushRosNamespace, `Parameter`
 objects (`-p` rules), composable nodes, event handling beyond recording the handlers.
 """
 
@@ -253,7 +253,6 @@ def _evaluate_value(value, context):
 def _node_process(action: Node, context: Context, executable_dir: Path, workdir: Path) -> NodeProcess:
     kw = action.kwargs
     assert perform(kw["package"], context) == PACKAGE
-    assert not kw.get("remappings"), "remappings are not modelled"
     name, executable = perform(kw["name"], context), perform(kw["executable"], context)
     namespace = None if kw.get("namespace") is None else perform(kw["namespace"], context).rstrip("/")
     if namespace is not None and not namespace.startswith("/"):
@@ -272,6 +271,8 @@ def _node_process(action: Node, context: Context, executable_dir: Path, workdir:
             "--ros-args", "-r", f"__node:={name}", *(["-r", f"__ns:={namespace}"] if namespace else [])]
     for path, _values in files:
         argv += ["--params-file", path]
+    for source, target in kw.get("remappings") or []:
+        argv += ["-r", f"{perform(source, context)}:={perform(target, context)}"]
     return NodeProcess(name, executable, argv, files, action)
 
 

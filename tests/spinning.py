@@ -29,6 +29,10 @@ class Spinners:
         self._running.append((executor, node, thread))
         return node
 
+    def node(self, name: str):
+        """The added node called `name`."""
+        return next(node for _, node, _ in self._running if node.get_name() == name)
+
     def shutdown(self) -> None:
         for executor, _, _ in self._running:
             executor.shutdown(timeout_sec=2.0)

@@ -12,6 +12,7 @@ import subprocess
 import time
 import uuid
 
+import numpy as np
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
@@ -25,11 +26,11 @@ from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
 from motionvl.critic.schema import Comparison, Descriptor, MotionFeedback  # noqa: E402
 from motionvl.msg import Comparison as ComparisonMsg  # noqa: E402
-from motionvl.msg import DeploymentStatus, TrainerHeartbeat  # noqa: E402
+from motionvl.msg import DeploymentStatus, JointCommand, TrainerHeartbeat  # noqa: E402
 from motionvl.msg import MotionFeedback as MotionFeedbackMsg  # noqa: E402
 from motionvl.robot import load_robot_config  # noqa: E402
 from motionvl.ros.graph_playback import GraphPlayback  # noqa: E402
-from motionvl.ros.messages import comparison_msg, feedback_msg  # noqa: E402
+from motionvl.ros.messages import DriveCommandWriter, comparison_msg, feedback_msg  # noqa: E402
 from motionvl.ros.simulator_node import SimulatorNode  # noqa: E402
 from spinning import Spinners  # noqa: E402
 from test_node_shutdown import BIN, _search_run  # noqa: E402
@@ -116,6 +117,7 @@ def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_st
         feedback = probe.create_publisher(MotionFeedbackMsg, "critic/feedback", ANY)
         comparison = probe.create_publisher(ComparisonMsg, "critic/comparison", ANY)
         positions = probe.create_publisher(Float64MultiArray, "joint_position_commands", ANY)
+        drive = probe.create_publisher(JointCommand, "joint_command", ANY)
         old_node = Node("old_deployment", namespace=ns, context=second_ros_context)
         old = old_node.create_publisher(String, "deployment/status", ANY)
         old_critic = Node("old_critic", namespace=ns, context=second_ros_context)
@@ -127,7 +129,9 @@ def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_st
                  (status, DeploymentStatus(mode=DeploymentStatus.MODE_RUN, mode_name="STAND")),
                  (states, JointState(name=list(robot.joint_names), position=[math.nan] * J)),
                  (states, JointState(name=list(robot.joint_names), position=[0.0] * (J - 1))),
-                 (odom, nan_odom), (positions, Float64MultiArray(data=[0.0] * (J - 1)))]
+                 (odom, nan_odom), (positions, Float64MultiArray(data=[0.0] * (J - 1))),
+                 (drive, DriveCommandWriter(JointCommand, robot.joint_names).fill(
+                     np.full(J, math.nan), np.zeros(J), np.zeros(J), np.zeros(J), np.zeros(J)))]
         good_fb = feedback_msg(MotionFeedback(critic="kinematic", task="walk", alignment_score=0.5,
                                               descriptors=[Descriptor("knee_flexion", "knees", 20.0, "deg", 0.8)],
                                               features=[("knees_straight", 0.8)], meta={"rollout_id": "r1"}))
@@ -148,7 +152,7 @@ def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_st
         host_bad = {f"{ns}/deployment/status": 2, f"{ns}/joint_states": 2, f"{ns}/odom": 1,
                     f"{ns}/critic/feedback": len(bad_feedback), f"{ns}/critic/comparison": len(bad_comparisons)}
         # the simulator's loop takes the newest status (depth 1): one or both of the two bad ones
-        sim_bad = {f"{ns}/deployment/status": 1, f"{ns}/joint_position_commands": 1}
+        sim_bad = {f"{ns}/deployment/status": 1, f"{ns}/joint_position_commands": 1, f"{ns}/joint_command": 1}
         assert wait_for(lambda: all(p.get_subscription_count() for p, _ in sends), timeout=15)
         for pub, msg in sends:
             pub.publish(msg)

@@ -477,18 +477,18 @@ def test_more_than_one_state_publisher_damps_and_blocks_arming():
     controller would act on whichever came last. A fault in an armed mode, a refusal in PASSIVE, and
     re-arming waits until one source is left."""
     c, clock, _ = running("pd", allow_rearm=True)
-    c.state_writers = {"/joint_states": ["/robot/drives"], "/imu/data": ["/robot/drives"]}
+    c.state_writers = {"/motor_states": ["/robot/drives"], "/imu/data": ["/robot/drives"]}
     feed(c, ROBOT.default_pose, np.zeros(J), clock)
     assert c.cycle().mode == Mode.RUN
-    c.state_writers["/joint_states"] = ["/robot/drives", "/bag_player"]
+    c.state_writers["/motor_states"] = ["/robot/drives", "/bag_player"]
     feed(c, ROBOT.default_pose, np.zeros(J), clock)
     assert c.cycle().mode == Mode.DAMP
     fault = c.modes.faults[0]
-    assert fault.kind == "second_state_writer" and "2 publishers on /joint_states" in fault.reason
+    assert fault.kind == "second_state_writer" and "2 publishers on /motor_states" in fault.reason
     assert "/bag_player" in fault.reason
     ok, message = c.rearm()
     assert not ok and "/bag_player" in message
-    c.state_writers["/joint_states"] = ["/robot/drives"]
+    c.state_writers["/motor_states"] = ["/robot/drives"]
     assert c.rearm()[0]
 
     c = Controller(ROBOT, DeployConfig(), clock=FakeClock())
@@ -513,7 +513,7 @@ def test_a_state_stamped_older_than_the_one_in_force_is_dropped_and_counted():
     np.testing.assert_array_equal(c.inputs.joint_pos, q)
     np.testing.assert_array_equal(c.inputs.base_quat, quat)
     assert c.inputs.joints.last_stamp == newest
-    assert c.status()["dropped"] == {"joint_states": 1, "imu": 1}
+    assert c.status()["dropped"] == {"motor_states": 1, "imu": 1}
     assert c.cycle().mode == Mode.RUN and not c.modes.faults
     c.joint_state(m.motor_names, m.to_motor_position(beyond), np.zeros(J), newest)  # same stamp: taken
     assert c.cycle().mode == Mode.DAMP and c.modes.faults[0].kind == "joint_limit"
@@ -529,7 +529,7 @@ def test_repeated_older_stamps_are_a_fault_until_they_stop():
     feed(c, ROBOT.default_pose, np.zeros(J), clock)
     assert c.cycle().mode == Mode.DAMP
     fault = c.modes.faults[0]
-    assert fault.kind == "out_of_order_state" and fault.reason.startswith("joint_states: 3 messages within 1 s")
+    assert fault.kind == "out_of_order_state" and fault.reason.startswith("motor_states: 3 messages within 1 s")
     assert f"latest dropped {old + 0.02:.3f}" in fault.reason
     ok, message = c.rearm()
     assert not ok and "out_of_order_state" in message
@@ -958,7 +958,7 @@ def test_frozen_values_fault_the_imu_always_and_joint_states_in_run():
         c.cycle()
         more += 1
     assert more == 3, "not at the 4th identical joint state of RUN"
-    assert c.modes.faults[0].kind == "frozen_state" and c.modes.faults[0].reason.startswith("joint_states: 4 ")
+    assert c.modes.faults[0].kind == "frozen_state" and c.modes.faults[0].reason.startswith("motor_states: 4 ")
 
     c = Controller(ROBOT, DeployConfig(frozen_samples=4), clock=FakeClock())
     clock = c.clock
@@ -987,13 +987,15 @@ def test_joint_names_twice_are_unusable_and_other_names_counted_or_refused():
             assert c.inputs.bad_joint_message is None and c.inputs.extra_names == {"left_hand": 1}
 
 
-def test_joint_positions_are_read_from_a_joint_state_in_either_space():
+def test_joint_positions_are_read_from_joint_space_only():
     mapping = JointMapping(ROBOTS["mapped"])
     q = np.linspace(-0.5, 0.5, mapping.num_joints)
     motor = mapping.to_motor_position(q)
-    # joint space (a simulator without emulation), extra names ignored; motor space (the drives), mapped back
+    # joint space (joint_states), extra names ignored, any order
     assert np.allclose(mapping.joint_positions([*mapping.joint_names, "head"], [*q, 9.0]), q)
-    assert np.allclose(mapping.joint_positions(list(reversed(mapping.motor_names)), motor[::-1]), q)
-    assert mapping.joint_positions(mapping.motor_names[:-1], motor[:-1]) is None, "a motor missing"
-    assert mapping.joint_positions([*mapping.motor_names, mapping.motor_names[0]], [*motor, 0.0]) is None, "a name twice"
-    assert mapping.joint_positions(mapping.motor_names, motor[:-1]) is None, "fewer positions than names"
+    assert np.allclose(mapping.joint_positions(list(reversed(mapping.joint_names)), q[::-1]), q)
+    # motor space (the drives' motor_states) is never taken for joint space: no guessing between the two
+    assert mapping.joint_positions(mapping.motor_names, motor) is None, "motor names are not joint names"
+    assert mapping.joint_positions(mapping.joint_names[:-1], q[:-1]) is None, "a joint missing"
+    assert mapping.joint_positions([*mapping.joint_names, mapping.joint_names[0]], [*q, 0.0]) is None, "a name twice"
+    assert mapping.joint_positions(mapping.joint_names, q[:-1]) is None, "fewer positions than names"

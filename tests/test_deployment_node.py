@@ -23,13 +23,13 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, Header  # noqa: E402
 
-from motionvl.msg import DeploymentStatus  # noqa: E402
-from motionvl.ros.messages import deployment_status_from_msg  # noqa: E402
+from motionvl.msg import DeploymentStatus, JointCommand, LowCommand  # noqa: E402
+from motionvl.ros.messages import deployment_status_from_msg, drive_command_from_msg  # noqa: E402
 from motionvl.srv import LoadPolicy  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from deploy_fixtures import ROBOT, assert_within, hardware_section, mapped_robot, write_robot_yaml  # noqa: E402
-from motionvl.deploy import PD_FIELDS, Command, DeployConfig, JointMapping, Mode  # noqa: E402
+from motionvl.deploy import Command, DeployConfig, JointMapping, Mode  # noqa: E402
 from motionvl.sim.math import quat_from_euler  # noqa: E402
 from motionvl.robot import ConfigError  # noqa: E402
 from motionvl.ros.deployment_node import DeploymentNode  # noqa: E402
@@ -39,28 +39,32 @@ from waiting import wait_for  # noqa: E402
 J = ROBOT.num_joints
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-TOPICS = {"pd": "joint_drive_commands", "torque": "joint_effort_commands"}
+TOPICS = {"pd": "low_command", "torque": "joint_effort_commands"}
+TYPES = {"pd": LowCommand, "torque": Float64MultiArray}
 UPRIGHT = (1.0, 0.0, 0.0, 0.0)
 
 
 class Drives:
-    """A test node standing in for the robot's drive bridge: publishes joint states and IMU as the
-    mapped hardware reports them, records every command and status the deployment node sends."""
+    """A test node standing in for the robot's drive bridge: publishes motor states and IMU as the
+    mapped hardware reports them, records every command (and on the pd path its joint-space twin) and
+    status the deployment node sends."""
 
     def __init__(self, context, namespace: str, robot, path: str):
         self.node = Node(f"drives_{uuid.uuid4().hex[:6]}", namespace=namespace, context=context)
         self.robot, self.path, self.mapping = robot, path, JointMapping(robot)
         self.lock = threading.Lock()
         self.commands: list = []
+        self.joint_commands: list = []
         self.statuses: list = []
         self.diagnostics: list = []
         self.stamp = 1.0
         self.published = 0
         n = self.node
-        self.state_pub = n.create_publisher(JointState, "joint_states", 10)
+        self.state_pub = n.create_publisher(JointState, "motor_states", 10)
         self.imu_pub = n.create_publisher(Imu, "imu/data", 10)
         self.topic = TOPICS[path]
-        n.create_subscription(Float64MultiArray, self.topic, self._keep(self.commands), RELIABLE)
+        n.create_subscription(TYPES[path], self.topic, self._keep(self.commands), RELIABLE)
+        n.create_subscription(JointCommand, "joint_command", self._keep(self.joint_commands), RELIABLE)
         n.create_subscription(DeploymentStatus, "deployment/status",
                               lambda m: self._keep(self.statuses)(deployment_status_from_msg(m)), LATCHED)
         n.create_subscription(DiagnosticArray, "/diagnostics", self._keep(self.diagnostics), 10)
@@ -124,14 +128,13 @@ class Drives:
     def command(self, index: int = -1) -> Command:
         with self.lock:
             msg = self.commands[index]
-        data = np.asarray(msg.data, dtype=float)
-        labels = [d.label for d in msg.layout.dim]
         if self.path == "pd":
-            assert labels == ["joints", ",".join(PD_FIELDS)]
-            fields = dict(zip(PD_FIELDS, data.reshape(J, len(PD_FIELDS)).T))
+            assert list(msg.motor_names) == list(self.mapping.motor_names)
+            fields = drive_command_from_msg(msg, self.mapping.motor_names)
             mode = Mode.DAMP if np.all(fields["kp"] == 0) and np.any(fields["kd"] > 0) else None
             return Command(mode, "pd", **fields)
-        assert labels == ["joints"]
+        data = np.asarray(msg.data, dtype=float)
+        assert [d.label for d in msg.layout.dim] == ["joints"]
         return Command(None, "torque", tau=data)
 
     def status(self) -> dict:
@@ -238,6 +241,34 @@ def test_stand_ramp_never_jumps_and_stays_within_limits(deployment, path):
     else:
         tau = np.array([m.from_motor_signed(c.tau) for c in commands])
         assert np.all(tau[0] == 0)  # gain share 0 at the first STAND cycle, robot at rest
+
+
+def test_the_pd_path_sends_each_command_in_motor_space_and_its_twin_in_joint_space(deployment):
+    """On a mapped robot (motors reordered, signed, offset): low_command carries the motor names and motor
+    space, joint_command the same command per joint in joint space, one of each per cycle."""
+    node, drives = deployment("pd", stand_seconds=0.2)
+    robot, m = drives.robot, drives.mapping
+    crouch = robot.lower + 0.35 * (robot.upper - robot.lower)
+    stand(node, drives, crouch)
+    assert wait_for(lambda: len(drives.joint_commands) >= drives.count())
+    with drives.lock:
+        lows, joints = list(drives.commands), list(drives.joint_commands)
+    assert len(lows) == len(joints) and len(lows) >= 5
+    assert list(m.motor_names) != list(robot.joint_names), "the test robot's motors are named for themselves"
+    for low, joint in zip(lows, joints):
+        assert list(joint.joint_names) == list(robot.joint_names)
+        motor = drive_command_from_msg(low, m.motor_names)
+        twin = drive_command_from_msg(joint, robot.joint_names)
+        np.testing.assert_allclose(twin["q"], m.from_motor_position(motor["q"]), atol=1e-12)
+        np.testing.assert_allclose(m.to_motor_position(twin["q"]), motor["q"], atol=1e-12)
+        np.testing.assert_allclose(m.to_motor_unsigned(twin["kp"]), motor["kp"])
+        np.testing.assert_allclose(m.to_motor_unsigned(twin["kd"]), motor["kd"])
+        np.testing.assert_allclose(m.to_motor_signed(twin["dq"]), motor["dq"])
+        np.testing.assert_allclose(m.to_motor_signed(twin["tau_ff"]), motor["tau_ff"])
+        assert low.header.stamp == joint.header.stamp
+    # the ramp's end in joint space: the default pose at the configured gains, in the URDF's order
+    np.testing.assert_allclose(twin["q"], robot.default_pose, atol=1e-12)
+    np.testing.assert_allclose(twin["kp"], robot.kp)
 
 
 def test_states_faster_than_the_command_rate_do_not_speed_up_the_ramp(deployment):
@@ -395,7 +426,7 @@ def test_estop_wins_and_rearm_is_refused_unless_allowed(deployment):
 def test_second_writer_damps_and_refuses_the_start(deployment, ros_context):
     node, drives = deployment("pd")
     stand(node, drives)
-    intruder = drives.node.create_publisher(Float64MultiArray, drives.topic, 1)
+    intruder = drives.node.create_publisher(TYPES["pd"], drives.topic, 1)
     for _ in range(500):  # discovery takes its time: states until the node has seen the intruder
         command = drives.step(ROBOT.default_pose)
         if command.mode == Mode.DAMP:
@@ -406,7 +437,7 @@ def test_second_writer_damps_and_refuses_the_start(deployment, ros_context):
 
     ns = f"/t{uuid.uuid4().hex[:8]}"
     squatter = Node(f"squatter_{uuid.uuid4().hex[:6]}", namespace=ns, context=ros_context)
-    squatter.create_publisher(Float64MultiArray, "joint_drive_commands", 1)
+    squatter.create_publisher(LowCommand, "low_command", 1)
     with pytest.raises(ConfigError, match="another publisher.*squatter"):
         DeploymentNode(context=ros_context, namespace=ns, parameter_overrides=[
             Parameter("realtime_priority", value=0), Parameter("writer_discovery_seconds", value=3.0)])
@@ -415,12 +446,12 @@ def test_second_writer_damps_and_refuses_the_start(deployment, ros_context):
 
 def test_second_state_publisher_damps_and_blocks_rearming_while_it_stays(deployment, ros_context):
     """A stale bag playing or a simulator left running beside the drives: its states would interleave
-    with the robot's. A second publisher on joint_states damps, with the reason on ~/status and
+    with the robot's. A second publisher on motor_states damps, with the reason on ~/status and
     /diagnostics; re-arming is refused while it is there, and once it is gone the node stands again."""
     node, drives = deployment("pd", allow_rearm=True)
     stand(node, drives)
     stale_bag = Node(f"stale_bag_{uuid.uuid4().hex[:6]}", namespace=drives.node.get_namespace(), context=ros_context)
-    stale_bag.create_publisher(JointState, "joint_states", 10)  # it need not publish: being there is the fault
+    stale_bag.create_publisher(JointState, "motor_states", 10)  # it need not publish: being there is the fault
     for _ in range(500):  # discovery takes its time: states until the node has seen it
         command = drives.step(ROBOT.default_pose)
         if command.mode == Mode.DAMP:
@@ -428,7 +459,7 @@ def test_second_state_publisher_damps_and_blocks_rearming_while_it_stays(deploym
     assert_damping(command, drives, node)
     fault = node.controller.modes.faults[0]
     assert fault.kind == "second_state_writer", fault
-    assert f"2 publishers on {drives.node.get_namespace()}/joint_states" in fault.reason
+    assert f"2 publishers on {drives.node.get_namespace()}/motor_states" in fault.reason
     assert stale_bag.get_name() in fault.reason
     assert wait_for(lambda: stale_bag.get_name() in " ".join(drives.status().get("faults", [])))
     assert wait_for(lambda: stale_bag.get_name() in drives.diagnostic_values().get("faults", ""))
@@ -463,13 +494,13 @@ def test_older_joint_states_are_dropped_and_repeated_ones_fault(deployment):
     want = np.clip(robot.kp * (robot.default_pose - q), -robot.effort_limit, robot.effort_limit)
     np.testing.assert_array_equal(m.from_motor_signed(command.tau), want)
     assert node.controller.mode == Mode.STAND and not node.controller.modes.faults
-    assert wait_for(lambda: drives.diagnostic_values().get("dropped_joint_states") == "1")
+    assert wait_for(lambda: drives.diagnostic_values().get("dropped_motor_states") == "1")
 
     publish_older(2)
     publish_older(3)
     assert_damping(drives.step(ROBOT.default_pose), drives, node)
     fault = node.controller.modes.faults[0]
-    assert fault.kind == "out_of_order_state" and fault.reason.startswith("joint_states: 3 messages"), fault
+    assert fault.kind == "out_of_order_state" and fault.reason.startswith("motor_states: 3 messages"), fault
     assert wait_for(lambda: "older than the newest taken" in " ".join(drives.status().get("faults", [])))
 
 

@@ -157,7 +157,7 @@ def test_frozen_imu_faults_always_and_frozen_joints_only_in_run(deployment, tmp_
     assert all(np.any(c.kp > 0) for c in commands[:-1]), "damped before n identical states"
     assert_damping(commands[-1], drives, node)
     fault = node.controller.modes.faults[0]
-    assert fault.kind == "frozen_state" and fault.reason.startswith("joint_states:"), fault
+    assert fault.kind == "frozen_state" and fault.reason.startswith("motor_states:"), fault
 
 
 @pytest.mark.parametrize("kind", ["twist", "twist_stamped"])

@@ -68,11 +68,11 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String  # noqa: E402
+from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
-from motionvl.msg import DeploymentStatus  # noqa: E402
+from motionvl.msg import DeploymentStatus, JointCommand, LowCommand  # noqa: E402
 
-from motionvl.deploy import PD_FIELDS  # noqa: E402
+from motionvl.ros.messages import DriveCommandWriter  # noqa: E402
 from motionvl.ros.simulator_node import SimulatorNode  # noqa: E402
 from spinning import Spinners  # noqa: E402
 from waiting import wait_for  # noqa: E402
@@ -89,7 +89,7 @@ def emulated(ros_context, tmp_path):
         Parameter(k, value=v) for k, v in dict(robot_config=str(yaml), mode="effort", emulate_hardware=True,
                                                 gantry=True, command_timeout=5.0).items()])
     probe = Node(f"probe_{uuid.uuid4().hex[:6]}", namespace=ns, context=ros_context)
-    got = {"js": None, "imu": None}
+    got = {"js": None, "ms": None, "imu": None}
     lock = threading.Lock()
 
     def keep(key):
@@ -99,10 +99,11 @@ def emulated(ros_context, tmp_path):
         return callback
 
     probe.create_subscription(JointState, "joint_states", keep("js"), 10)
+    probe.create_subscription(JointState, "motor_states", keep("ms"), 10)
     probe.create_subscription(Imu, "imu/data", keep("imu"), qos_profile_sensor_data)
     spinners.add(sim)
     spinners.add(probe)
-    assert wait_for(lambda: got["js"] is not None and got["imu"] is not None), "no state"
+    assert wait_for(lambda: None not in got.values()), "no state"
     yield sim, probe, got, lock
     spinners.shutdown()
 
@@ -112,31 +113,39 @@ def test_emulated_hardware_speaks_motor_space_and_maps_commands_back(emulated):
     robot = mapped_robot()
     m = JointMapping(robot)
     with lock:
-        js, imu = got["js"], got["imu"]
-    assert list(js.name) == list(m.motor_names)
+        js, ms, imu = got["js"], got["ms"], got["imu"]
+    assert list(ms.name) == list(m.motor_names), "motor_states: the drives' names"
+    assert list(js.name) == list(robot.joint_names), "joint_states: the joints' names"
 
-    def lag():  # the newest report against the simulation now: the joints still settle in the gantry
+    def lag():  # the newest reports against the simulation now: the joints still settle in the gantry
         with lock:
-            reported = m.from_motor_position(got["js"].position)
-        return np.abs(reported - sim.sim.state().joint_pos).max()
-    # what it reports is the simulated joints in motor order, sign and offset (a wrong order, sign or offset
-    # stays 0.05-0.8 rad off; a report a few steps old on a loaded machine only until the joints settle)
+            motors = m.from_motor_position(got["ms"].position)
+            joints = np.asarray(got["js"].position)
+        now = sim.sim.state().joint_pos
+        return max(np.abs(motors - now).max(), np.abs(joints - now).max())
+    # motor_states is the simulated joints in motor order, sign and offset, joint_states the joints themselves
+    # (a wrong order, sign or offset stays 0.05-0.8 rad off; a report a few steps old on a loaded machine only
+    # until the joints settle)
     assert wait_for(lambda: lag() < 2e-3, timeout=30), f"reported joints {lag():.4f} rad off the simulation"
     q_imu = np.array([imu.orientation.w, imu.orientation.x, imu.orientation.y, imu.orientation.z])
     base, _ = m.imu_to_base(q_imu)
     assert abs(abs(base[0]) - 1.0) < 1e-3  # upright pelvis in the gantry
     assert abs(abs(q_imu[0]) - 1.0) > 0.1  # the IMU itself is mounted turned
 
-    names_pub = probe.create_publisher(JointState, "joint_drive_commands/joint_names", LATCHED)
-    names_pub.publish(JointState(name=list(m.motor_names)))
-    drive_pub = probe.create_publisher(Float64MultiArray, "joint_drive_commands", 1)
+    drive_pub = probe.create_publisher(LowCommand, "low_command", 1)
     assert wait_for(lambda: drive_pub.get_subscription_count() > 0)
+    assert probe.count_subscribers(sim.resolve_topic_name("joint_command")) == 0, "the hardware speaks motor space"
     target = ROBOT.default_pose + 0.05
-    per_motor = np.stack([m.to_motor_position(target), np.zeros(J), m.to_motor_unsigned(ROBOT.kp),
-                          m.to_motor_unsigned(ROBOT.kd), m.to_motor_signed(np.full(J, 1.5))], axis=1)
-    msg = Float64MultiArray(data=per_motor.reshape(-1).tolist())
-    msg.layout.dim = [MultiArrayDimension(label="joints", size=J, stride=J * 5),
-                      MultiArrayDimension(label=",".join(PD_FIELDS), size=5, stride=5)]
+    # in motor space, and in an order of its own: the drives go by name
+    order = np.arange(J)[::-1]
+    low = DriveCommandWriter(LowCommand, [m.motor_names[k] for k in order])
+    msg = low.fill(m.to_motor_position(target)[order], np.zeros(J), m.to_motor_unsigned(ROBOT.kp)[order],
+                   m.to_motor_unsigned(ROBOT.kd)[order], m.to_motor_signed(np.full(J, 1.5))[order])
+    bad = DriveCommandWriter(LowCommand, list(robot.joint_names)).fill(target, np.zeros(J), ROBOT.kp, ROBOT.kd,
+                                                                      np.zeros(J))
+    drive_pub.publish(bad)  # joint names are no motor names: refused and counted
+    assert wait_for(lambda: sim.inbox.bad[sim.resolve_topic_name("low_command")] == 1)
+    assert sim.sim.drive is None
     drive_pub.publish(msg)
     assert wait_for(lambda: sim.sim.drive is not None)
     q, dq, kp, kd, tau_ff = sim.sim.drive
@@ -167,15 +176,16 @@ def test_the_emulated_drives_damp_when_commands_stop_and_say_so(ros_context):
             said.append(msg.data)
 
     probe.create_subscription(String, "simulator/actuation", keep, LATCHED)
-    drive_pub = probe.create_publisher(Float64MultiArray, "joint_drive_commands", 1)
-    per_motor = np.stack([ROBOT.default_pose, np.zeros(J), ROBOT.kp, ROBOT.kd, np.zeros(J)], axis=1)
+    drive_pub = probe.create_publisher(JointCommand, "joint_command", 1)  # no emulation: joint space
+    command = DriveCommandWriter(JointCommand, ROBOT.joint_names).fill(ROBOT.default_pose, np.zeros(J), ROBOT.kp,
+                                                                        ROBOT.kd, np.zeros(J))
     try:
         assert wait_for(lambda: drive_pub.get_subscription_count() > 0 and said == ["damping"]), said
         stop = threading.Event()
 
         def drives_commanding():  # the host's commands, until it dies
             while not stop.wait(0.02):
-                drive_pub.publish(Float64MultiArray(data=per_motor.reshape(-1).tolist()))
+                drive_pub.publish(command)
 
         host = threading.Thread(target=drives_commanding, daemon=True)
         host.start()

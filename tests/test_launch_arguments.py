@@ -40,7 +40,7 @@ START_TIMEOUT_S = 120.0  # a node's parameter services appear once it is built (
 # Launch arguments that decide which nodes start, how many, or from where: checked for that effect.
 LAUNCH_LOGIC = {
     TRAIN.name: {"record", "trainers", "params_file", "resume", "namespace"},
-    DEPLOY.name: {"sim", "record", "params_file", "bag_dir", "namespace"},
+    DEPLOY.name: {"sim", "record", "params_file", "bag_dir", "namespace", "motor_states"},
 }
 FLOOR_NODES = ("simulator", "camera_renderer", "vlm_critic")
 ROBOT_NODES = ("simulator", "camera_renderer", "vlm_critic", "reward_synthesizer", "deployment", "orchestrator",
@@ -310,7 +310,7 @@ def _wait_status(graph: Graph, until) -> list:
 
 
 def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_drives(graph, tmp_path, policy):
-    from std_msgs.msg import Float64MultiArray
+    from motionvl.msg import LowCommand
 
     robot = _robot_copy(tmp_path)
     # a loaded test machine is slower than the drives a robot has: the params file (an argument too) puts the
@@ -334,7 +334,7 @@ def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_driv
     got = graph.parameters("recorder", ["output_dir", "use_sim_time"])
     assert got == {"output_dir": str(tmp_path / "bags"), "use_sim_time": True}
     commands: list = []
-    graph.node.create_subscription(Float64MultiArray, "/joint_drive_commands", commands.append, 10)
+    graph.node.create_subscription(LowCommand, "/low_command", commands.append, 10)
     statuses = _wait_status(graph, lambda s: s["mode"] == "RUN")
     assert any(s["mode"] == "RUN" for s in statuses), statuses[-3:]
     assert statuses[-1]["policy"] and statuses[-1]["path"] == "pd"
@@ -342,7 +342,7 @@ def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_driv
     end = graph._deadline()
     while len(commands) < seen + 20 and graph._now() < end:  # drive commands keep coming in RUN
         graph.executor.spin_once(timeout_sec=0.2)
-    assert len(commands) >= seen + 20 and len(commands[-1].data) == 12 * 5
+    assert len(commands) >= seen + 20 and len(commands[-1].motor_cmd) == 12
     _assert_clean_exits(graph, graph.stop())
     assert "damping commands" in graph.log("deployment")
 
@@ -355,7 +355,8 @@ def test_deploy_launch_on_a_robot_runs_on_the_system_clock_with_every_argument(g
     params["/**/deployment"]["ros__parameters"]["state_timeout"] = 0.25  # a value only the params file sets
     (tmp_path / "my_nodes.yaml").write_text(yaml.safe_dump(params))
     values = {"policy": policy, "path": "torque", "robot_config": robot, "record": "true",
-              "bag_dir": str(tmp_path / "bags"), "namespace": "robot1", "params_file": str(tmp_path / "my_nodes.yaml")}
+              "bag_dir": str(tmp_path / "bags"), "namespace": "robot1", "params_file": str(tmp_path / "my_nodes.yaml"),
+              "motor_states": "drives/states"}
     expectations = {"policy": {"deployment": ("policy", policy)}, "path": {"deployment": ("path", "torque")},
                     "robot_config": {"deployment": ("robot_config", robot)}}
     _checked_arguments(DEPLOY, expectations, tmp_path)
@@ -372,6 +373,15 @@ def test_deploy_launch_on_a_robot_runs_on_the_system_clock_with_every_argument(g
         "output_dir": str(tmp_path / "bags"), "use_sim_time": False}
     status = graph.latched_status("/robot1/deployment/status")
     assert status["mode"] == "PASSIVE" and status["path"] == "torque" and status["policy"], status
+    # motor_states:= names the driver's topic (relative: under the namespace too)
+    def readers() -> set:
+        return {f"{i.node_namespace}/{i.node_name}" for i in graph.node.get_subscriptions_info_by_topic(
+            "/robot1/drives/states")}
+    end = graph._deadline()
+    while "/robot1/deployment" not in readers() and graph._now() < end:
+        graph.executor.spin_once(timeout_sec=0.2)
+    assert "/robot1/deployment" in readers(), readers()
+    assert graph.node.count_subscribers("/robot1/motor_states") == 0
     _assert_clean_exits(graph, graph.stop())
     assert "nothing publishes /clock" not in graph.log("recorder")
 
@@ -454,6 +464,7 @@ STARTUP_ERRORS = {  # node executable -> -p rules it cannot start with
         "deployment_node")},
     "orchestrator_node": [],  # no task sentence
     "recorder_node": ["storage:=bogus"],
+    "low_command_bridge_node": ["sender:=nowhere"],
 }
 
 

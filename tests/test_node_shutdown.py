@@ -38,10 +38,10 @@ from nav_msgs.msg import Odometry  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Image, Imu, JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, String  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
 
 from motionvl.bags import read_bag  # noqa: E402
-from motionvl.msg import MotionFeedback  # noqa: E402
+from motionvl.msg import LowCommand, MotionFeedback  # noqa: E402
 from motionvl.rewards.spec import load_reward_spec  # noqa: E402
 from motionvl.robot import load_robot_config  # noqa: E402
 from spinning import Spinners  # noqa: E402
@@ -62,7 +62,7 @@ TINY_TRAINING = {"seed": 0, "save_interval": 1, "env": {"num_envs": 8, "episode_
 
 
 class Feeder(Node):
-    """What the nodes work on: joint states and odom at 50 Hz, rollouts for the critic, requests
+    """What the nodes work on: joint and motor states and odom at 50 Hz, rollouts for the critic, requests
     for the synthesizer, a candidate for the trainer; and what they put out (frames, feedback,
     answers, training progress)."""
 
@@ -70,6 +70,7 @@ class Feeder(Node):
         super().__init__("shutdown_test_feeder", context=context)
         self.joints = list(load_robot_config().joint_names)
         self.joint_pub = self.create_publisher(JointState, "joint_states", 10)
+        self.motor_pub = self.create_publisher(JointState, "motor_states", 10)  # the package robot: motors = joints
         self.odom_pub = self.create_publisher(Odometry, "odom", 10)
         self.imu_pub = self.create_publisher(Imu, "imu/data", qos_profile_sensor_data)
         self.boundary_pub = self.create_publisher(String, "rollout/boundary", 10)
@@ -86,13 +87,13 @@ class Feeder(Node):
         self.create_timer(0.02, self._tick)
 
     def watch_commands(self, topic: str) -> None:
-        """Count the Float64MultiArray commands on `topic` (the deployment node's, one topic per run)."""
+        """Count the LowCommand commands on `topic` (the deployment node's pd path, one topic per run)."""
         self.commands[topic] = 0
 
         def count(_msg):
             self.commands[topic] += 1
 
-        self.create_subscription(Float64MultiArray, topic, count, 1)
+        self.create_subscription(LowCommand, topic, count, 1)
 
     def publish_frames(self) -> None:
         """Publish a small grey camera frame every tick, as the camera renderer would."""
@@ -107,6 +108,7 @@ class Feeder(Node):
         js = JointState(name=self.joints, position=[0.0] * len(self.joints), velocity=[0.0] * len(self.joints))
         js.header.stamp = stamp
         self.joint_pub.publish(js)
+        self.motor_pub.publish(js)
         odom = Odometry()
         odom.header.stamp = stamp
         odom.pose.pose.position.z, odom.pose.pose.orientation.w = 0.8, 1.0
@@ -172,6 +174,7 @@ CASES = {
     # count as a second writer (the node refuses to start beside one)
     "deployment_node": NodeCase(params={"realtime_priority": 0}, prepare=_deployment_topic,
                                 working=lambda err, feeder: feeder.commands[feeder.deployment_topic] > 0),
+    "low_command_bridge_node": NodeCase(working=lambda err, feeder: "no LowCommand yet: the drives damp" in err),
     "orchestrator_node": NodeCase(prepare=_search_run, working=lambda err, feeder: "waiting up to" in err),
     "recorder_node": NodeCase(prepare=lambda tmp, _feeder: {"output_dir": str(tmp / "bags"), "bag_name": "bag",
                                                             "discovery_period_s": 0.2},

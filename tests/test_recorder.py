@@ -382,3 +382,54 @@ def test_analyze_reads_bags_with_the_trainer_and_critic_topics_typed_or_json(tmp
         assert len(list(read_bag(tmp_path / name))) == 4
         rows[name] = [s["mode"] for _, s in BagData(tmp_path / name, load_robot_config()).rows["status"]]
     assert rows == {"old": ["PASSIVE"], "new": ["PASSIVE"]}
+
+
+def test_analyze_reads_the_drive_commands_and_states_of_old_and_new_bags_in_joint_space(tmp_path):
+    """A mapped robot (motors reordered, signed, offset). Before the typed command a bag held the 60-value
+    Float64MultiArray on joint_drive_commands and joint_states in motor space; now it holds LowCommand (and its
+    JointCommand twin) and motor_states, and beside a simulator joint_states in joint space too. `motionvl analyze`
+    reads each to the same joint-space rows, each state and command once."""
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+
+    from deploy_fixtures import mapped_robot
+    from motionvl.deploy.analysis import BagData
+    from motionvl.deploy.mapping import JointMapping
+    from motionvl.msg import JointCommand, LowCommand
+    from motionvl.ros.messages import DriveCommandWriter
+
+    robot = mapped_robot()
+    m, J = JointMapping(robot), robot.num_joints
+    q = robot.default_pose + np.linspace(-0.1, 0.1, J)
+    target, kp, kd = robot.default_pose + 0.02, robot.kp, robot.kd
+    motor = {"q": m.to_motor_position(target), "dq": np.zeros(J), "kp": m.to_motor_unsigned(kp),
+             "kd": m.to_motor_unsigned(kd), "tau_ff": np.zeros(J)}
+    old_command = Float64MultiArray(data=np.stack(list(motor.values()), axis=1).reshape(-1).tolist())
+    low = DriveCommandWriter(LowCommand, m.motor_names).fill(*motor.values())
+    twin = DriveCommandWriter(JointCommand, robot.joint_names).fill(target, np.zeros(J), kp, kd, np.zeros(J))
+    motor_state = JointState(name=list(m.motor_names), position=m.to_motor_position(q).tolist(),
+                             velocity=[0.0] * J, effort=[0.0] * J)
+    joint_state = JointState(name=list(robot.joint_names), position=q.tolist(), velocity=[0.0] * J, effort=[0.0] * J)
+    bags = {"old": [("/joint_states", motor_state), ("/joint_drive_commands", old_command)],
+            "robot": [("/motor_states", motor_state), ("/low_command", low), ("/joint_command", twin)],
+            "sim": [("/motor_states", motor_state), ("/joint_states", joint_state), ("/low_command", low),
+                    ("/joint_command", twin)]}
+    for name, messages in bags.items():
+        bag = BagRecorder(tmp_path / name)
+        for topic, msg in messages:
+            kind = type(msg)
+            bag.add_topic(topic, f"{kind.__module__.split('.')[0]}/msg/{kind.__name__}")
+        for i in range(3):
+            for k, (topic, msg) in enumerate(messages):
+                bag.write(topic, 1000 + 10 * i + k, serialize_message(msg))
+        bag.close()
+        data = BagData(tmp_path / name, robot)
+        assert data.path_kind == "pd", name
+        t, positions, _ = data.joint_states()
+        assert len(t) == 3, (name, "each state once")
+        np.testing.assert_allclose(positions, np.tile(q, (3, 1)), atol=1e-12, err_msg=name)
+        for key, want in (("q", target), ("kp", kp), ("kd", kd)):
+            t, got = data.commands(key)
+            assert len(t) == 3, (name, key, "each command once")
+            np.testing.assert_allclose(got, np.tile(want, (3, 1)), atol=1e-12, err_msg=f"{name} {key}")

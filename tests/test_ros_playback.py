@@ -23,6 +23,7 @@ from motionvl.search.config import PlaybackConfig  # noqa: E402
 from motionvl.search.playback import CritiqueRequest, PlaybackResult  # noqa: E402
 from render_fixtures import egl_works  # noqa: E402
 from spinning import Spinners  # noqa: E402
+from waiting import wait_for  # noqa: E402
 
 TASK = "walk forward with straight knees"
 
@@ -124,21 +125,56 @@ def test_candidates_are_played_by_the_deployment_node_and_judged_by_vlm_critic(g
 
 def test_a_robot_whose_motors_are_not_its_joints_plays_back_judged_in_joint_space(tmp_path):
     """A robot config with a hardware section (motors in another order, signs and zero offsets): the simulator
-    reports motor space as the drives would, the deployment node drives it, and the critic, the camera and the
-    playback read the joints back: the rollout starts at the robot's default pose, in joint space."""
-    from deploy_fixtures import hardware_section, write_robot_yaml
+    reports motor_states in motor space as the drives would and joint_states in joint space; the deployment node
+    reads the motors and drives them with LowCommand in motor space (its JointCommand twin in joint space); the
+    critic, the camera and the playback read joint_states: the rollout starts at the robot's default pose."""
+    import threading
 
+    from deploy_fixtures import hardware_section, write_robot_yaml
+    from sensor_msgs.msg import JointState
+
+    from motionvl.deploy.mapping import JointMapping
+    from motionvl.msg import JointCommand, LowCommand
     from motionvl.robot import load_robot_config
+    from motionvl.ros.messages import drive_command_from_msg
 
     robot_yaml = str(write_robot_yaml(tmp_path, hardware=hardware_section()))
     robot = load_robot_config(robot_yaml)
+    m = JointMapping(robot)
+    assert not m.identity and list(m.motor_names) != list(robot.joint_names)
     context = rclpy.Context()
     rclpy.init(context=context)
     spinners = Spinners(context)
+    heard, lock = {"motor_states": [], "joint_states": [], "low_command": [], "joint_command": []}, threading.Lock()
+
+    def keep(topic):
+        def callback(msg):
+            with lock:
+                heard[topic].append(msg)
+        return callback
+
     try:
         playback = _graph(context, spinners, camera=egl_works(), robot_yaml=robot_yaml)
+        listener = spinners.add(rclpy.create_node(f"listener_{uuid.uuid4().hex[:6]}", context=context))
+        for topic, kind in (("motor_states", JointState), ("joint_states", JointState), ("low_command", LowCommand),
+                            ("joint_command", JointCommand)):
+            listener.create_subscription(kind, topic, keep(topic), 1000)
         policy = write_random_policy(tmp_path / "policy.onnx", robot=robot)
         result = playback.play("c1", policy, tmp_path / "c1", render=egl_works(), critique=CritiqueRequest(TASK))
+        sim = spinners.node("simulator").sim
+
+        def drives_follow_the_last_low_command() -> bool:
+            # the held simulator still takes the deployment node's (damping) commands: what the emulated drives
+            # hold is the newest LowCommand mapped to joint space (order by the kd, sign and offset by the q)
+            with lock:
+                low = heard["low_command"][-1] if heard["low_command"] else None
+            if low is None or sim.drive is None:
+                return False
+            c = drive_command_from_msg(low, m.motor_names)
+            q, _, kp, kd, _ = sim.drive
+            return (np.allclose(q, np.clip(m.from_motor_position(c["q"]), robot.lower, robot.upper), atol=1e-9)
+                    and np.allclose(kp, m.from_motor_unsigned(c["kp"])) and np.allclose(kd, m.from_motor_unsigned(c["kd"])))
+        assert wait_for(drives_follow_the_last_low_command, timeout=30.0)
     finally:
         spinners.shutdown()
         rclpy.try_shutdown(context=context)
@@ -148,6 +184,23 @@ def test_a_robot_whose_motors_are_not_its_joints_plays_back_judged_in_joint_spac
     assert np.abs(start - np.asarray(robot.default_pose)).max() < 0.2, (start, robot.default_pose)
     if egl_works():
         assert len(result.frames()) >= 3
+    # each topic in its own space, under its own names
+    assert heard["motor_states"] and all(list(s.name) == list(m.motor_names) for s in heard["motor_states"])
+    assert heard["joint_states"] and all(list(s.name) == list(robot.joint_names) for s in heard["joint_states"])
+    assert heard["low_command"] and all(list(c.motor_names) == list(m.motor_names) for c in heard["low_command"])
+    assert len(heard["joint_command"]) >= len(heard["low_command"]) - 5
+    assert all(list(c.joint_names) == list(robot.joint_names) for c in heard["joint_command"])
+    # the same instant in both spaces: the motor report maps back onto the joint report
+    joints = {(s.header.stamp.sec, s.header.stamp.nanosec): s for s in heard["joint_states"]}
+    pairs = [(ms, joints[(ms.header.stamp.sec, ms.header.stamp.nanosec)]) for ms in heard["motor_states"]
+             if (ms.header.stamp.sec, ms.header.stamp.nanosec) in joints]
+    assert len(pairs) >= 10
+    for ms, js in pairs:
+        np.testing.assert_allclose(m.from_motor_position(ms.position), js.position, atol=1e-9)
+        np.testing.assert_allclose(m.from_motor_signed(ms.velocity), js.velocity, atol=1e-9)
+    # RUN's commands in joint space hold the policy's targets around the default pose at the configured gains
+    running = [drive_command_from_msg(c, robot.joint_names) for c in heard["joint_command"]]
+    assert any(np.allclose(c["kp"], robot.kp) for c in running), "no command at full gains (STAND end, RUN)"
 
 
 def test_a_graph_without_a_deployment_node_fails_the_playback_with_a_reason_and_not_the_run(tmp_path):

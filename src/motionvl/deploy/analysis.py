@@ -12,8 +12,11 @@ record:=true`, or a robot's) with `motionvl.bags.read_bag` and writes into DIR:
   metrics.json  tracking RMSE per joint, clipped commands, faults, falls, speeds, loop figures
   summary.md    the metrics and the figures
 With --compare the two bags are overlaid (velocity, joints) and their metrics set side by side.
-Joint states and commands in motor space (a hardware section) are mapped back to joint space with
-the robot config. Times are the bag's receive times, from the first message.
+Joint states come from joint_states (joint space) or, in a robot's bag that has only the drives'
+motor_states, from those; commands from low_command (motionvl/LowCommand) or joint_effort_commands.
+Motor space (a hardware section) is mapped back to joint space with the robot config. Bags from before
+the typed command (a 60-value Float64MultiArray on joint_drive_commands, joint_states in motor space)
+read the same. Times are the bag's receive times, from the first message.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from motionvl.robot import RobotConfig, load_robot_config
 from motionvl.sim.math import tilt_of
 
 COMMAND_TOPICS = {"joint_drive_commands": "pd", "joint_effort_commands": "torque"}
+"""The Float64MultiArray command topics: torques, and the drive commands of bags before motionvl/LowCommand."""
 FALL_HEIGHT_M, FALL_TILT_RAD = 0.45, 1.0
 """A base lower than this, or tilted further, is a fall (SingleSim.upright's thresholds)."""
 CONTACT_N = 5.0
@@ -46,12 +50,13 @@ class BagData:
         self.robot = robot
         mapping = JointMapping(robot)
         rows = {"js": [], "cmd": [], "odom": [], "cmd_vel": [], "status": [], "diag": [], "feet": []}
+        motor_states: list = []  # the drives' states: used when the bag has no joint_states
         self.path_kind = None
         t0 = None
         for topic, msgtype, stamp, msg in read_bag(self.path):
             t0 = stamp if t0 is None else t0
             t = (stamp - t0) * 1e-9
-            if msgtype == "sensor_msgs/msg/JointState" and topic.endswith("joint_states"):
+            if msgtype == "sensor_msgs/msg/JointState" and topic.endswith(("joint_states", "motor_states")):
                 order = self._order(list(msg.name), mapping)
                 if order is None:
                     continue
@@ -60,7 +65,10 @@ class BagData:
                 if motor:
                     pos, vel, eff = mapping.from_motor_position(pos), mapping.from_motor_signed(vel), \
                         mapping.from_motor_signed(eff)
-                rows["js"].append((t, pos, vel, eff))
+                (rows["js"] if topic.endswith("joint_states") else motor_states).append((t, pos, vel, eff))
+            elif msgtype == "motionvl/msg/LowCommand":
+                self.path_kind = "pd"
+                rows["cmd"].append((t, self._low_command(msg, mapping)))
             elif msgtype == "std_msgs/msg/Float64MultiArray" and topic.rsplit("/", 1)[-1] in COMMAND_TOPICS:
                 self.path_kind = COMMAND_TOPICS[topic.rsplit("/", 1)[-1]]
                 rows["cmd"].append((t, self._command(np.asarray(msg.data, float), mapping)))
@@ -85,6 +93,7 @@ class BagData:
                 for status in msg.status:
                     if status.name.endswith("controller"):
                         rows["diag"].append((t, {kv.key: kv.value for kv in status.values}))
+        rows["js"] = rows["js"] or motor_states
         self.rows = rows
         self.duration = max([r[0] for rs in rows.values() for r in rs] or [0.0])
 
@@ -94,6 +103,14 @@ class BagData:
             if all(n in names for n in wanted):
                 return np.array([names.index(n) for n in wanted]), motor and not mapping.identity
         return None
+
+    @staticmethod
+    def _low_command(msg, mapping: JointMapping) -> dict:
+        where = {str(n): i for i, n in enumerate(msg.motor_names)}
+        drives = [msg.motor_cmd[where[n]] for n in mapping.motor_names]
+        f = {k: np.array([getattr(d, k) for d in drives], dtype=float) for k in ("q", "kp", "kd")}
+        return {"q": mapping.from_motor_position(f["q"]), "kp": mapping.from_motor_unsigned(f["kp"]),
+                "kd": mapping.from_motor_unsigned(f["kd"])}
 
     def _command(self, data: np.ndarray, mapping: JointMapping) -> dict:
         J = self.robot.num_joints

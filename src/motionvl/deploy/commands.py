@@ -28,9 +28,7 @@ from motionvl.deploy.modes import Mode
 from motionvl.robot import RobotConfig
 
 PD_FIELDS = ("q", "dq", "kp", "kd", "tau_ff")
-"""Per motor, in this order (joint-major: motor 0's five values, then motor 1's, ...). For a bridge to
-the drives' SDK: ros2_control's MultiInterfaceForwardCommandController (Kilted) takes one joint per
-controller, so no stock controller takes this whole array."""
+"""One drive's low-level command (motionvl/msg/DriveCommand), in this order."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,20 +98,13 @@ class Command:
     tau_ff: np.ndarray | None = None
     tau: np.ndarray | None = None
 
-    def data(self) -> np.ndarray:
-        """The flat array that goes on the wire: pd joint-major [q, dq, kp, kd, tau_ff] per motor; torque tau."""
-        if self.path == "torque":
-            return self.tau.copy()
-        return np.stack([getattr(self, f) for f in PD_FIELDS], axis=1).reshape(-1)
 
-    def write(self, out: np.ndarray) -> None:
-        """`data()` written into `out` (a preallocated buffer of its length): no allocation."""
-        if self.path == "torque":
-            out[:] = self.tau
-            return
-        per_motor = out.reshape(-1, len(PD_FIELDS))
-        for k, field in enumerate(PD_FIELDS):
-            per_motor[:, k] = getattr(self, field)
+    def in_joint_space(self, mapping: JointMapping) -> dict:
+        """Drive path: the same command per joint, in joint order and the joints' sign and zero
+        (motionvl/msg/JointCommand): {field: array} for each of PD_FIELDS."""
+        return {"q": mapping.from_motor_position(self.q), "dq": mapping.from_motor_signed(self.dq),
+                "kp": mapping.from_motor_unsigned(self.kp), "kd": mapping.from_motor_unsigned(self.kd),
+                "tau_ff": mapping.from_motor_signed(self.tau_ff)}
 
 
 @dataclasses.dataclass

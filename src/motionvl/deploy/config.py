@@ -71,7 +71,7 @@ class DeployConfig:
     stamping: real sensors always carry noise), or in RUN as many joint states with every position
     and velocity bit-identical, is a fault (0: off). 50 is 0.1 s of a 500 Hz stream."""
     strict_joint_names: bool = False
-    """joint_states carrying names that are none of our motors (hands, head, passive joints): false
+    """motor_states carrying names that are none of our motors (hands, head, passive joints): false
     takes our motors from it and ignores (and counts) the others; true refuses the message (a fault).
     A name given twice is always refused."""
     damping_scale: float = 1.0

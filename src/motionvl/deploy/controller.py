@@ -149,12 +149,12 @@ class Controller:
         try:
             order = self._motor_order(names)
         except KeyError as exc:
-            return self._bad_joint_message(f"joint_states unusable: {exc.args[0]}", "unusable_input")
+            return self._bad_joint_message(f"motor_states unusable: {exc.args[0]}", "unusable_input")
         try:
             pos = np.asarray(position, dtype=np.float64)[order]
             vel = np.asarray(velocity, dtype=np.float64)[order]
         except IndexError:
-            return self._bad_joint_message(f"joint_states unusable: {len(position)} positions and {len(velocity)} "
+            return self._bad_joint_message(f"motor_states unusable: {len(position)} positions and {len(velocity)} "
                                            f"velocities for {len(names)} names", "unusable_input")
         values = (position, velocity)
         inputs.joints.repeats = inputs.joints.repeats + 1 if _identical(values, self._last_joint_values) else 0
@@ -163,7 +163,7 @@ class Controller:
             finite = math.isfinite(pos.sum() + vel.sum())
         bad = None if finite else first_non_finite(self.mapping.motor_names, {"position": pos, "velocity": vel})
         if bad:
-            return self._bad_joint_message(f"joint_states: {bad}")
+            return self._bad_joint_message(f"motor_states: {bad}")
         inputs.bad_joint_message = None
         inputs.joint_pos = self.mapping.from_motor_position(pos)
         inputs.joint_vel = self.mapping.from_motor_signed(vel)

@@ -114,10 +114,10 @@ class SensorInputs:
     bad_joint_kind: str = "non_finite_input"
     """The fault kind of bad_joint_message: non_finite_input or unusable_input."""
     extra_names: dict = dataclasses.field(default_factory=dict)
-    """Names in joint_states that are none of our motors -> messages that carried them."""
+    """Names in motor_states that are none of our motors -> messages that carried them."""
 
     def __post_init__(self) -> None:
-        self.joints = StreamClock("joint_states", drops_kept=self.drops_kept)
+        self.joints = StreamClock("motor_states", drops_kept=self.drops_kept)
         self.imu = StreamClock("imu", drops_kept=self.drops_kept)
 
     @property

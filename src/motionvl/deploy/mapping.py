@@ -108,19 +108,16 @@ class JointMapping:
         return np.array([where[n] for n in self.motor_names], dtype=np.int64)
 
     def joint_positions(self, names, positions) -> np.ndarray | None:
-        """Joint-order positions of a joint state in either space: every joint under its joint name (a
-        simulator, a robot_state_publisher), else every motor under its motor name (the drives, the
-        simulator's hardware emulation), mapped back through order, sign and offset. None when the message
-        has neither complete, or a name twice."""
+        """Joint-order positions of a joint-space joint state (joint_states: every joint under its joint name;
+        other names, hands or a head, are ignored). None when a joint is missing, a name is given twice or
+        the lengths differ. Motor states (the drives' motor_states) are not joint space: see `motor_order`."""
         names = [str(n) for n in names]
         if len(positions) != len(names) or len(set(names)) != len(names):
             return None
         where = {n: i for i, n in enumerate(names)}
-        if all(n in where for n in self.joint_names):
-            return np.array([positions[where[n]] for n in self.joint_names], dtype=np.float64)
-        if all(n in where for n in self.motor_names):
-            return self.from_motor_position([positions[where[n]] for n in self.motor_names])
-        return None
+        if not all(n in where for n in self.joint_names):
+            return None
+        return np.array([positions[where[n]] for n in self.joint_names], dtype=np.float64)
 
     def extra_names(self, names) -> list[str]:
         """The names in `names` that are none of our motors."""

@@ -112,9 +112,9 @@ class CameraRendererNode(Node):
 
     # ------------------------------------------------------------------ inputs
     def _on_joint_state(self, msg: JointState) -> None:
-        q = self.mapping.joint_positions(msg.name, msg.position)  # joint or motor space (hardware emulation)
+        q = self.mapping.joint_positions(msg.name, msg.position)
         if q is None:
-            self.get_logger().warning("joint_states without every robot joint (or motor) ignored",
+            self.get_logger().warning("joint_states without every robot joint ignored",
                                       throttle_duration_sec=5.0)
             return
         with self._lock:

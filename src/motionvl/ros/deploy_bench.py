@@ -2,7 +2,7 @@
 and without real-time priority, against a minimal loop and the baseline in the same run.
 
 Per condition, three controllers run in turn, each as its own process, and this process plays the
-robot: a thread publishes /joint_states and /imu/data at the command rate on absolute monotonic
+robot: a thread publishes motor_states and imu/data at the command rate on absolute monotonic
 deadlines (with a sensor's noise, so that no value is frozen) and takes the commands.
   node      this tree's deployment node (`python -m motionvl.ros.deployment_node`, host-torque path
             at 500 Hz by default, a policy in RUN, `publish_cycle_stamps`)
@@ -207,7 +207,9 @@ def controller_command(controller: str, ns: str, policy: Path, path: str, priori
     if controller == "probe":
         return [sys.executable, "-m", "motionvl.ros.deploy_bench", "probe", "--namespace", ns, "--policy", str(policy),
                 "--path", path, "--priority", str(priority)]
-    return [sys.executable, "-m", "motionvl.ros.deployment_node", "--ros-args", "-r", f"__ns:={ns}",
+    # (the baseline's node reads joint_states: the robot's motor_states under the name it knows)
+    remap = ["-r", "joint_states:=motor_states"] if controller == "baseline" else []
+    return [sys.executable, "-m", "motionvl.ros.deployment_node", "--ros-args", "-r", f"__ns:={ns}", *remap,
             "-p", f"policy:={policy}", "-p", f"path:={path}", "-p", "autostart:=run", "-p", "stand_seconds:=0.5",
             "-p", "publish_cycle_stamps:=true", "-p", f"realtime_priority:={priority}",
             "-p", "state_timeout:=0.5", "-p", "diagnostics_rate_hz:=1.0"]
@@ -337,7 +339,7 @@ class Robot(Node):
 
         from motionvl.deploy.mapping import JointMapping
         from motionvl.robot import load_robot_config
-        from motionvl.ros.deployment_node import DEFAULT_COMMAND_TOPICS
+        from motionvl.ros.deployment_node import COMMAND_TYPES, DEFAULT_COMMAND_TOPICS, STATE_TOPIC
 
         super().__init__(f"bench_robot_{uuid.uuid4().hex[:6]}", namespace=namespace, context=context)
         self.robot = load_robot_config()
@@ -351,9 +353,11 @@ class Robot(Node):
         self.diagnostics: dict = {}
         self.diagnostics_at = 0.0
         deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-        self.state_pub = self.create_publisher(JointState, "joint_states", 10)
+        self.state_pub = self.create_publisher(JointState, STATE_TOPIC, 10)
         self.imu_pub = self.create_publisher(Imu, "imu/data", 10)
-        self.create_subscription(Float64MultiArray, DEFAULT_COMMAND_TOPICS[path], self._on_command, deep)
+        self.create_subscription(COMMAND_TYPES[path], DEFAULT_COMMAND_TOPICS[path], self._on_command, deep)
+        if path == "pd":  # a baseline from before motionvl/LowCommand sends the 60-value array here
+            self.create_subscription(Float64MultiArray, "joint_drive_commands", self._on_command, deep)
         self.create_subscription(Header, "deployment/cycle", self._on_cycle, deep)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -461,12 +465,13 @@ def probe_main(argv=None) -> int:
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray, Header
 
-    from motionvl.msg import DeploymentStatus
+    from motionvl.msg import DeploymentStatus, LowCommand
 
     from motionvl.deploy import DeployConfig
     from motionvl.deploy.scheduling import request_realtime
     from motionvl.robot import load_robot_config
-    from motionvl.ros.deployment_node import DEFAULT_COMMAND_TOPICS
+    from motionvl.ros.deployment_node import COMMAND_TYPES, DEFAULT_COMMAND_TOPICS, STATE_TOPIC
+    from motionvl.ros.messages import DriveCommandWriter
 
     parser = argparse.ArgumentParser(prog="deploy_bench probe")
     parser.add_argument("--namespace", required=True)
@@ -488,12 +493,14 @@ def probe_main(argv=None) -> int:
     rt = request_realtime(args.priority) if args.priority else None
     node = rclpy.create_node("deployment", namespace=args.namespace)
     reliable = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-    command_pub = node.create_publisher(Float64MultiArray, DEFAULT_COMMAND_TOPICS[args.path], reliable)
+    command_pub = node.create_publisher(COMMAND_TYPES[args.path], DEFAULT_COMMAND_TOPICS[args.path], reliable)
     cycle_pub = node.create_publisher(Header, "deployment/cycle", reliable)
     status_pub = node.create_publisher(DeploymentStatus, "deployment/status", QoSProfile(
         depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
     state = {"count": 0, "target": default.copy()}
     out = Float64MultiArray()
+    low = DriveCommandWriter(LowCommand, robot.joint_names)  # pd: the drives run the PD (identity hardware)
+    zeros = np.zeros(J)
 
     def on_state(msg) -> None:
         q = np.asarray(msg.position, dtype=np.float64)[:J]
@@ -503,11 +510,14 @@ def probe_main(argv=None) -> int:
             action = session.run(None, {name: obs})[0][0]
             state["target"] = default + scales * action
         state["count"] += 1
-        out.data = np.clip(kp * (state["target"] - q) - kd * dq, -effort, effort).tolist()
-        command_pub.publish(out)
+        if args.path == "pd":
+            command_pub.publish(low.fill(state["target"], zeros, kp, kd, zeros))
+        else:
+            out.data = np.clip(kp * (state["target"] - q) - kd * dq, -effort, effort).tolist()
+            command_pub.publish(out)
         cycle_pub.publish(Header(stamp=msg.header.stamp, frame_id="RUN"))
 
-    node.create_subscription(JointState, "joint_states", on_state, reliable)
+    node.create_subscription(JointState, STATE_TOPIC, on_state, reliable)
     status_pub.publish(DeploymentStatus(mode=DeploymentStatus.MODE_RUN, mode_name="RUN"))
     if rt is not None:
         print(f"real-time scheduling: {rt.describe()}", flush=True)

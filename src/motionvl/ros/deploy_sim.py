@@ -127,7 +127,7 @@ def build_nodes(args, robot, context) -> list:
     from rclpy.parameter import Parameter
 
     from motionvl.deploy import DeployConfig
-    from motionvl.ros.deployment_node import DEFAULT_COMMAND_TOPICS, DeploymentNode
+    from motionvl.ros.deployment_node import DEFAULT_COMMAND_TOPICS, JOINT_COMMAND_TOPIC, STATE_TOPIC, DeploymentNode
     from motionvl.ros.simulator_node import SimulatorNode
 
     def params(**values):
@@ -137,7 +137,7 @@ def build_nodes(args, robot, context) -> list:
     config = str(args.robot_config or "")
     simulator = SimulatorNode(context=context, parameter_overrides=params(
         robot_config=config, mode="effort", publish_rate_hz=1.0 / period, gantry=True,
-        emulate_hardware=not robot.hardware.identity, realtime=True, randomize=bool(args.randomize),
+        emulate_hardware=True, realtime=True, randomize=bool(args.randomize),
         randomization_seed=int(args.seed), lockstep=bool(args.lockstep), terrain=getattr(args, "terrain", "flat"),
         **({"terrain_level": int(args.terrain_level)} if getattr(args, "terrain_level", None) is not None else {})))
     deployment = DeploymentNode(context=context, parameter_overrides=params(
@@ -150,8 +150,10 @@ def build_nodes(args, robot, context) -> list:
         from motionvl.ros.recorder_node import RecorderNode
 
         bag = Path(args.record).resolve()
-        topics = ["joint_states", "imu/data", "odom", "foot_forces", "cmd_vel", DEFAULT_COMMAND_TOPICS[args.path],
-                  DEFAULT_COMMAND_TOPICS[args.path] + "/joint_names", "deployment/status", "/diagnostics"]
+        commands = [DEFAULT_COMMAND_TOPICS["pd"], JOINT_COMMAND_TOPIC] if args.path == "pd" else [
+            DEFAULT_COMMAND_TOPICS["torque"], DEFAULT_COMMAND_TOPICS["torque"] + "/joint_names"]
+        topics = [STATE_TOPIC, "joint_states", "imu/data", "odom", "foot_forces", "cmd_vel", *commands,
+                  "deployment/status", "/diagnostics"]
         nodes.append(RecorderNode(context=context, parameter_overrides=params(
             output_dir=str(bag.parent), bag_name=bag.name, topics=topics, discovery_period_s=0.2)))
     nodes.append(Monitor(context, args.command, robot))

@@ -18,14 +18,15 @@ torque path -Kd dq stays computed from a fresh velocity for the whole window), a
 It starts at the signal, not after the executor has stopped.
 
 Subscribes (motor names and space; see the robot config's `hardware:` section):
-  joint_states  sensor_msgs/JointState  position and velocity by motor name. Reliable, depth 1
+  motor_states  sensor_msgs/JointState  position and velocity by motor name, what the drives report
+                                        (remap it to your driver's topic). Reliable, depth 1
                                         (only the newest state matters); with trigger 'state' a
                                         message whose stamp advances triggers a cycle, paced to the
                                         command rate by its stamp (a drive publishing faster than
                                         that does not speed up the policy or the STAND ramp).
                                         Names of other joints (hands, head) are ignored and counted
                                         (strict_joint_names refuses them); a name given twice is refused.
-                                        On joint_states and imu/data alike: one publisher only (a
+                                        On motor_states and imu/data alike: one publisher only (a
                                         second one, e.g. a stale bag playing or a simulator left
                                         running, is a fault), and a message stamped older than the
                                         newest one taken is dropped and counted (out_of_order_limit
@@ -36,22 +37,27 @@ Subscribes (motor names and space; see the robot config's `hardware:` section):
                                         to the policy's trained ranges, rate-limited, zeroed when silent.
                                         Reliable, depth 1. A publisher of the other type (DDS never
                                         matches it) is logged and shown on /diagnostics.
-Publishes:
-  <command_topic>  std_msgs/Float64MultiArray  one per command cycle (none in dry_run). path 'pd':
-                   per motor [q, dq, kp, kd, tau_ff], joint-major, layout dims labelled
-                   ("joints", "q,dq,kp,kd,tau_ff"), for a bridge to the drives' SDK (no stock
-                   ros2_control controller takes it whole). path 'torque': per motor tau (an effort
-                   ForwardCommandController). Reliable, depth 1.
-  <command_topic>/joint_names  sensor_msgs/JointState  the motor names of the commands (names only),
+Publishes (one command per command cycle, none in dry_run; reliable, depth 1):
+  path 'pd':
+  <command_topic>  motionvl/LowCommand   (default low_command) motor space: per motor name
+                   q, dq, kp, kd, tau_ff in the motors' order, sign and zero. What the drives (a bridge
+                   to their SDK, `low_command_bridge`, or a hardware interface) take.
+  joint_command    motionvl/JointCommand the same command in joint space (joint order, the URDF's sign
+                   and zero): for tools and simulators that think in joints. Never for the drives.
+  path 'torque':
+  <command_topic>  std_msgs/Float64MultiArray  (default joint_effort_commands) per motor tau, motor
+                   order: what ros2_control's effort_controllers/JointGroupEffortController takes on its
+                   ~/commands (its `joints` list in the motor order).
+  <command_topic>/joint_names  sensor_msgs/JointState  the motor names of the torques (names only),
                    transient local: published once.
   ~/status      motionvl/DeploymentStatus  mode, stand_complete, faults, policy, path, dry_run, cycle and
                                      the last transition: on every change, transient local (depth 1).
   /diagnostics  diagnostic_msgs/DiagnosticArray  mode, faults, clips, overruns, late cycles, loop
                                      period and latency p50/p99/max, policy inference time, real-time
                                      status, extra joint names, cmd_vel publishers of the wrong type, the stamps of
-                                     the newest joint state and IMU reading taken.
+                                     the newest motor state and IMU reading taken.
   ~/cycle       std_msgs/Header      (publish_cycle_stamps only) after each command: the stamp of the
-                                     joint state it answered, frame_id "<command mode> <cycle index>"
+                                     motor state it answered, frame_id "<command mode> <cycle index>"
                                      (`motionvl bench deploy` pairs the stamps; tests count cycles).
 Services (std_srvs/Trigger but for ~/load_policy; each call is synchronous and answers success plus the
 reason for a refusal, from `ros2 service call` and rclpy alike):
@@ -89,14 +95,14 @@ from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension
 from std_srvs.srv import Trigger
 
 from motionvl.dataclass_docs import field_docs
-from motionvl.deploy import PD_FIELDS, Controller, DeployConfig, Mode
+from motionvl.deploy import Controller, DeployConfig, Mode
 from motionvl.deploy.inference import PolicyWorker
 from motionvl.deploy.scheduling import (DeadlineClock, RealtimeStatus, StatePacer, request_realtime,
                                         set_switch_interval, set_thread_scheduling)
-from motionvl.msg import DeploymentStatus
+from motionvl.msg import DeploymentStatus, JointCommand, LowCommand
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros import runtime
-from motionvl.ros.messages import deployment_status_msg
+from motionvl.ros.messages import DriveCommandWriter, deployment_status_msg
 from motionvl.ros.owned import OwnedSubscriptions
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node
@@ -106,15 +112,18 @@ NODE_NAME = "deployment"
 TRIGGERS = ("state", "clock")
 AUTOSTART = ("", "stand", "run")
 CMD_VEL_TYPES = {"twist": Twist, "twist_stamped": TwistStamped}
-DEFAULT_COMMAND_TOPICS = {"pd": "joint_drive_commands", "torque": "joint_effort_commands"}
+DEFAULT_COMMAND_TOPICS = {"pd": "low_command", "torque": "joint_effort_commands"}
+COMMAND_TYPES = {"pd": LowCommand, "torque": Float64MultiArray}
+JOINT_COMMAND_TOPIC = "joint_command"
+STATE_TOPIC = "motor_states"
 
 # The node's own parameters: name -> (default, description); read-only after start. The controller's settings
 # (DeployConfig) are parameters too, declared by the dataclass (CONTROLLER_PARAMETERS).
 NODE_PARAMETERS = {
     "robot_config": ("", "Robot YAML (joints, gains, limits, hardware mapping); empty = the package's config/robot.yaml."),
-    "command_topic": ("", "Topic of the motor commands; empty = joint_drive_commands (pd) or joint_effort_commands "
-                          "(torque)."),
-    "trigger": ("state", "'state': the joint states pace the loop (a cycle per state with a new stamp, at most "
+    "command_topic": ("", "Topic of the motor commands; empty = low_command (pd, motionvl/LowCommand) or "
+                          "joint_effort_commands (torque, std_msgs/Float64MultiArray)."),
+    "trigger": ("state", "'state': the motor states pace the loop (a cycle per state with a new stamp, at most "
                          "the command rate by their stamps); 'clock': absolute monotonic deadlines at command_rate_hz."),
     "autostart": ("", "'' stays in PASSIVE for the operator; 'stand' goes to STAND once the state stream is up; "
                       "'run' then to RUN when the ramp completes (simulation playback)."),
@@ -229,12 +238,19 @@ class DeploymentNode(Node):
             self.get_logger().info(message)
 
         self.command_topic = p["command_topic"] or DEFAULT_COMMAND_TOPICS[c.config.path]
+        pd = c.config.path == "pd"
         self.command_pub = None if c.config.dry_run else self.create_publisher(
-            Float64MultiArray, self.command_topic, COMMAND_QOS)
+            COMMAND_TYPES[c.config.path], self.command_topic, COMMAND_QOS)
+        self.joint_command_pub = None if c.config.dry_run or not pd else self.create_publisher(
+            JointCommand, JOINT_COMMAND_TOPIC, COMMAND_QOS)
         self._check_writers_at_start(p["writer_discovery_seconds"])
-        names_pub = self.create_publisher(JointState, self.command_topic + "/joint_names", LATCHED_QOS)
-        names_pub.publish(JointState(name=list(c.mapping.motor_names)))
-        self._message, self._buffer = self._command_message()
+        if pd:  # the messages every cycle fills in place
+            self._low = DriveCommandWriter(LowCommand, c.mapping.motor_names)
+            self._joint = DriveCommandWriter(JointCommand, c.mapping.joint_names)
+        else:  # the torques' order for whoever reads the bare array
+            names_pub = self.create_publisher(JointState, self.command_topic + "/joint_names", LATCHED_QOS)
+            names_pub.publish(JointState(name=list(c.mapping.motor_names)))
+            self._message, self._buffer = self._command_message()
         self.status_pub = self.create_publisher(DeploymentStatus, "~/status", LATCHED_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", DIAGNOSTICS_QOS)
         self.cycle_pub = self.create_publisher(Header, "~/cycle", COMMAND_QOS) if p["publish_cycle_stamps"] else None
@@ -243,7 +259,7 @@ class DeploymentNode(Node):
         # taken by the control loop itself (see the module docstring)
         self.owned = OwnedSubscriptions(self)
         self.cmd_vel_type = CMD_VEL_TYPES[p["cmd_vel_type"]]
-        self._joint_sub = self.owned.add(JointState, "joint_states", self._on_joint_state, STATE_QOS)
+        self._joint_sub = self.owned.add(JointState, STATE_TOPIC, self._on_joint_state, STATE_QOS)
         self._imu_sub = self.owned.add(Imu, "imu/data", self._on_imu, qos_profile_sensor_data, take_all=True)
         self._cmd_vel_sub = self.owned.add(self.cmd_vel_type, "cmd_vel", self._on_cmd_vel, COMMAND_QOS)
         # the resolved names (remappings applied) are what the publisher checks must look at
@@ -281,7 +297,7 @@ class DeploymentNode(Node):
             else:
                 self.get_logger().warning(f"real-time scheduling refused: {self.realtime.describe()}")
         self.get_logger().info(
-            f"{c.config.path} path on {self.command_topic} at {1 / c.period:g} Hz (policy every {c.decimation} "
+            f"{c.config.path} path on {self.command_topic}{' and ' + JOINT_COMMAND_TOPIC if pd else ''} at {1 / c.period:g} Hz (policy every {c.decimation} "
             f"cycles), trigger {p['trigger']}{', DRY RUN: no command is published' if c.config.dry_run else ''}; "
             f"{self.switch_interval}; mode {c.mode.value}")
 
@@ -406,8 +422,16 @@ class DeploymentNode(Node):
     def _send(self, command) -> None:
         if self.command_pub is None:
             return
-        command.write(self._array)
-        self.command_pub.publish(self._message)
+        if command.path == "torque":
+            self._array[:] = command.tau
+            self.command_pub.publish(self._message)
+            return
+        stamp_ns = self.get_clock().now().nanoseconds
+        self.command_pub.publish(self._low.fill(command.q, command.dq, command.kp, command.kd, command.tau_ff,
+                                                stamp_ns))
+        joint = command.in_joint_space(self.controller.mapping)
+        self.joint_command_pub.publish(self._joint.fill(joint["q"], joint["dq"], joint["kp"], joint["kd"],
+                                                        joint["tau_ff"], stamp_ns))
 
     def _autostart_step(self) -> None:
         c = self.controller
@@ -424,18 +448,11 @@ class DeploymentNode(Node):
             self._autostart = "" if ok else self._autostart
 
     def _command_message(self) -> tuple[Float64MultiArray, array.array]:
-        """The one command message every cycle fills in place, and its data buffer."""
+        """The torque path's one command message every cycle fills in place, and its data buffer."""
         J = self.robot.num_joints
         msg = Float64MultiArray()
-        if self.controller.config.path == "pd":
-            F = len(PD_FIELDS)
-            msg.layout.dim = [MultiArrayDimension(label="joints", size=J, stride=J * F),
-                              MultiArrayDimension(label=",".join(PD_FIELDS), size=F, stride=F)]
-            size = J * F
-        else:
-            msg.layout.dim = [MultiArrayDimension(label="joints", size=J, stride=J)]
-            size = J
-        msg.data = array.array("d", bytes(8 * size))
+        msg.layout.dim = [MultiArrayDimension(label="joints", size=J, stride=J)]
+        msg.data = array.array("d", bytes(8 * J))
         buffer = msg.data  # the message's own array (the setter may copy what it is given)
         self._array = np.frombuffer(buffer, dtype=np.float64)  # a view: cycles write into the message in place
         return msg, buffer

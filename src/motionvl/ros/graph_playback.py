@@ -160,9 +160,9 @@ class GraphPlayback:
                     self._changed.notify_all()
 
     def _on_joint_state(self, msg: JointState) -> None:
-        q = self.mapping.joint_positions(msg.name, msg.position)  # joint or motor space (hardware emulation)
+        q = self.mapping.joint_positions(msg.name, msg.position)
         if q is None or not all(math.isfinite(v) for v in q):
-            raise BadMessage("not one finite position for every joint or every motor, each named once")
+            raise BadMessage("not one finite position for every joint, each named once")
         self.collector.add_joint_state(_stamp(msg.header.stamp), q.tolist())
 
     def _on_odom(self, msg: Odometry) -> None:

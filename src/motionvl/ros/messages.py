@@ -17,11 +17,13 @@ import json
 import math
 import time
 
+import numpy as np
 from builtin_interfaces.msg import Time
 
+from motionvl.deploy.commands import PD_FIELDS
 from motionvl.deploy.modes import Mode, status_from_message
 from motionvl.msg import Comparison as ComparisonMsg
-from motionvl.msg import DeploymentStatus, JsonRecord, MotionDescriptor, MotionFeature
+from motionvl.msg import DeploymentStatus, DriveCommand, JointCommand, JsonRecord, LowCommand, MotionDescriptor, MotionFeature
 from motionvl.msg import MotionFeedback as MotionFeedbackMsg
 from motionvl.msg import RewardSuggestion, SearchState, TrainerHeartbeat
 
@@ -80,6 +82,55 @@ def deployment_status_from_msg(msg: DeploymentStatus) -> dict:
         return status_from_message(msg)
     except ValueError as exc:
         raise BadMessage(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------------- drive commands
+_NAMES = {LowCommand: ("motor_names", "motor_cmd"), JointCommand: ("joint_names", "joint_cmd")}
+
+
+class DriveCommandWriter:
+    """One LowCommand (motor space) or JointCommand (joint space) that every command cycle fills in place:
+    the names and the per-drive messages are made once, a cycle only writes their values."""
+
+    def __init__(self, msg_type, names):
+        names_field, cmd_field = _NAMES[msg_type]
+        self.msg = msg_type()
+        setattr(self.msg, names_field, [str(n) for n in names])
+        setattr(self.msg, cmd_field, [DriveCommand() for _ in names])
+        self._drives = getattr(self.msg, cmd_field)  # the message's own list (the setter may copy)
+
+    def fill(self, q, dq, kp, kd, tau_ff, stamp_ns: int | None = None):
+        """The message with these per-drive values (numpy arrays or lists, in the names' order)."""
+        for d, a, b, c, e, f in zip(self._drives, q.tolist(), dq.tolist(), kp.tolist(), kd.tolist(), tau_ff.tolist()):
+            d.q, d.dq, d.kp, d.kd, d.tau_ff = a, b, c, e, f
+        if stamp_ns is not None:
+            self.msg.header.stamp.sec, self.msg.header.stamp.nanosec = divmod(int(stamp_ns), 10**9)
+        return self.msg
+
+
+def drive_command_from_msg(msg, names) -> dict:
+    """{field: array in the order of `names`} from a LowCommand or JointCommand. BadMessage when a name of
+    `names` is missing or given twice, the lists differ in length, a value is not finite or a gain is negative.
+    Names the message carries beyond `names` (other drives) are ignored."""
+    names_field, cmd_field = _NAMES[type(msg)]
+    got, drives = [str(n) for n in getattr(msg, names_field)], getattr(msg, cmd_field)
+    if len(got) != len(drives):
+        raise BadMessage(f"{len(got)} {names_field} for {len(drives)} {cmd_field}")
+    where: dict = {}
+    for i, n in enumerate(got):
+        if n in where:
+            raise BadMessage(f"{names_field}: {n!r} given twice")
+        where[n] = i
+    missing = [n for n in names if n not in where]
+    if missing:
+        raise BadMessage(f"{names_field}: no command for {missing}")
+    values = np.array([[getattr(drives[where[n]], f) for f in PD_FIELDS] for n in names], dtype=np.float64)
+    if not np.all(np.isfinite(values)):
+        raise BadMessage(f"{cmd_field}: a value is not finite")
+    out = dict(zip(PD_FIELDS, values.T.copy()))
+    if np.any(out["kp"] < 0) or np.any(out["kd"] < 0):
+        raise BadMessage(f"{cmd_field}: a negative gain")
+    return out
 
 
 # ---------------------------------------------------------------------------------------- search state

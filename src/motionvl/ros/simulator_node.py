@@ -3,8 +3,12 @@
 A thin adapter over `motionvl.sim.single.SingleSim` (stepping, command validation, modes).
 
 Publishes (relative names, so a namespace or remapping moves them; /clock and /tf are global):
-  joint_states   sensor_msgs/JointState   12 joints in robot-config order: position, velocity,
-                                          effort (applied torque). Reliable, depth 10.
+  joint_states   sensor_msgs/JointState   joint space: 12 joints by joint name in robot-config order,
+                                          the URDF's sign and zero: position, velocity, effort (applied
+                                          torque). Reliable, depth 10.
+  motor_states   sensor_msgs/JointState   (emulate_hardware only) motor space: what the drives report,
+                                          by motor name in the motors' order, sign and zero offset (the
+                                          robot config's `hardware:` section). Reliable, depth 10.
   imu/data       sensor_msgs/Imu          orientation, gyro, accelerometer (specific force).
                                           Sensor-data QoS (best effort, depth 5).
   odom           nav_msgs/Odometry        ground-truth base pose in `odom`, twist in the base
@@ -19,11 +23,12 @@ Publishes (relative names, so a namespace or remapping moves them; /clock and /t
                                           has no PyPI wheel; the node says once when /tf is off).
 Subscribes (reliable, depth 1: only the newest command matters):
   joint_position_commands  std_msgs/Float64MultiArray  12 targets, config order ("position" mode)
-  joint_effort_commands    std_msgs/Float64MultiArray  12 torques, config order ("effort" mode)
-  joint_drive_commands     std_msgs/Float64MultiArray  drive-side PD ("effort" mode): per joint
-                                                       [q, dq, kp, kd, tau_ff], joint-major
-  joint_drive_commands/joint_names  sensor_msgs/JointState  (transient local) the names the drive
-                                                       commands are for, checked against ours
+  joint_effort_commands    std_msgs/Float64MultiArray  12 torques ("effort" mode), motor order and sign
+                                                       with emulate_hardware, else joint order
+  low_command              motionvl/LowCommand         (emulate_hardware only) drive-side PD ("effort"
+                                                       mode) per motor name, in motor space
+  joint_command            motionvl/JointCommand       (without emulate_hardware) drive-side PD
+                                                       ("effort" mode) per joint name, in joint space
   joint_commands           sensor_msgs/JointState       named subset: `position` in position mode,
                                                        `effort` in effort mode
   cmd_vel                  geometry_msgs/Twist          velocity command (linear.x, linear.y, angular.z)
@@ -44,14 +49,15 @@ counted per topic and ignored (motionvl.ros.inbox): the robot is held at the las
 publisher of another type on a subscribed topic is reported.
 
 Hardware emulation ("effort" mode) takes both command paths of the deployment node and, with
-`emulate_hardware`, behaves like the robot the config's `hardware:` section describes: joint
-states in motor names, order, sign and zero offset, the IMU in its mounted frame, and commands
-in motor order mapped back (so a non-identity joint mapping is tested end to end).
+`emulate_hardware`, behaves like the robot the config's `hardware:` section describes: it speaks
+motor space (motor_states and low_command in motor names, order, sign and zero offset, torques in
+motor order), the IMU in its mounted frame, so a non-identity joint mapping is tested end to end.
+joint_states stay in joint space for the camera, the critic and tools (a robot_state_publisher).
 
 Timing: a stepping thread of the node's own (not an executor timer) advances physics on absolute
 monotonic deadlines (publish_rate_hz x realtime_factor; 1 ms apart when realtime is false), publishes
-imu/data and then joint_states first, takes the commands itself as they arrive (its own wait set:
-`motionvl.ros.owned`) and only then publishes odom, foot_forces, ~/command, /clock and /tf, so the
+imu/data and then the controller's state (motor_states with emulate_hardware, else joint_states) first, takes the commands itself as they arrive (its own wait set:
+`motionvl.ros.owned`) and only then publishes joint_states (when emulating), odom, foot_forces, ~/command, /clock and /tf, so the
 controller's cycle never competes with the rest of the publishing. The hardware emulation's drives
 fall back to damping when commands stop for command_timeout (a drive's own watchdog: after kill -9
 or a power loss of the host nothing else would stop the last command); ~/actuation says what they
@@ -80,14 +86,13 @@ from rclpy.qos import DurabilityPolicy
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 
-from motionvl.deploy.commands import PD_FIELDS
 from motionvl.deploy.mapping import JointMapping
 from motionvl.deploy.scheduling import request_realtime
 from motionvl.envs.config import RandomizationConfig
-from motionvl.msg import DeploymentStatus
+from motionvl.msg import DeploymentStatus, JointCommand, LowCommand
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.inbox import Inbox
-from motionvl.ros.messages import deployment_status_from_msg
+from motionvl.ros.messages import deployment_status_from_msg, drive_command_from_msg
 from motionvl.ros.owned import OwnedSubscriptions
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node
@@ -115,8 +120,9 @@ PARAMETERS = {
     "command_timeout": (0.5, "Seconds (simulated) after which cmd_vel is zeroed and, in effort mode, the emulated "
                              "drives fall back to damping (their own watchdog); 0 disables. Position targets are held."),
     "odom_frame": ("odom", "Frame id of odom and the /tf parent."),
-    "emulate_hardware": (False, "Behave like the robot config's hardware section describes: joint states and commands "
-                                "in motor names, order, sign and offset; the IMU in its mounted frame."),
+    "emulate_hardware": (False, "Behave like the robot config's hardware section describes: motor_states and "
+                                "low_command in motor names, order, sign and offset (joint_states stay in joint space); "
+                                "the IMU in its mounted frame."),
     "randomize": (False, "Domain randomisation as in training (RandomizationConfig's ranges): ground friction, joint "
                          "friction, drive strength drawn at start and each reset, and a push every push interval."),
     "randomization_seed": (0, "Seed of the randomisation draws and pushes."),
@@ -168,7 +174,6 @@ class SimulatorNode(Node):
         self._randomize()
         # the emulated hardware's side of the joint mapping: identity unless asked to emulate the config's
         self.hardware = JointMapping(self.robot) if p["emulate_hardware"] else None
-        self._drive_names_ok = True
         self.realtime = bool(p["realtime"])
         self.realtime_factor = float(p["realtime_factor"])
         self.period = 1.0 / float(p["publish_rate_hz"])
@@ -177,6 +182,7 @@ class SimulatorNode(Node):
         self.odom_frame = p["odom_frame"]
 
         self.joint_state_pub = self.create_publisher(JointState, "joint_states", STATE_QOS)
+        self.motor_state_pub = self.create_publisher(JointState, "motor_states", STATE_QOS) if self.hardware else None
         self.imu_pub = self.create_publisher(Imu, "imu/data", qos_profile_sensor_data)
         self.odom_pub = self.create_publisher(Odometry, "odom", STATE_QOS)
         self.command_pub = self.create_publisher(TwistStamped, "~/command", STATE_QOS)
@@ -199,8 +205,10 @@ class SimulatorNode(Node):
         owned = self.owned = OwnedSubscriptions(self, inbox=self.inbox)
         owned.add(Float64MultiArray, "joint_position_commands", self._on_position_array, COMMAND_QOS)
         owned.add(Float64MultiArray, "joint_effort_commands", self._on_effort_array, COMMAND_QOS)
-        owned.add(Float64MultiArray, "joint_drive_commands", self._on_drive_array, COMMAND_QOS)
-        owned.add(JointState, "joint_drive_commands/joint_names", self._on_drive_names, LATCHED_QOS)
+        if self.hardware is not None:
+            owned.add(LowCommand, "low_command", self._on_low_command, COMMAND_QOS)
+        else:
+            owned.add(JointCommand, "joint_command", self._on_joint_drive_command, COMMAND_QOS)
         if p["gantry"]:
             owned.add(DeploymentStatus, p["gantry_release_topic"], self._on_deployment_status, LATCHED_QOS)
         owned.add(JointState, "joint_commands", self._on_joint_command, COMMAND_QOS)
@@ -310,7 +318,8 @@ class SimulatorNode(Node):
     def _messages(self) -> None:
         """The messages every tick fills in place (their constant fields set once)."""
         hw = self.hardware
-        self._js = JointState(name=list(self.robot.joint_names if hw is None else hw.motor_names))
+        self._js = JointState(name=list(self.robot.joint_names))
+        self._ms = None if hw is None else JointState(name=list(hw.motor_names))
         self._imu = Imu()
         self._imu.header.frame_id = self.robot.imu_link
         self._odom = Odometry()
@@ -326,8 +335,8 @@ class SimulatorNode(Node):
         self._publish_secondary(state)
 
     def _publish_primary(self, s) -> None:
-        """imu/data, then joint_states: what a controller's cycle waits for (the IMU first, so that the
-        cycle the joint state starts has the IMU of the same instant)."""
+        """imu/data, then motor_states (emulating hardware) or joint_states: what a controller's cycle waits
+        for (the IMU first, so that the cycle the state starts has the IMU of the same instant)."""
         stamp = Time(nanoseconds=int(round(s.clock * 1e9))).to_msg()
         hw = self.hardware
         imu_quat, gyro, accel = s.base_quat, s.imu_gyro, s.imu_accel
@@ -341,19 +350,28 @@ class SimulatorNode(Node):
         imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = (float(v) for v in accel)
         self.imu_pub.publish(imu)
 
+        if hw is None:
+            self._publish_joint_states(s, stamp)
+            return
+        ms = self._ms  # what the drives report: motor order, sign and zero offset
+        ms.header.stamp = stamp
+        ms.position = hw.to_motor_position(s.joint_pos).tolist()
+        ms.velocity = hw.to_motor_signed(s.joint_vel).tolist()
+        ms.effort = hw.to_motor_signed(s.joint_effort).tolist()
+        self.motor_state_pub.publish(ms)
+
+    def _publish_joint_states(self, s, stamp) -> None:
         js = self._js
         js.header.stamp = stamp
-        if hw is None:
-            js.position, js.velocity, js.effort = s.joint_pos.tolist(), s.joint_vel.tolist(), s.joint_effort.tolist()
-        else:  # what the drives report: motor order, sign and zero offset
-            js.position = hw.to_motor_position(s.joint_pos).tolist()
-            js.velocity = hw.to_motor_signed(s.joint_vel).tolist()
-            js.effort = hw.to_motor_signed(s.joint_effort).tolist()
+        js.position, js.velocity, js.effort = s.joint_pos.tolist(), s.joint_vel.tolist(), s.joint_effort.tolist()
         self.joint_state_pub.publish(js)
 
     def _publish_secondary(self, s) -> None:
-        """/clock, odom, foot_forces, ~/command, /tf, and ~/actuation when it changed."""
+        """joint_states (when emulating hardware), /clock, odom, foot_forces, ~/command, /tf, and ~/actuation
+        when it changed."""
         stamp = self._imu.header.stamp
+        if self.hardware is not None:
+            self._publish_joint_states(s, stamp)
         self._clock_msg.clock = stamp
         self.clock_pub.publish(self._clock_msg)
         w, x, y, z = (float(v) for v in s.base_quat)
@@ -413,28 +431,24 @@ class SimulatorNode(Node):
             return values
         return hw.from_motor_signed(values) if signed else hw.from_motor_unsigned(values)
 
-    def _on_drive_names(self, msg: JointState) -> None:
-        want = list(self.hardware.motor_names if self.hardware is not None else self.robot.joint_names)
-        self._drive_names_ok = list(msg.name) == want
-        if not self._drive_names_ok:
-            self.get_logger().error(f"joint_drive_commands are for {list(msg.name)}, this drive has {want}: "
-                                    "ignoring them")
-
-    def _on_drive_array(self, msg: Float64MultiArray) -> None:
-        J, F = self.robot.num_joints, len(PD_FIELDS)
-        if not self._drive_names_ok:
-            return
-        if len(msg.data) != J * F:
-            self._apply("joint_drive_commands", self._reject,
-                        f"expected {J} joints x {F} values ({', '.join(PD_FIELDS)}), got {len(msg.data)} values")
-            return
-        per_motor = np.asarray(msg.data, dtype=np.float64).reshape(J, F)
-        q, dq, kp, kd, tau_ff = per_motor.T
+    def _on_low_command(self, msg: LowCommand) -> None:
         hw = self.hardware
-        if hw is not None:
-            q, dq, tau_ff = hw.from_motor_position(q), hw.from_motor_signed(dq), hw.from_motor_signed(tau_ff)
-            kp, kd = self._from_motors(kp, signed=False), self._from_motors(kd, signed=False)
-        self._apply("joint_drive_commands", self.sim.set_drive_commands, q, dq, kp, kd, tau_ff)
+        try:
+            c = drive_command_from_msg(msg, hw.motor_names)
+        except ValueError as exc:
+            self._apply("low_command", self._reject, str(exc))
+            return
+        self._apply("low_command", self.sim.set_drive_commands, hw.from_motor_position(c["q"]),
+                    hw.from_motor_signed(c["dq"]), hw.from_motor_unsigned(c["kp"]), hw.from_motor_unsigned(c["kd"]),
+                    hw.from_motor_signed(c["tau_ff"]))
+
+    def _on_joint_drive_command(self, msg: JointCommand) -> None:
+        try:
+            c = drive_command_from_msg(msg, self.robot.joint_names)
+        except ValueError as exc:
+            self._apply("joint_command", self._reject, str(exc))
+            return
+        self._apply("joint_command", self.sim.set_drive_commands, c["q"], c["dq"], c["kp"], c["kd"], c["tau_ff"])
 
     @staticmethod
     def _reject(reason: str) -> None:
