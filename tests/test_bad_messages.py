@@ -44,9 +44,10 @@ GARBAGE_JSON = ("x", "[1, 2]", '{"request_id": 7}', '{"request_id": "r1", "itera
 
 
 def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_context, second_ros_context, tmp_path):
-    """The search waits for a trainer; every topic it subscribes gets garbage (heartbeats naming no node, JSON
-    topics non-objects), the typed heartbeat topic also a publisher of the JSON it was before: the process stays
-    up, names each topic, stops cleanly; and no trainer is taken from a bad heartbeat."""
+    """The search waits for a trainer; the topic it subscribes gets garbage (heartbeats naming no node) and a
+    publisher of the JSON it was before, the trainers' old JSON report topics garbage too (nothing reads them now:
+    training runs as an action): the process stays up, names the topic, stops cleanly; and no trainer is taken
+    from a bad heartbeat."""
     params = _search_run(tmp_path, None)
     args = [str(BIN / "orchestrator_node"), "--ros-args"] + [a for k, v in params.items() for a in ("-p", f"{k}:={v}")]
     err_path = tmp_path / "stderr.txt"
@@ -65,7 +66,7 @@ def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_co
     said = lambda: err_path.read_text(errors="replace")  # noqa: E731
     try:
         assert wait_for(lambda: "waiting up to" in said() or proc.poll() is not None, timeout=120), said()
-        expected = [f"{t}: dropped a message" for t in topics + ["/trainer/heartbeat"]]
+        expected = ["/trainer/heartbeat: dropped a message"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None and not (
                 all(e in said() for e in expected) and "publisher(s) of another type" in said()):
