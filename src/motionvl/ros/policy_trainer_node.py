@@ -118,10 +118,9 @@ class PolicyTrainerNode(Node):
         goal = _Goal(handle, self.executor, job)
         with self._goals_lock:
             self._goals[rid] = goal
-        if handle.is_cancel_requested:  # cancelled between its acceptance and now
-            goal.finish(train_result_msg("cancelled", "cancelled before it was queued"))
-        else:
-            self.queue.submit(job)
+        self.queue.submit(job)
+        if goal.cancelling or handle.is_cancel_requested:  # a cancel that came before the goal was queued
+            self._cancel(rid)
         result = await goal.done
         with self._goals_lock:
             self._goals.pop(rid, None)
@@ -134,13 +133,16 @@ class PolicyTrainerNode(Node):
             goal = self._goals.get(rid)
         if goal is not None:
             goal.cancelling = True
+        self._cancel(rid)
+        return CancelResponse.ACCEPT
+
+    def _cancel(self, rid: str) -> None:
         what = self.queue.cancel(rid)
         if what == "dropped":  # it never trains: its result now
             self._finish(rid, "cancelled", "dropped before training")
         self.get_logger().info(f"cancel of {self._candidate(rid)}: "
                                + {"dropped": "dropped while waiting", "stopping": "stopping after this iteration"}.get(
                                    what, "not waiting or training"))
-        return CancelResponse.ACCEPT
 
     def _goal(self, payload: dict):
         with self._goals_lock:

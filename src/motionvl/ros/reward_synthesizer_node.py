@@ -135,7 +135,8 @@ class RewardSynthesizerNode(Node):
             if goal is None:
                 return
             with self._lock:
-                if goal.cancelling:
+                if goal.cancelling or goal.handle.is_cancel_requested:  # dropped; or cancelled as it was queued
+                    goal.finish(("cancel", Synthesize.Result(error="cancelled before the call", record_version=1)))
                     continue
                 goal.started, self._current = True, goal
             goal.handle.publish_feedback(Synthesize.Feedback(stage="proposing"))
@@ -147,12 +148,13 @@ class RewardSynthesizerNode(Node):
                                        "error": f"synthesis failed: {type(exc).__name__}: {exc}"}, False
                 how = "abort"
             self._current = None
+            cancelled = goal.cancelling or goal.handle.is_cancel_requested
             ok = sum(1 for c in record.get("candidates") or [] if c.get("ok"))
             self.get_logger().info(f"answered iteration {goal.request.iteration}: {ok} of "
                                    f"{len(record.get('candidates') or [])} candidates ok"
                                    + (f"; error: {record['error'][:200]}" if record.get("error") else "")
-                                   + ("; cancelled: the answer is discarded" if goal.cancelling else ""))
-            if goal.cancelling:
+                                   + ("; cancelled: the answer is discarded" if cancelled else ""))
+            if cancelled:
                 goal.finish(("cancel", Synthesize.Result(error="cancelled during the call; its answer is discarded",
                                                          record_version=1)))
             else:
