@@ -78,7 +78,7 @@ PARAMETERS = {
     "synthesizer": ("rules", f"The synthesizer the reward_synthesizer node runs (or the in-process one): "
                              f"{backends_help('synth')}."),
     "synthesizer_node": (True, "Ask the reward_synthesizer node; false: a synthesizer in this process."),
-    "synth_timeout_s": (1800.0, "Seconds to wait for the synthesizer node's answer to one request."),
+    "synth_timeout_s": (1800.0, "Seconds to wait for the synthesizer node's answer to one request (then its goal is cancelled)."),
     "critic": ("kinematic", f"Critic backend: {backends_help('critic')}."),
     **recorded_parameters(),  # synth_model, synth_base_url, critic_model, critic_base_url (a resume: the recorded)
     **model_parameters(("device",)),  # of the in-process backends
