@@ -47,6 +47,7 @@ setup(
         *tree("config"),
         *tree("urdf"),
         *tree("msg"),  # the message definitions bags embed (motionvl.bags); colcon installs them with rosidl
+        *tree("action"),  # likewise: the actions' feedback messages
     ],
     entry_points={
         "console_scripts": [f"{PACKAGE}={PACKAGE}.cli:main"]

@@ -114,7 +114,7 @@ def _graph(context, params_file, playback_file):
             values.update(terrain=terrain, terrain_level=level)
         if node.section == "policy_trainer":
             share = shares[int(node.name.rsplit("_", 1)[1])]
-            values = {**trainer_section, "runs_dir": f"{value('run_dir')}/candidates", "shared_channel": False,
+            values = {**trainer_section, "runs_dir": f"{value('run_dir')}/candidates",
                       **values, **({"cpu_affinity": share} if share else {})}
         elif node.name == "orchestrator":
             values.update(resume=arg("resume"), allow_backend_change=arg("allow_backend_change"),

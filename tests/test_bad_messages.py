@@ -44,9 +44,10 @@ GARBAGE_JSON = ("x", "[1, 2]", '{"request_id": 7}', '{"request_id": "r1", "itera
 
 
 def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_context, second_ros_context, tmp_path):
-    """The search waits for a trainer; every topic it subscribes gets garbage (heartbeats naming no node, JSON
-    topics non-objects), the typed heartbeat topic also a publisher of the JSON it was before: the process stays
-    up, names each topic, stops cleanly; and no trainer is taken from a bad heartbeat."""
+    """The search waits for a trainer; the topic it subscribes gets garbage (heartbeats naming no node) and a
+    publisher of the JSON it was before, the trainers' old JSON report topics garbage too (nothing reads them now:
+    training runs as an action): the process stays up, names the topic, stops cleanly; and no trainer is taken
+    from a bad heartbeat."""
     params = _search_run(tmp_path, None)
     args = [str(BIN / "orchestrator_node"), "--ros-args"] + [a for k, v in params.items() for a in ("-p", f"{k}:={v}")]
     err_path = tmp_path / "stderr.txt"
@@ -65,7 +66,7 @@ def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_co
     said = lambda: err_path.read_text(errors="replace")  # noqa: E731
     try:
         assert wait_for(lambda: "waiting up to" in said() or proc.poll() is not None, timeout=120), said()
-        expected = [f"{t}: dropped a message" for t in topics + ["/trainer/heartbeat"]]
+        expected = ["/trainer/heartbeat: dropped a message"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None and not (
                 all(e in said() for e in expected) and "publisher(s) of another type" in said()):
@@ -218,3 +219,59 @@ def test_the_critic_answers_and_the_heartbeat_translate_back_to_what_the_core_ke
     assert heartbeat_from_msg(heartbeat_msg("/policy_trainer", None, 0))["candidate_id"] is None
     with pytest.raises(BadMessage, match="full name"):
         heartbeat_from_msg(TrainerHeartbeat(trainer="policy_trainer"))
+
+
+def test_a_trainer_answering_garbage_fails_the_candidate_and_not_the_orchestrator(ros_context, capfd):
+    """A trainer (not ours: any TrainCandidate server) sends feedback of an unknown phase and a result of an unknown
+    state with a non-object outcome: the orchestrator's slot logs the feedback, reports the candidate failed with
+    the reason, and is free for the next candidate; a good trainer's answer after it is taken."""
+    import threading
+
+    from rclpy.action import ActionServer
+    from rclpy.callback_groups import ReentrantCallbackGroup
+
+    from motionvl.action import TrainCandidate
+    from motionvl.rewards.spec import load_reward_spec
+    from motionvl.rl.jobs import TrainingJob
+    from motionvl.ros.orchestrator_node import GraphTrainer
+    from spinning import Spinners
+
+    answers = [TrainCandidate.Result(state="weird", outcome_json="[1]", version=1),
+               TrainCandidate.Result(state="done", outcome_json='{"policy_path": "p.onnx", "iterations": 3}',
+                                     term_stats_json='{"terms": {}}', version=1)]
+
+    def execute(handle):
+        handle.publish_feedback(TrainCandidate.Feedback(phase="flying", iteration=2))
+        handle.publish_feedback(TrainCandidate.Feedback(phase="training", iteration=1, steps_per_s=math.inf))
+        handle.succeed()
+        return answers.pop(0)
+
+    ns = f"/bad{uuid.uuid4().hex[:6]}"
+    trainer = Node("policy_trainer", namespace=ns, context=ros_context)
+    ActionServer(trainer, TrainCandidate, "~/train_candidate", execute)
+    host = Node("orchestrator", namespace=ns, context=ros_context)
+    host.lock, host.lost_s, host.action_callbacks = threading.Lock(), 60.0, ReentrantCallbackGroup()
+    host.trainers = {f"{ns}/policy_trainer": {"received": time.time(), "data": {"candidate_id": "c", "queue_length": 0}}}
+    spinners = Spinners(ros_context)
+    spinners.add(trainer)
+    spinners.add(host, threads=None)
+    try:
+        slot = GraphTrainer(host, f"{ns}/policy_trainer")
+        job = TrainingJob("c1", load_reward_spec(None), iterations=3)
+
+        def outcome():
+            states = []
+            assert wait_for(lambda: states.append(slot.poll()) or states[-1].kind != "running", timeout=20), states[-1]
+            return states[-1]
+
+        slot.start(job)
+        failed = outcome()
+        assert failed.kind == "failed" and "state 'weird'" in failed.reason, failed
+        assert slot.poll().kind == "idle", "the slot is free again"
+        slot.start(job)
+        done = outcome()
+        assert done.kind == "done" and done.outcome == {"policy_path": "p.onnx", "iterations": 3, "term_stats": {"terms": {}}}
+        err = capfd.readouterr().err
+        assert "feedback dropped: phase 'flying'" in err and "feedback dropped: steps_per_s: inf" in err, err[-2000:]
+    finally:
+        spinners.shutdown()

@@ -35,11 +35,13 @@ import yaml
 
 rclpy = pytest.importorskip("rclpy")
 from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.action import ActionClient  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Image, Imu, JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
+from motionvl.action import Synthesize, TrainCandidate  # noqa: E402
 from motionvl.bags import read_bag  # noqa: E402
 from motionvl.msg import LowCommand, MotionFeedback  # noqa: E402
 from motionvl.rewards.spec import load_reward_spec  # noqa: E402
@@ -74,13 +76,11 @@ class Feeder(Node):
         self.odom_pub = self.create_publisher(Odometry, "odom", 10)
         self.imu_pub = self.create_publisher(Imu, "imu/data", qos_profile_sensor_data)
         self.boundary_pub = self.create_publisher(String, "rollout/boundary", 10)
-        self.candidate_pub = self.create_publisher(String, "reward_candidates", 50)
-        self.request_pub = self.create_publisher(String, "synthesizer/request", 50)
+        self.trainer = ActionClient(self, TrainCandidate, "/policy_trainer/train_candidate")
+        self.synthesizer = ActionClient(self, Synthesize, "/synthesize")
         self.frames = self.feedback = self.progress = self.answers = 0
         self.create_subscription(Image, "camera/image_raw", self._on_frame, qos_profile_sensor_data)
         self.create_subscription(MotionFeedback, "critic/feedback", self._on_feedback, 10)
-        self.create_subscription(String, "trainer/progress", self._on_progress, 50)
-        self.create_subscription(String, "synthesizer/candidates", self._on_answer, 50)
         self.commands: dict[str, int] = {}  # motor command topic -> messages seen
         self.frame_pub = None  # set by publish_frames(): camera frames for a critic without a renderer
         self._ticks = 0
@@ -119,9 +119,15 @@ class Feeder(Node):
         if self._ticks % 25 == 0:  # every half second: a rollout for the critic, a request for the synthesizer
             self.boundary_pub.publish(String(data=json.dumps({"event": "end"})))
             self.boundary_pub.publish(String(data=json.dumps({"event": "start", "task": "stand still"})))
-            self.request_pub.publish(String(data=json.dumps({"request_id": f"r{self._ticks}", "task": "walk forward",
-                                                             "iteration": 0, "num_candidates": 2})))
+            if self.synthesizer.server_is_ready():
+                goal = Synthesize.Goal(request_json=json.dumps({"task": "walk forward", "iteration": 0,
+                                                                "num_candidates": 2}), request_version=1)
+                self.synthesizer.send_goal_async(goal).add_done_callback(self._on_accepted)
         self._ticks += 1
+
+    def train(self, goal: TrainCandidate.Goal):
+        """Send a goal to the trainer (every PPO iteration's feedback counts as progress); its acceptance's future."""
+        return self.trainer.send_goal_async(goal, feedback_callback=self._on_progress)
 
     def _on_frame(self, _msg) -> None:
         self.frames += 1
@@ -129,10 +135,16 @@ class Feeder(Node):
     def _on_feedback(self, _msg) -> None:
         self.feedback += 1
 
-    def _on_progress(self, _msg) -> None:
-        self.progress += 1
+    def _on_progress(self, msg) -> None:
+        if msg.feedback.phase == "training" and msg.feedback.iteration >= 1:
+            self.progress += 1
 
-    def _on_answer(self, _msg) -> None:
+    def _on_accepted(self, future) -> None:
+        handle = future.result()
+        if handle.accepted:
+            handle.get_result_async().add_done_callback(self._on_answer)
+
+    def _on_answer(self, _future) -> None:
         self.answers += 1
 
 
@@ -258,15 +270,17 @@ def run_once(node: str, stage: str, pattern: str, seed: int, tmp_path: Path, fee
 
 
 def _submit_candidate(feeder: Feeder, err_path: Path, candidate_id: str) -> None:
-    """Publish one candidate once the trainer is ready, again until it says it has it."""
+    """Send one candidate as a goal once the trainer is ready."""
     spec = load_reward_spec(None).to_dict()
-    request = json.dumps({"candidate_id": candidate_id, "spec": spec, "max_iterations": 10000, "evaluate": False})
-    assert wait_for(lambda: "ready: candidates on" in err_path.read_text(errors="replace"), timeout=60)
+    request = json.dumps({"spec": spec, "max_iterations": 10000, "evaluate": False})
+    assert wait_for(lambda: "ready: goals on" in err_path.read_text(errors="replace"), timeout=60)
+    goal = TrainCandidate.Goal(candidate_id=candidate_id, request_json=request, request_version=1)
     deadline = time.monotonic() + 60
-    while f'"candidate_id": "{candidate_id}"' not in err_path.read_text(errors="replace") and time.monotonic() < deadline:
-        if feeder.candidate_pub.get_subscription_count():
-            feeder.candidate_pub.publish(String(data=request))
-        time.sleep(0.5)
+    while time.monotonic() < deadline:  # the trainer process of the run before may still be in the graph: again
+        assert feeder.trainer.wait_for_server(timeout_sec=60), "the trainer serves no train_candidate action"
+        if wait_for(feeder.train(goal).done, timeout=5):
+            return
+    raise AssertionError("the trainer never answered the goal")
 
 
 def schedule(node: str, runs: int) -> list[tuple[str, str]]:
@@ -335,13 +349,13 @@ def test_a_trainer_stopped_mid_iteration_abandons_it_and_exits_0(feeder, tmp_pat
                                 start_new_session=True)
     try:
         _submit_candidate(feeder, err_path, "long-iteration")
-        assert wait_for(lambda: '"state": "training"' in err_path.read_text(errors="replace"), timeout=120), \
+        assert wait_for(lambda: "long-iteration: training" in err_path.read_text(errors="replace"), timeout=120), \
             err_path.read_text(errors="replace")[-3000:]
         proc.send_signal(signal.SIGINT)
         code = proc.wait(EXIT_TIMEOUT_S)
         log = err_path.read_text(errors="replace")
         assert code == 0 and "left unfinished" in log and "Traceback" not in log, log[-3000:]
-        assert '"state": "done"' not in log  # the iteration was abandoned, not finished
+        assert "long-iteration: done" not in log  # the iteration was abandoned, not finished
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

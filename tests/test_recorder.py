@@ -322,6 +322,65 @@ def test_typed_topics_are_recorded_with_their_definitions(ros_context, tmp_path)
     assert "MSG: motionvl/JsonRecord" in defs["motionvl/msg/MotionFeedback"], defs["motionvl/msg/MotionFeedback"]
 
 
+def test_the_actions_feedback_and_status_are_recorded_for_every_trainer(ros_context, tmp_path):
+    """The default topics take the synthesizer's action topics and every trainer's (a pattern: one action per
+    trainer node, in the recorder's namespace only), with the feedback messages' definitions."""
+    from action_msgs.msg import GoalStatusArray
+    from rclpy.action import ActionClient
+
+    from motionvl.action import Synthesize, TrainCandidate
+    from motionvl.ros.reward_synthesizer_node import RewardSynthesizerNode
+    from spinning import Spinners
+
+    source = Node("action_source", context=ros_context)
+    trainers = {f"/{ns}policy_trainer_{i}/train_candidate/_action/feedback": source.create_publisher(
+        TrainCandidate.Impl.FeedbackMessage, f"/{ns}policy_trainer_{i}/train_candidate/_action/feedback", 10)
+        for ns, i in (("", 0), ("", 1), ("lab1/", 0))}
+    recorder = RecorderNode(context=ros_context, parameter_overrides=[
+        Parameter("output_dir", value=str(tmp_path)), Parameter("bag_name", value="actions"),
+        Parameter("discovery_period_s", value=0.1)])
+    spinners = Spinners(ros_context)
+    for node in (source, RewardSynthesizerNode(context=ros_context), recorder):
+        spinners.add(node)
+    client = ActionClient(source, Synthesize, "/synthesize")
+    recorded = lambda topic: recorder.bag.counts.get(topic, 0)  # noqa: E731
+    try:
+        mine = [t for t in trainers if not t.startswith("/lab1")]
+        _wait(lambda: all(t in recorder.recorded for t in mine), 15, f"the trainers' topics; have {recorder.recorded}")
+        synth = ("/synthesize/_action/feedback", "/synthesize/_action/status")
+        _wait(lambda: all(t in recorder.recorded and recorder.recorded[t].subscription.get_publisher_count()
+                          for t in synth), 15, "the synthesizer's topics")
+        assert client.wait_for_server(timeout_sec=10)
+        client.send_goal_async(Synthesize.Goal(request_json=json.dumps(
+            {"task": "walk forward", "iteration": 1, "num_candidates": 1}), request_version=1))
+        deadline = time.monotonic() + 15
+        while not all(recorded(t) for t in mine) and time.monotonic() < deadline:  # volatile: until matched
+            for i, pub in enumerate(trainers.values()):
+                msg = TrainCandidate.Impl.FeedbackMessage()
+                msg.feedback = TrainCandidate.Feedback(phase="training", iteration=i + 1, steps_per_s=100.0)
+                pub.publish(msg)
+            time.sleep(0.1)
+        _wait(lambda: all(recorded(t) for t in mine) and recorded("/synthesize/_action/feedback") == 2
+              and recorded("/synthesize/_action/status") >= 2, 15, f"the actions' messages; have {recorder.bag.counts}")
+        recorder.bag.close()
+    finally:
+        spinners.shutdown()
+    assert "/lab1/policy_trainer_0/train_candidate/_action/feedback" not in recorder.recorded, "another namespace's"
+    got: dict = {}
+    for topic, msgtype, _, msg in read_bag(tmp_path / "actions"):
+        got.setdefault(topic, []).append((msgtype, msg))
+    feedback = got["/policy_trainer_1/train_candidate/_action/feedback"][0]
+    assert feedback[0] == "motionvl/action/TrainCandidate_FeedbackMessage"
+    assert (feedback[1].feedback.phase, feedback[1].feedback.iteration) == ("training", 2)
+    assert [m.feedback.stage for _, m in got["/synthesize/_action/feedback"]] == ["queued", "proposing"]
+    assert got["/synthesize/_action/status"][0][0] == f"action_msgs/msg/{GoalStatusArray.__name__}"
+    from rosbags.highlevel import AnyReader
+
+    with AnyReader([tmp_path / "actions"]) as reader:
+        defs = {c.msgtype: c.msgdef.data for c in reader.connections}
+    assert "float64 mean_episode_length" in defs["motionvl/action/TrainCandidate_FeedbackMessage"]
+
+
 def test_analyze_reads_the_status_of_old_and_new_bags(tmp_path):
     """`motionvl analyze` reads deployment/status as bags before the types hold it (JSON in std_msgs/String)
     and as they hold it now (motionvl/msg/DeploymentStatus), to the same rows."""

@@ -6,8 +6,9 @@ appends junk bytes to some messages, which rosbags rejects), and analysis code r
 with `read_bag` without rclpy.
 
 Bags are rosbag2 directories (metadata.yaml + one storage file), format version 9 (Kilted), with
-message definitions from rosbags' Kilted typestore plus MotionVL's own (msg/*.msg), so `ros2 bag
-info/play`, Foxglove and rosbags decode them.
+message definitions from rosbags' Kilted typestore plus MotionVL's own (msg/*.msg, and the FeedbackMessage of
+each action/*.action, what its feedback topic carries), so `ros2 bag info/play`, Foxglove and rosbags
+decode them.
 
 Storage and crash safety (rosbags 0.11.9, checked in its source):
   mcap     rosbags keeps the current MCAP chunk in memory and writes it out when it passes 1 MiB;
@@ -52,8 +53,8 @@ class BagError(Exception):
 
 
 def typestore():
-    """rosbags' typestore of the ROS 2 Kilted message types and MotionVL's own (msg/*.msg), so a bag stores
-    their definitions (what `ros2 bag` and Foxglove decode them with)."""
+    """rosbags' typestore of the ROS 2 Kilted message types and MotionVL's own (msg/*.msg, action/*.action), so a
+    bag stores their definitions (what `ros2 bag` and Foxglove decode them with)."""
     store = get_typestore(Stores.ROS2_KILTED)
     store.register(motionvl_types())
     return store
@@ -61,7 +62,8 @@ def typestore():
 
 @functools.lru_cache(maxsize=1)
 def motionvl_types() -> dict:
-    """rosbags type definitions of motionvl/msg/* from their .msg files (source tree or share/motionvl)."""
+    """rosbags type definitions of motionvl/msg/* from their .msg files and of motionvl/action/<Name>_FeedbackMessage
+    (what an action's feedback topic carries) from the .action files (source tree or share/motionvl)."""
     from rosbags.typesys import get_types_from_msg
 
     from motionvl.robot import package_root
@@ -69,6 +71,14 @@ def motionvl_types() -> dict:
     types: dict = {}
     for path in sorted((package_root() / "msg").glob("*.msg")):
         types.update(get_types_from_msg(path.read_text(), f"motionvl/msg/{path.stem}"))
+    for path in sorted((package_root() / "action").glob("*.action")):
+        feedback = path.read_text().split("\n---\n")[2]
+        # rosbags writes a nested type's definition only for a pkg/msg/ name: the feedback goes in as
+        # motionvl/msg/<Name>_Feedback (the definition text names it motionvl/<Name>_Feedback, as ROS 2's
+        # message definitions name nested types; the bytes are the same)
+        types.update(get_types_from_msg(feedback, f"motionvl/msg/{path.stem}_Feedback"))
+        types.update(get_types_from_msg(f"unique_identifier_msgs/UUID goal_id\nmotionvl/msg/{path.stem}_Feedback "
+                                        "feedback", f"motionvl/action/{path.stem}_FeedbackMessage"))
     return types
 
 

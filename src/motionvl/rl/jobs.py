@@ -225,35 +225,42 @@ class TrainingQueue:
         self._jobs: queue.Queue = queue.Queue()
         self._cancel = threading.Event()
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # which request waits, trains or was dropped: one decision at a time
+        self._waiting: set[str] = set()  # request ids queued
+        self._dropped: set[str] = set()  # request ids cancelled while queued (the worker skips them)
+        self._training: str | None = None  # the request id in training
         self.current: str | None = None
         self._thread = threading.Thread(target=self._work, name="training-queue", daemon=True)
         self._thread.start()
 
-    def submit_json(self, text: str) -> TrainingJob | None:
-        """Parse and queue a request; a bad one is reported as 'rejected' and returns None."""
-        try:
-            job = TrainingJob.from_json(text)
-        except JobError as exc:
-            cid = _peek_id(text)
-            self._emit["status"]({"candidate_id": cid, "state": "rejected", "message": str(exc)})
-            return None
-        self.submit(job)
-        return job
-
     def submit(self, job: TrainingJob) -> None:
+        if job.request_id:
+            with self._lock:
+                self._waiting.add(job.request_id)
         self._jobs.put(job)
         self._emit["status"]({"candidate_id": job.candidate_id, **({"request_id": job.request_id} if job.request_id else {}),
                               "state": "queued", "message": "", "queue_length": self._jobs.qsize()})
 
     def pending(self) -> int:
         """Jobs waiting behind the one in training."""
-        return self._jobs.qsize()
+        with self._lock:
+            return max(0, self._jobs.qsize() - len(self._dropped))
 
-    def cancel_current(self) -> bool:
-        if self.current is None:
-            return False
-        self._cancel.set()
-        return True
+    def cancel(self, request_id: str) -> str | None:
+        """Cancel one request (by its request_id): 'dropped' if it was waiting (it will not train and nothing is
+        reported about it again), 'stopping' if it trains (it stops after its current iteration, saved and
+        exported, and is reported 'cancelled'), None if the queue does not hold it (finished or unknown)."""
+        if not request_id:
+            return None
+        with self._lock:
+            if self._training == request_id:
+                self._cancel.set()
+                return "stopping"
+            if request_id in self._waiting:
+                self._waiting.discard(request_id)
+                self._dropped.add(request_id)
+                return "dropped"
+        return None
 
     def busy(self) -> bool:
         """Whether the worker still runs (after shutdown: a job that has not ended yet)."""
@@ -280,8 +287,14 @@ class TrainingQueue:
     def _run(self, job: TrainingJob) -> None:
         if self._stop.is_set():  # shut down while it waited: leave the job untouched
             return
-        self.current, cid = job.candidate_id, job.candidate_id
-        self._cancel.clear()
+        with self._lock:
+            if job.request_id in self._dropped:  # cancelled while it waited
+                self._dropped.discard(job.request_id)
+                return
+            self._waiting.discard(job.request_id)
+            self._training = job.request_id
+            self.current, cid = job.candidate_id, job.candidate_id
+            self._cancel.clear()
         run_dir = Path(job.run_dir) if job.run_dir else self.runs_dir / cid
         resume = (run_dir / "checkpoints" / "latest.pt").exists()
         ids = {"candidate_id": cid, **({"request_id": job.request_id} if job.request_id else {})}
@@ -309,13 +322,6 @@ class TrainingQueue:
             self._emit["status"]({**ids, "state": "failed", "message": f"{type(exc).__name__}: {exc}",
                                   "traceback": traceback.format_exc(limit=5)})
         finally:
-            self.current = None
+            with self._lock:
+                self.current = self._training = None
 
-
-def _peek_id(text: str) -> str | None:
-    try:
-        raw = json.loads(text)
-        cid = raw.get("candidate_id") if isinstance(raw, dict) else None
-        return cid if isinstance(cid, str) else None
-    except (json.JSONDecodeError, AttributeError):
-        return None

@@ -8,7 +8,8 @@ field; motionvl.ros.inbox logs and counts it and the node goes on.
 
 What stays JSON on purpose travels as motionvl/msg/JsonRecord, a kind and a version: a ledger record
 (search/ledger, kind "ledger") and the critic's bookkeeping (the `meta` of MotionFeedback and Comparison,
-kind "critic_meta").
+kind "critic_meta"); in the actions' goals and results, string fields with a version beside them (a training
+request, a job's outcome, a synthesis request and its ledger record).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 import numpy as np
 from builtin_interfaces.msg import Time
 
+from motionvl.action import Synthesize, TrainCandidate
 from motionvl.deploy.commands import PD_FIELDS
 from motionvl.deploy.modes import Mode, status_from_message
 from motionvl.msg import Comparison as ComparisonMsg
@@ -186,6 +188,106 @@ def heartbeat_from_msg(msg: TrainerHeartbeat) -> dict:
         raise BadMessage(f"trainer {msg.trainer[:80]!r}: not a node's full name")
     return {"trainer": msg.trainer, "candidate_id": msg.candidate_id or None, "queue_length": int(msg.queue_length),
             "time": seconds(msg.stamp)}
+
+
+# ---------------------------------------------------------------------------------------- TrainCandidate
+TRAIN_STATES = ("done", "cancelled", "failed", "rejected")
+TRAIN_PHASES = ("queued", "training", "evaluating")
+
+
+def train_goal(job) -> TrainCandidate.Goal:
+    """The goal of a motionvl.rl.jobs.TrainingJob (its request_id stays behind: the goal's id names it)."""
+    request = json.loads(job.to_json())
+    cid = request.pop("candidate_id")
+    request.pop("request_id", None)
+    return TrainCandidate.Goal(candidate_id=cid, request_json=json.dumps(request), request_version=JSON_VERSION)
+
+
+def job_from_goal(goal: TrainCandidate.Goal, request_id: str | None = None):
+    """The TrainingJob a goal asks for, validated as a request on the old topic was (BadMessage says what is
+    wrong); request_id: the trainer's name for it (the goal's id)."""
+    from motionvl.rl.jobs import JobError, TrainingJob
+
+    raw = json_field(goal.request_json, "request_json", goal.request_version)
+    for key in ("candidate_id", "request_id"):
+        if key in raw:
+            raise BadMessage(f"request_json: {key!r} is not taken there (the goal's candidate_id and id name the "
+                             "request)")
+    try:
+        job = TrainingJob.from_json(json.dumps({"candidate_id": goal.candidate_id, **raw}))
+    except (JobError, TypeError, ValueError) as exc:
+        raise BadMessage(str(exc)) from None
+    job.request_id = request_id
+    return job
+
+
+def train_feedback_msg(phase: str, record: dict | None = None) -> TrainCandidate.Feedback:
+    """Feedback of a phase change (iteration -1: none yet) or of one PPO iteration's history record."""
+    record = record or {}
+    return TrainCandidate.Feedback(phase=phase, iteration=int(record.get("iteration", -1)),
+                                   steps_per_s=_nan_for_none(record.get("steps_per_s")),
+                                   mean_reward=_nan_for_none(record.get("mean_return")),
+                                   mean_episode_length=_nan_for_none(record.get("mean_episode_length")))
+
+
+def train_feedback_from_msg(msg: TrainCandidate.Feedback) -> dict:
+    """{phase, iteration (None: not yet), steps_per_s, mean_reward, mean_episode_length (None: not known)}."""
+    if msg.phase not in TRAIN_PHASES:
+        raise BadMessage(f"phase {msg.phase[:40]!r}, expected one of {TRAIN_PHASES}")
+    return {"phase": msg.phase, "iteration": None if msg.iteration < 0 else int(msg.iteration),
+            **{k: _none_for_nan(getattr(msg, k), k) for k in ("steps_per_s", "mean_reward", "mean_episode_length")}}
+
+
+def train_result_msg(state: str, message: str = "", outcome: dict | None = None,
+                     term_stats: dict | None = None) -> TrainCandidate.Result:
+    """The result of a goal; outcome: run_job's outcome without term_stats (state done or cancelled)."""
+    outcome = outcome or {}
+    return TrainCandidate.Result(
+        state=state, message=message, policy_path=str(outcome.get("policy_path") or ""),
+        run_dir=str(outcome.get("run_dir") or ""), iterations=int(outcome.get("iterations") or 0),
+        outcome_json=json.dumps(outcome, default=float) if outcome else "",
+        term_stats_json=json.dumps(term_stats, default=float) if term_stats else "", version=JSON_VERSION)
+
+
+def train_result_from_msg(msg: TrainCandidate.Result) -> dict:
+    """{state, message, outcome}: outcome is run_job's outcome with term_stats (None unless done or cancelled)."""
+    if msg.state not in TRAIN_STATES:
+        raise BadMessage(f"state {msg.state[:40]!r}, expected one of {TRAIN_STATES}")
+    outcome = json_field(msg.outcome_json, "outcome_json", msg.version)
+    term_stats = json_field(msg.term_stats_json, "term_stats_json", msg.version)
+    return {"state": msg.state, "message": msg.message,
+            "outcome": {**outcome, "term_stats": term_stats} if outcome else None}
+
+
+# ---------------------------------------------------------------------------------------- Synthesize
+def synthesize_goal(request) -> Synthesize.Goal:
+    """The goal of a motionvl.synth.SynthesisRequest."""
+    return Synthesize.Goal(request_json=json.dumps(request.to_dict(), default=str), request_version=JSON_VERSION)
+
+
+def synthesis_request_from_goal(goal: Synthesize.Goal):
+    """The SynthesisRequest a goal asks for (BadMessage says what is wrong)."""
+    from motionvl.synth import SynthesisError, SynthesisRequest
+
+    raw = json_field(goal.request_json, "request_json", goal.request_version)
+    try:
+        return SynthesisRequest.from_dict(raw)
+    except (SynthesisError, TypeError, ValueError) as exc:
+        raise BadMessage(f"request_json: {exc}") from None
+
+
+def synthesize_result_msg(record: dict, cap_reached: bool = False) -> Synthesize.Result:
+    """The result of a goal: the call's ledger record (motionvl.synth.replay), its counts and error."""
+    candidates = record.get("candidates") or []
+    return Synthesize.Result(record_json=json.dumps(record, default=str) if record else "",
+                             record_version=JSON_VERSION, candidates=len(candidates),
+                             candidates_ok=sum(1 for c in candidates if c.get("ok")), cap_reached=bool(cap_reached),
+                             error=str(record.get("error") or ""))
+
+
+def synthesize_result_from_msg(msg: Synthesize.Result) -> dict:
+    """The ledger record of the call with cap_reached (what the search appends to its ledger)."""
+    return {**json_field(msg.record_json, "record_json", msg.record_version), "cap_reached": bool(msg.cap_reached)}
 
 
 # ---------------------------------------------------------------------------------------- the critic's answers

@@ -1,9 +1,9 @@
 """orchestrator: owns the reward search and r* (a thin adapter over `motionvl.search`).
 
 Runs `motionvl.search.loop.Search` on a worker thread with its backends on the graph: candidates go to
-the policy_trainer nodes, each addressed on its own channel (/<trainer>/candidates), one at a time per
-trainer; proposals come from the reward_synthesizer node (or an in-process synthesizer with
-`synthesizer_node` false); with `playback` ros every candidate is played by the deployment node on the
+the policy_trainer nodes as goals of each one's own action (/<trainer>/train_candidate), one at a time per
+trainer; proposals come from the reward_synthesizer node's synthesize action (or an in-process synthesizer
+with `synthesizer_node` false); with `playback` ros every candidate is played by the deployment node on the
 simulator node and judged by vlm_critic, r*'s rollout sent with each comparison (motionvl.ros.graph_playback:
 the sequence, topics and services), with in_process in this process (the deployment controller and the
 critic here). Everything the search records is also published. No message ends the node: an unusable one on any
@@ -13,19 +13,18 @@ Subscribes:
   trainer/heartbeat    motionvl/TrainerHeartbeat  which trainers are alive and what they train (reliable, depth 10);
                                         a trainer silent for limits.trainer_lost_s is gone and its
                                         candidate goes to another trainer
-  trainer/status, trainer/progress, trainer/statistics, trainer/policy   the trainers' reports, matched
-                                        by each request's request_id
-  synthesizer/candidates std_msgs/String the synthesizer node's answers, matched by request_id
+Action clients:
+  /<trainer>/train_candidate  motionvl/action/TrainCandidate  one goal per candidate (a TrainingJob); its
+                                        feedback is the candidate's progress (the dispatcher's heartbeat), its
+                                        result the outcome; cancelled to stop a stalled or over-time candidate
+  synthesize           motionvl/action/Synthesize  one goal per proposal (a SynthesisRequest); cancelled after
+                                        synth_timeout_s
 Publishes:
-  /<trainer>/candidates std_msgs/String a TrainingJob request (motionvl.rl.jobs) with a request_id
-  synthesizer/request  std_msgs/String  a SynthesisRequest with a request_id
   search/state         motionvl/SearchState  the loop's state: phase, iteration, best, candidate, ..., run_dir,
                                         task, label (reliable, transient-local depth 1)
   search/ledger        motionvl/JsonRecord  kind "ledger", version 1: every ledger record as it is written: prompts, responses, specs,
                                         validations, statistics, feedback, scores and choices
                                         (reliable, transient-local depth 100), so a bag records the run
-Calls:
-  /<trainer>/cancel    std_srvs/Trigger to stop a stalled or over-time candidate
 
 When the search ends (`shutdown_when_done`) the node asks its process to stop (motionvl.ros.runtime,
 exit status 0 when the search finished, 1 when it failed), so `motionvl train` and a launch with the
@@ -42,20 +41,22 @@ import sys
 import threading
 import time
 import traceback
-import uuid
 
+from action_msgs.msg import GoalStatus
+from rclpy.action import ActionClient
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from std_msgs.msg import String
-from std_srvs.srv import Trigger
 
+from motionvl.action import Synthesize, TrainCandidate
 from motionvl.backend_names import backends_help, model_parameters, recorded_parameters
 from motionvl.msg import JsonRecord, SearchState, TrainerHeartbeat
 from motionvl.robot import ConfigError
 from motionvl.ros.inbox import Inbox
-from motionvl.ros.messages import BadMessage, heartbeat_from_msg, ledger_msg, search_state_msg
+from motionvl.ros.messages import (BadMessage, heartbeat_from_msg, ledger_msg, search_state_msg, synthesize_goal,
+                                   synthesize_result_from_msg, train_feedback_from_msg, train_goal,
+                                   train_result_from_msg)
 from motionvl.ros.params import declare_parameters
-from motionvl.ros.records import json_record
 from motionvl.ros.runtime import abandon_work, request_stop, run_node, time_left
 from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain
 from motionvl.search.dispatch import SlotState
@@ -77,7 +78,7 @@ PARAMETERS = {
     "synthesizer": ("rules", f"The synthesizer the reward_synthesizer node runs (or the in-process one): "
                              f"{backends_help('synth')}."),
     "synthesizer_node": (True, "Ask the reward_synthesizer node; false: a synthesizer in this process."),
-    "synth_timeout_s": (1800.0, "Seconds to wait for the synthesizer node's answer to one request."),
+    "synth_timeout_s": (1800.0, "Seconds to wait for the synthesizer node's answer to one request (then its goal is cancelled)."),
     "critic": ("kinematic", f"Critic backend: {backends_help('critic')}."),
     **recorded_parameters(),  # synth_model, synth_base_url, critic_model, critic_base_url (a resume: the recorded)
     **model_parameters(("device",)),  # of the in-process backends
@@ -97,10 +98,6 @@ PARAMETERS = {
     "shutdown_when_done": (True, "Shut this process's ROS context down when the search ends."),
 }
 
-REQUEST_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-STREAM_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-LATCHED_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
-                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 STATE_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
 LEDGER_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
@@ -108,94 +105,181 @@ LEDGER_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, histo
 HEARTBEAT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 
 
+GOAL_ANSWER_S = 15.0
+"""Seconds a trainer may take to accept or refuse a goal before the candidate goes to a trainer again."""
+
+
 class GraphTrainer:
-    """One policy_trainer node as a TrainerSlot of the search's dispatcher."""
+    """One policy_trainer node as a TrainerSlot of the search's dispatcher: a TrainCandidate goal per job on the
+    trainer's own action (/<trainer>/train_candidate), its feedback the job's progress, its result the outcome."""
 
     def __init__(self, node: "OrchestratorNode", name: str):
         self.node, self.name = node, name
-        self.pub = node.create_publisher(String, f"{name}/candidates", REQUEST_QOS)
-        self.cancel = node.create_client(Trigger, f"{name}/cancel")
-        self.request_id: str | None = None
+        self.client = ActionClient(node, TrainCandidate, f"{name}/train_candidate",
+                                   callback_group=node.action_callbacks)
+        self.lock = threading.Lock()
+        self.job: dict | None = None  # the goal in flight: handle, feedback, result (one dict per start)
         self.sent = 0.0
 
     def start(self, job) -> None:
-        self.request_id = f"{job.candidate_id}@{uuid.uuid4().hex[:8]}"
-        job = dataclasses.replace(job, request_id=self.request_id)
-        deadline = time.monotonic() + 10.0  # a trainer just seen may not have matched our publisher yet
-        while self.pub.get_subscription_count() == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # a trainer just seen may not have matched our action client yet
+        self.client.wait_for_server(timeout_sec=10.0)
         self.sent = time.time()
-        self.pub.publish(String(data=job.to_json()))
+        current = {"candidate_id": job.candidate_id, "last": self.sent, "handle": None, "result": None,
+                   "refused": None, "stop": False}
+        with self.lock:
+            self.job = current
+        future = self.client.send_goal_async(train_goal(job), feedback_callback=lambda msg: self._on_feedback(
+            current, msg))
+        future.add_done_callback(lambda f: self._on_response(current, f))
+
+    def _on_response(self, current: dict, future) -> None:
+        try:
+            handle = future.result()
+        except Exception as exc:  # noqa: BLE001 - the goal request failed on the wire: the job fails
+            handle, current["refused"] = None, f"{type(exc).__name__}: {exc}"
+        if handle is None:
+            return
+        if not handle.accepted:
+            current["refused"] = "the goal was not accepted"
+            return
+        with self.lock:
+            current["handle"] = handle
+            stop = current["stop"]
+        if stop:  # stopped before the trainer accepted it
+            handle.cancel_goal_async()
+            return
+        handle.get_result_async().add_done_callback(lambda f: self._on_result(current, f))
+
+    def _on_feedback(self, current: dict, msg) -> None:
+        try:
+            feedback = train_feedback_from_msg(msg.feedback)
+        except BadMessage as exc:
+            self.node.get_logger().warning(f"{self.name}: feedback dropped: {exc}")
+            return
+        with self.lock:
+            current["last"] = time.time()
+            current["phase"] = feedback["phase"]
+            if feedback["iteration"] is not None:
+                current["iteration"] = feedback["iteration"]
+
+    def _on_result(self, current: dict, future) -> None:
+        try:
+            response = future.result()
+            result = train_result_from_msg(response.result)
+        except BadMessage as exc:
+            result = {"state": "failed", "message": f"an unusable result: {exc}", "outcome": None}
+        except Exception as exc:  # noqa: BLE001 - the result request failed on the wire
+            result = {"state": "failed", "message": f"no result: {type(exc).__name__}: {exc}", "outcome": None}
+        with self.lock:
+            current["result"], current["last"] = result, time.time()
 
     def poll(self) -> SlotState:
-        if self.request_id is None:
+        with self.lock:
+            info = dict(self.job) if self.job is not None else None
+        if info is None:
             return SlotState("idle")
+        state = self._state(info)
+        if state.kind != "running":
+            with self.lock:
+                if self.job is not None and self.job["handle"] is info["handle"]:
+                    self.job["stop"] = True  # a goal accepted after all is cancelled (_on_response)
+                    self.job = None
+        return state
+
+    def _state(self, info: dict) -> SlotState:
         node = self.node
         with node.lock:
-            info = dict(node.requests.get(self.request_id) or {})
             seen = node.trainers.get(self.name)
         lost_s = node.lost_s
         if seen is None or time.time() - seen["received"] > lost_s:
-            self.request_id = None
             return SlotState("gone", reason=f"no heartbeat for {lost_s:.0f} s")
-        state = info.get("state")
-        if state in ("failed", "rejected"):
-            self.request_id = None
-            return SlotState("failed", reason=f"{self.name} reports {state}: {info.get('message')}")
-        if state == "cancelled":  # not by us (stop() forgets the request): the trainer is shutting down
-            self.request_id = None
-            return SlotState("gone", reason=f"{self.name} stopped the candidate ({info.get('message')})")
-        if info.get("policy") is not None and info.get("statistics") is not None:
-            self.request_id = None
-            return SlotState("done", outcome={**info["policy"], "term_stats": info["statistics"]})
-        # a trainer that restarted has forgotten the request: its heartbeat names no job and it has none queued
-        if (info and seen["received"] > info.get("last", 0) + 2.0 and seen["data"].get("candidate_id") is None
-                and not seen["data"].get("queue_length")):
-            self.request_id = None
+        if info["handle"] is None and info["refused"] is None and time.time() - self.sent > GOAL_ANSWER_S:
+            # the goal request was lost (a trainer of this name that just restarted, still in the graph as it was)
+            return SlotState("gone", reason=f"no answer to the goal within {GOAL_ANSWER_S:.0f} s")
+        if info["refused"] is not None:
+            return SlotState("failed", reason=f"{self.name} refused the goal: {info['refused']}")
+        result = info["result"]
+        if result is not None:
+            state = result["state"]
+            if state == "done":
+                return SlotState("done", outcome=result["outcome"])
+            if state == "cancelled":  # not by us (stop() forgets the job): the trainer is shutting down
+                return SlotState("gone", reason=f"{self.name} stopped the candidate ({result['message']})")
+            return SlotState("failed", reason=f"{self.name} reports {state}: {result['message']}")
+        # a trainer that restarted has forgotten the goal: its heartbeat names no job and it has none queued
+        if (info["handle"] is not None and seen["received"] > info["last"] + 2.0
+                and seen["data"].get("candidate_id") is None and not seen["data"].get("queue_length")):
             return SlotState("gone", reason="the trainer no longer has the candidate (restarted?)")
-        return SlotState("running", beat=info.get("last", self.sent), iteration=info.get("iteration"),
-                         phase=info.get("phase") or state)
+        return SlotState("running", beat=info["last"], iteration=info.get("iteration"),
+                         phase=info.get("phase") or ("queued" if info["handle"] is not None else "starting"))
 
     def stop(self) -> None:
-        self.request_id = None
-        if self.cancel.service_is_ready():
-            self.cancel.call_async(Trigger.Request())
+        with self.lock:
+            current, self.job = self.job, None
+            if current is None:
+                return
+            current["stop"] = True
+            handle = current["handle"]
+        if handle is not None:
+            handle.cancel_goal_async()
 
     def close(self) -> None:
         pass
 
 
 class SynthesizerClient:
-    """The reward_synthesizer node as the search's synthesizer: `propose_record(request)` returns the node's
-    answer (the synthesis record) to a request published with a request_id."""
+    """The reward_synthesizer node as the search's synthesizer: `propose_record(request)` sends a Synthesize goal
+    and returns its result (the synthesis record); a goal not answered within timeout_s is cancelled."""
 
     def __init__(self, node: "OrchestratorNode", name: str, timeout_s: float):
         self.node, self.name, self.offline, self.timeout_s = node, name, name in ("rules", "replay"), float(timeout_s)
-        self.pub = node.create_publisher(String, "synthesizer/request", REQUEST_QOS)
+        self.client = ActionClient(node, Synthesize, "synthesize", callback_group=node.action_callbacks)
 
     def propose_record(self, request) -> dict:
-        rid = f"synth-{request.iteration}-{uuid.uuid4().hex[:8]}"
+        if not self.client.wait_for_server(timeout_sec=30.0):
+            raise TimeoutError(f"no reward_synthesizer node serves {self.node.resolve_topic_name('synthesize')}")
         done = threading.Event()
-        with self.node.lock:
-            self.node.waiting[rid] = done
-        deadline = time.monotonic() + 30.0
-        while self.pub.get_subscription_count() == 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if self.pub.get_subscription_count() == 0:
-            raise TimeoutError("no reward_synthesizer node is listening on synthesizer/request")
-        self.pub.publish(String(data=json.dumps({"request_id": rid, **request.to_dict()}, default=str)))
+        answer: dict = {}
+
+        def on_result(future) -> None:
+            try:
+                answer["response"] = future.result()
+            except Exception as exc:  # noqa: BLE001 - the result request failed on the wire
+                answer["error"] = exc
+            done.set()
+
+        def on_response(future) -> None:
+            try:
+                handle = answer["handle"] = future.result()
+            except Exception as exc:  # noqa: BLE001 - the goal request failed on the wire
+                answer["error"] = exc
+                done.set()
+                return
+            if not handle.accepted:
+                answer["error"] = RuntimeError("the reward_synthesizer node did not accept the goal")
+                done.set()
+                return
+            handle.get_result_async().add_done_callback(on_result)
+
+        self.client.send_goal_async(synthesize_goal(request)).add_done_callback(on_response)
         if not done.wait(self.timeout_s):
+            if answer.get("handle") is not None:
+                answer["handle"].cancel_goal_async()  # a waiting goal is dropped; a call in flight answers unheard
             raise TimeoutError(f"the reward_synthesizer node did not answer within {self.timeout_s:.0f} s")
-        with self.node.lock:
-            answer = self.node.answers.pop(rid)
-            self.node.waiting.pop(rid, None)
-        ran = (answer.get("synthesizer") or {}).get("backend")  # "rules", "openai:<model>", ...
+        if "error" in answer:
+            raise answer["error"]
+        response = answer["response"]
+        if response.status != GoalStatus.STATUS_SUCCEEDED and not response.result.record_json:
+            raise RuntimeError(f"the reward_synthesizer node refused the request: {response.result.error}")
+        record = synthesize_result_from_msg(response.result)
+        ran = (record.get("synthesizer") or {}).get("backend")  # "rules", "openai:<model>", ...
         if ran is not None and str(ran).split(":")[0] != self.name:  # one run, one model: never mix two silently
             from motionvl.search.loop import SearchError
 
             raise SearchError(f"the reward_synthesizer node runs backend {ran!r}, this run's is {self.name!r}: start "
                               f"the node with the run's backend (train.launch.py synthesizer:={self.name} and its model)")
-        return {k: v for k, v in answer.items() if k not in ("request_id", "kind")}
+        return {k: v for k, v in record.items() if k != "kind"}
 
 
 class OrchestratorNode(Node):
@@ -226,9 +310,7 @@ class OrchestratorNode(Node):
         self.lock = threading.Lock()
         self.trainers: dict[str, dict] = {}  # name -> {"received": time, "data": heartbeat}
         self.slots: dict[str, GraphTrainer] = {}
-        self.requests: dict[str, dict] = {}  # request_id -> what the trainer said about it
-        self.waiting: dict[str, threading.Event] = {}
-        self.answers: dict[str, dict] = {}
+        self.action_callbacks = ReentrantCallbackGroup()  # the action clients' answers, beside the heartbeats
         if self.settings.mode == "reference":
             self.synthesizer = None
         elif p["synthesizer_node"]:
@@ -258,10 +340,6 @@ class OrchestratorNode(Node):
         self.state_pub = self.create_publisher(SearchState, "search/state", STATE_QOS)
         self.ledger_pub = self.create_publisher(JsonRecord, "search/ledger", LEDGER_QOS)
         self.inbox.subscribe(TrainerHeartbeat, "trainer/heartbeat", self._on_heartbeat, HEARTBEAT_QOS)
-        for topic, key, qos in (("trainer/status", "status", LATCHED_QOS), ("trainer/progress", "progress", STREAM_QOS),
-                                ("trainer/statistics", "statistics", LATCHED_QOS), ("trainer/policy", "policy", LATCHED_QOS)):
-            self.inbox.subscribe(String, topic, self._trainer_report(key), qos)
-        self.inbox.subscribe(String, "synthesizer/candidates", self._on_answer, LATCHED_QOS)
         self.result: dict | None = None
         self.search = None
         self.error: str | None = None
@@ -279,39 +357,6 @@ class OrchestratorNode(Node):
             self.trainers[name] = {"received": time.time(), "data": data}
             if name not in self.slots:
                 self.slots[name] = GraphTrainer(self, name)
-
-    def _trainer_report(self, key: str):
-        def on_report(msg: String) -> None:
-            data = json_record(self, msg, f"trainer/{key}")
-            rid = data.get("request_id") if data else None
-            if rid is None or not isinstance(rid, str):
-                return  # not one of ours (a candidate sent by hand)
-            with self.lock:
-                info = self.requests.setdefault(rid, {})
-                info["last"] = time.time()
-                if key == "status":
-                    info["state"], info["message"] = data.get("state"), data.get("message")
-                elif key == "progress":
-                    if not isinstance(data.get("iteration", 0), (int, type(None))):
-                        raise BadMessage(f"iteration {data['iteration']!r}: not an integer")
-                    info["phase"] = data.get("phase")
-                    if data.get("iteration") is not None:
-                        info["iteration"] = data["iteration"]
-                elif key == "statistics":
-                    info["statistics"] = data.get("term_stats")
-                else:
-                    info["policy"] = {k: v for k, v in data.items() if k not in ("trainer", "request_id")}
-        return on_report
-
-    def _on_answer(self, msg: String) -> None:
-        data = json_record(self, msg, "synthesizer/candidates")
-        if data is None or not isinstance(data.get("request_id"), str):
-            return
-        with self.lock:
-            event = self.waiting.get(data["request_id"])
-            if event is not None:
-                self.answers[data["request_id"]] = data
-                event.set()
 
     def alive_trainers(self) -> list[GraphTrainer]:
         now = time.time()

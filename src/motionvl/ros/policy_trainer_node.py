@@ -1,53 +1,47 @@
-"""policy_trainer: trains a PPO policy for every reward candidate it receives.
+"""policy_trainer: trains a PPO policy for every reward candidate it is sent.
 
 A thin adapter over `motionvl.rl.jobs.TrainingQueue`: training runs on the queue's worker
 thread (the trainer owns its batched simulator; no physics goes through ROS), so the executor
-stays free to accept candidates, answer services and beat its heartbeat while a candidate trains.
+stays free to accept goals, answer cancels and beat its heartbeat while a candidate trains.
 Several trainers (processes, or machines on one DDS domain) run side by side under their own
-node names (`--ros-args -r __node:=policy_trainer_1`); each is addressed on its own channel.
+node names (`--ros-args -r __node:=policy_trainer_1`); each is addressed by its own action.
 
-Subscribes:
-  ~/candidates        std_msgs/String  JSON request (see motionvl.rl.jobs): candidate_id, spec,
-                                       optional minutes / max_iterations / iterations / warm_start /
-                                       overrides / run_dir / evaluate / evaluation. This trainer's own
-                                       channel (/<node name>/candidates), what the orchestrator uses.
-  reward_candidates   the same, shared by every trainer that has `shared_channel` on (by hand, one
-                      trainer). Both reliable, depth 50: candidates must not be dropped.
-Publishes (every message names the trainer, the node's full name):
+Action server:
+  ~/train_candidate   motionvl/action/TrainCandidate (/<node name>/train_candidate). Goal: candidate_id and
+                      request_json (the rest of a motionvl.rl.jobs request: spec, optional minutes /
+                      max_iterations / iterations / warm_start / overrides / run_dir / evaluate / evaluation;
+                      version 1). One goal trains at a time; a goal sent meanwhile is accepted and waits
+                      (feedback phase "queued"). Feedback: phase (queued, training, evaluating) and per PPO
+                      iteration iteration, steps_per_s, mean_reward (mean episode return), mean_episode_length.
+                      Result: state done (succeeded), cancelled (canceled; aborted when the trainer itself
+                      stopped it on shutdown), failed or rejected (a malformed goal: aborted, the message says
+                      why); policy_path (ONNX), run_dir, iterations, outcome_json (run_job's outcome:
+                      start_iteration, stop_reason, selection, evaluation, timings) and term_stats_json (per-term
+                      episode reward mean/min/max over the run: the "reward reflection" for the synthesizer).
+                      Cancel: a goal in training stops after its current iteration (saved and exported, state
+                      cancelled); a waiting goal is dropped at once.
+Publishes:
   trainer/heartbeat   motionvl/TrainerHeartbeat every `heartbeat_period_s`: stamp (node clock),
-                      trainer, candidate_id (in training; empty: idle), queue_length. Reliable,
-                      depth 10. A trainer silent for a few periods has gone (the orchestrator hands
-                      its candidate to another).
-  the others std_msgs/String, JSON with "trainer":
-  trainer/status      {candidate_id, state: queued|training|done|cancelled|rejected|failed, message}
-                      Reliable, transient-local depth 50, so a late subscriber sees recent states.
-  trainer/progress    one record per PPO iteration: candidate_id, phase "training", iteration,
-                      steps_per_s, mean_reward, mean_episode_length, per-term episode rewards; and
-                      {candidate_id, phase: "evaluating"} when the evaluation starts. Reliable depth 50.
-  trainer/statistics  {candidate_id, term_stats}: per-term episode reward mean/min/max over the
-                      run (the "reward reflection" for the synthesizer). Transient-local.
-  trainer/policy      {candidate_id, policy_path (ONNX), run_dir, iterations, start_iteration,
-                      stop_reason, selected_iteration and selected_actor (held-out selection:
-                      'exported' or 'last_iterate', or null), evaluation (reward-free task score),
-                      train_wall_s, eval_wall_s}. Transient-local.
-Services:
-  ~/cancel  std_srvs/Trigger  stop the candidate in training after its current iteration
-                              (it is still saved and exported).
+                      trainer (the node's full name), candidate_id (in training; empty: idle),
+                      queue_length (goals waiting). Reliable, depth 10. A trainer silent for a few periods
+                      has gone (the orchestrator hands its candidate to another).
 """
 
 from __future__ import annotations
 
-import json
 import sys
+import threading
 
+from rclpy.action import ActionServer, CancelResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from std_msgs.msg import String
-from std_srvs.srv import Trigger
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
+from motionvl.action import TrainCandidate
 from motionvl.msg import TrainerHeartbeat
 from motionvl.robot import ConfigError, load_robot_config
-from motionvl.ros.messages import heartbeat_msg
+from motionvl.ros.goals import QueuedGoal
+from motionvl.ros.messages import BadMessage, heartbeat_msg, job_from_goal, train_feedback_msg, train_result_msg
 from motionvl.ros.runtime import abandon_work, run_node, time_left
 from motionvl.ros.params import declare_parameters
 from motionvl.task import DEFAULT_COMMAND
@@ -65,18 +59,11 @@ PARAMETERS = {
     "eval_episodes": (8, "Parallel evaluation episodes after training."),
     "eval_command_vx": (DEFAULT_COMMAND[0], "Forward velocity command of the evaluation of a request that names no "
                                             "command, m/s (the search's requests carry their task's)."),
-    "shared_channel": (True, "Also take candidates from the shared reward_candidates topic (one trainer, by hand)."),
     "heartbeat_period_s": (1.0, "Seconds between heartbeats on trainer/heartbeat."),
     "cpu_affinity": ([], "Cores this trainer's process runs on, e.g. [0]; empty: every core it may use. Several trainers "
                          "on one machine get disjoint shares (motionvl train --trainers N, train.launch.py trainers:=N): "
                          "threads of two trainings on one core wait for each other at every barrier."),
 }
-
-REQUEST_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-STREAM_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-LATCHED_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
-                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
-
 
 HEARTBEAT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 
@@ -95,11 +82,9 @@ class PolicyTrainerNode(Node):
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"parameter cpu_affinity {p['cpu_affinity']}: {exc}") from exc
         self.trainer_name = self.get_fully_qualified_name()
-        self.status_pub = self.create_publisher(String, "trainer/status", LATCHED_QOS)
-        self.progress_pub = self.create_publisher(String, "trainer/progress", STREAM_QOS)
-        self.stats_pub = self.create_publisher(String, "trainer/statistics", LATCHED_QOS)
-        self.policy_pub = self.create_publisher(String, "trainer/policy", LATCHED_QOS)
         self.heartbeat_pub = self.create_publisher(TrainerHeartbeat, "trainer/heartbeat", HEARTBEAT_QOS)
+        self._goals: dict[str, _Goal] = {}  # request id (the goal's id) -> the goal while it waits or trains
+        self._goals_lock = threading.Lock()
 
         from motionvl.rl.jobs import TrainingQueue
 
@@ -108,37 +93,98 @@ class PolicyTrainerNode(Node):
             p["runs_dir"], train_config=p["training_config"] or None, default_minutes=p["default_minutes"],
             eval_seconds=p["eval_seconds"], eval_episodes=p["eval_episodes"],
             eval_command=(p["eval_command_vx"], 0.0, 0.0),
-            on_status=self._publisher(self.status_pub, log=True), on_progress=self._publisher(self.progress_pub),
-            on_statistics=self._publisher(self.stats_pub), on_policy=self._publisher(self.policy_pub, log=True),
-            robot=robot)
-        self.create_subscription(String, "~/candidates", self._on_candidate, REQUEST_QOS)
-        if p["shared_channel"]:
-            self.create_subscription(String, "reward_candidates", self._on_candidate, REQUEST_QOS)
-        self.create_service(Trigger, "~/cancel", self._on_cancel)
+            on_status=self._on_status, on_progress=self._on_progress, on_statistics=self._on_statistics,
+            on_policy=self._on_policy, robot=robot)
+        # goals wait (coroutines) side by side with the cancels and the heartbeat: no goal holds an executor thread
+        self.action_server = ActionServer(self, TrainCandidate, "~/train_candidate", self._execute,
+                                          cancel_callback=self._on_cancel, callback_group=ReentrantCallbackGroup())
         self.create_timer(p["heartbeat_period_s"], self._beat)
-        channels = [self.resolve_topic_name("~/candidates")] + (
-            [self.resolve_topic_name("reward_candidates")] if p["shared_channel"] else [])
-        self.get_logger().info(f"ready: candidates on {', '.join(channels)}, runs in {p['runs_dir']}")
+        self.get_logger().info(f"ready: goals on {self.resolve_topic_name('~/train_candidate')}, runs in "
+                               f"{p['runs_dir']}")
 
     def _beat(self) -> None:
         self.heartbeat_pub.publish(heartbeat_msg(self.trainer_name, self.queue.current, self.queue.pending(),
                                                  self.get_clock().now().to_msg()))
 
-    def _publisher(self, pub, log: bool = False):
-        def publish(payload: dict) -> None:
-            text = json.dumps({"trainer": self.trainer_name, **payload}, default=float)
-            pub.publish(String(data=text))
-            if log:
-                self.get_logger().info(f"{pub.topic_name}: {text[:300]}")
-        return publish
+    # ------------------------------------------------------------------ goals
+    async def _execute(self, handle) -> TrainCandidate.Result:
+        rid = bytes(handle.goal_id.uuid).hex()
+        try:
+            job = job_from_goal(handle.request, request_id=rid)
+        except BadMessage as exc:
+            self.get_logger().warning(f"rejected goal {handle.request.candidate_id[:80]!r}: {exc}")
+            handle.abort()
+            return train_result_msg("rejected", str(exc))
+        goal = _Goal(handle, self.executor, job)
+        with self._goals_lock:
+            self._goals[rid] = goal
+        self.queue.submit(job)
+        if goal.cancelling or handle.is_cancel_requested:  # a cancel that came before the goal was queued
+            self._cancel(rid)
+        result = await goal.done
+        with self._goals_lock:
+            self._goals.pop(rid, None)
+        goal.conclude({"done": "succeed", "cancelled": "cancel"}.get(result.state, "abort"))
+        return result
 
-    def _on_candidate(self, msg: String) -> None:
-        self.queue.submit_json(msg.data)
+    def _on_cancel(self, handle) -> CancelResponse:
+        rid = bytes(handle.goal_id.uuid).hex()
+        with self._goals_lock:
+            goal = self._goals.get(rid)
+        if goal is not None:
+            goal.cancelling = True
+        self._cancel(rid)
+        return CancelResponse.ACCEPT
 
-    def _on_cancel(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        response.success = self.queue.cancel_current()
-        response.message = "cancelling after the current iteration" if response.success else "nothing is training"
-        return response
+    def _cancel(self, rid: str) -> None:
+        what = self.queue.cancel(rid)
+        if what == "dropped":  # it never trains: its result now
+            self._finish(rid, "cancelled", "dropped before training")
+        self.get_logger().info(f"cancel of {self._candidate(rid)}: "
+                               + {"dropped": "dropped while waiting", "stopping": "stopping after this iteration"}.get(
+                                   what, "not waiting or training"))
+
+    def _goal(self, payload: dict):
+        with self._goals_lock:
+            return self._goals.get(payload.get("request_id"))
+
+    def _candidate(self, rid: str) -> str:
+        with self._goals_lock:
+            goal = self._goals.get(rid)
+        return repr(goal.job.candidate_id) if goal else f"goal {rid[:8]}"
+
+    def _finish(self, rid: str, state: str, message: str) -> None:
+        with self._goals_lock:
+            goal = self._goals.get(rid)
+        if goal is not None:
+            goal.finish(train_result_msg(state, message, goal.outcome, goal.term_stats))
+
+    # ------------------------------------------------------------------ the queue's reports (its worker thread)
+    def _on_status(self, payload: dict) -> None:
+        goal, state = self._goal(payload), payload["state"]
+        self.get_logger().info(f"{payload['candidate_id']}: {state}"
+                               + (f" ({str(payload.get('message'))[:300]})" if payload.get("message") else ""))
+        if goal is None:
+            return
+        if state in ("queued", "training"):
+            goal.feedback(state)
+        else:
+            self._finish(payload["request_id"], state, str(payload.get("message") or ""))
+
+    def _on_progress(self, payload: dict) -> None:
+        goal = self._goal(payload)
+        if goal is not None:
+            goal.feedback(payload["phase"], payload if payload["phase"] == "training" else goal.last)
+
+    def _on_statistics(self, payload: dict) -> None:
+        goal = self._goal(payload)
+        if goal is not None:
+            goal.term_stats = payload["term_stats"]
+
+    def _on_policy(self, payload: dict) -> None:
+        goal = self._goal(payload)
+        if goal is not None:
+            goal.outcome = {k: v for k, v in payload.items() if k != "request_id"}
 
     def destroy_node(self):
         # The candidate in training stops after its iteration in flight (saved and exported) if that ends
@@ -151,6 +197,22 @@ class PolicyTrainerNode(Node):
                 abandon_work(f"{self.trainer_name}: the training iteration in flight of {queue.current} "
                              "(its run resumes from the last checkpoint)")
         return super().destroy_node()
+
+
+class _Goal(QueuedGoal):
+    """One accepted goal while it waits or trains: its feedback and what training reported."""
+
+    def __init__(self, handle, executor, job):
+        super().__init__(handle, executor)
+        self.job = job
+        self.outcome: dict | None = None
+        self.term_stats: dict | None = None
+        self.last: dict | None = None  # the last iteration's record (the evaluation's feedback repeats it)
+
+    def feedback(self, phase: str, record: dict | None = None) -> None:
+        if phase == "training" and record is not None:
+            self.last = record
+        self.handle.publish_feedback(train_feedback_msg(phase, record))
 
 
 def main(args=None) -> int:

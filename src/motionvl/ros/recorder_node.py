@@ -28,6 +28,7 @@ Crash safety: the bag is flushed every `flush_period_s` (see `motionvl.bags`); a
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from dataclasses import dataclass
 
@@ -47,12 +48,14 @@ from motionvl.ros.params import declare_parameters
 
 NODE_NAME = "recorder"
 
-# the training loop's topics (relative names resolve in the recorder's namespace; /clock is global)
+# the training loop's topics (relative names resolve in the recorder's namespace; /clock is global). The actions'
+# feedback and status topics: every trainer's (one action per trainer node, hence the pattern) and the
+# synthesizer's; their goals and results travel as services (the search's ledger has them: search/ledger).
 DEFAULT_TOPICS = [
     "joint_states", "imu/data", "odom", "/clock", "cmd_vel", "camera/camera_info",
-    "critic/feedback", "critic/compare", "critic/comparison", "reward_candidates", "rollout/boundary",
-    "trainer/status", "trainer/progress", "trainer/statistics", "trainer/policy", "trainer/heartbeat",
-    "synthesizer/request", "synthesizer/candidates", "search/state", "search/ledger",
+    "critic/feedback", "critic/compare", "critic/comparison", "rollout/boundary", "trainer/heartbeat",
+    "*/train_candidate/_action/feedback", "*/train_candidate/_action/status",
+    "synthesize/_action/feedback", "synthesize/_action/status", "search/state", "search/ledger",
 ]
 IMAGE_TOPIC = "camera/image_raw"
 CLOCK_WAIT_S = 2.0
@@ -71,7 +74,8 @@ PARAMETERS = {
     "flush_period_s": (1.0, "Wall-clock seconds between flushes to disk; a crash loses at most this much. "
                             "0 = only on close."),
 }
-TOPICS_DESCRIPTION = ("Topics to record (string array). Relative names resolve in the node's namespace. "
+TOPICS_DESCRIPTION = ("Topics to record (string array). Relative names resolve in the node's namespace; '*' stands "
+                      "for one name component (e.g. '*/train_candidate/_action/feedback': every trainer's). "
                       "Default: the training loop's topics except camera/image_raw (see record_images).")
 
 DEPTH = 100  # per subscription: a burst must not overflow while the bag writes
@@ -85,13 +89,25 @@ class Recorded:
 
 
 def message_class(msgtype: str):
-    """The Python class of "pkg/msg/Type" (rosidl_runtime_py where installed, else importlib)."""
+    """The Python class of "pkg/msg/Type" or of an action's "pkg/action/Type_FeedbackMessage" (rosidl_runtime_py
+    where installed, else importlib)."""
     try:
         from rosidl_runtime_py.utilities import get_message
     except ImportError:
         pkg, kind, name = msgtype.split("/")
-        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+        module = importlib.import_module(f"{pkg}.{kind}")
+        if kind == "action" and not hasattr(module, name):  # Type_FeedbackMessage: the action's own module has it
+            action, _, part = name.rpartition("_")
+            return getattr(getattr(module, action).Impl, part) if part == "FeedbackMessage" else \
+                getattr(getattr(module, action), part)
+        return getattr(module, name)
     return get_message(msgtype)
+
+
+def topic_pattern(name: str, namespace: str) -> re.Pattern:
+    """A topic name with '*' components as a pattern of full names ('*': one component)."""
+    full = name if name.startswith("/") else f"{namespace.rstrip('/')}/{name}"
+    return re.compile("/".join("[^/]+" if part == "*" else re.escape(part) for part in full.split("/")))
 
 
 def subscription_qos(offered: list[QoSProfile]) -> QoSProfile:
@@ -138,9 +154,10 @@ class RecorderNode(Node):
             raise ConfigError("parameters discovery_period_s must be > 0 and flush_period_s >= 0")
         names = list(topics) + ([IMAGE_TOPIC] if p["record_images"] else [])
         try:
-            self.wanted = sorted({self.resolve_topic_name(t) for t in names})
+            self.wanted = sorted({self.resolve_topic_name(t) for t in names if "*" not in t.split("/")})
         except Exception as exc:  # rclpy's invalid-name exceptions
             raise ConfigError(f"parameter topics: {exc}") from exc
+        self.patterns = [topic_pattern(t, self.get_namespace()) for t in names if "*" in t.split("/")]
 
         try:
             path = new_bag_path(p["output_dir"], p["bag_name"], prefix=NODE_NAME)
@@ -160,7 +177,8 @@ class RecorderNode(Node):
             self._timers.append(self.create_timer(p["flush_period_s"], self.bag.flush, clock=steady))
         if self.get_parameter("use_sim_time").value:  # stamps would all be 0 without a /clock publisher
             self._clock_check = self.create_timer(CLOCK_WAIT_S, self._check_clock, clock=steady)
-        self.get_logger().info(f"recording to {path} ({p['storage']}): {', '.join(self.wanted)}")
+        self.get_logger().info(f"recording to {path} ({p['storage']}): "
+                               f"{', '.join(self.wanted + [t for t in names if '*' in t.split('/')])}")
         self.discover()
 
     def _check_clock(self) -> None:
@@ -176,7 +194,8 @@ class RecorderNode(Node):
         if self.bag.closed:
             return
         graph = dict(self.get_topic_names_and_types())
-        for topic in self.wanted:
+        matched = [t for t in sorted(graph) if t not in self.wanted and any(p.fullmatch(t) for p in self.patterns)]
+        for topic in self.wanted + matched:
             if topic not in graph or topic in self._skipped:
                 continue
             publishers = self.get_publishers_info_by_topic(topic)

@@ -1,20 +1,16 @@
 """reward_synthesizer: proposes reward candidates on request (a thin adapter over `motionvl.synth`).
 
-Subscribes:
-  synthesizer/request     std_msgs/String  JSON: {"request_id": "iter2", "task": "...", "iteration": 2,
-                                           "num_candidates": 4, optional "parent" (a reward spec dict),
-                                           "parent_statistics" (term_stats.json), "parent_scores"
-                                           (eval.json), "feedback" (MotionFeedback dict), "seed",
-                                           "temperature"}. Reliable, depth 50: requests are not dropped.
-Publishes:
-  synthesizer/candidates  std_msgs/String  JSON, one answer per request: {"request_id", "cap_reached",
-                                           **the ledger record of the call} (`motionvl.synth.replay`:
-                                           kind, synthesizer, request_key, request, candidates [{spec,
-                                           ok, rejection, prompt, response, attempts, usage, edits,
-                                           rationale, exchanges}], usage, budget, error). A malformed
-                                           request is answered too, with "error" and no candidates.
-                                           Reliable, transient-local depth 50: a late subscriber sees
-                                           recent answers.
+Action server:
+  synthesize   motionvl/action/Synthesize. Goal: request_json, a motionvl.synth.SynthesisRequest (task,
+               iteration, num_candidates, optional parent (a reward spec dict), parent_statistics
+               (term_stats.json), parent_scores (eval.json), feedback (MotionFeedback dict), seed,
+               temperature; version 1). Goals run one at a time in the order they came (feedback stage
+               "queued", then "proposing"). Result: record_json, the ledger record of the call
+               (`motionvl.synth.replay`: kind, synthesizer, request_key, request, candidates [{spec, ok,
+               rejection, prompt, response, attempts, usage, edits, rationale, exchanges}], usage, budget,
+               error), candidates and candidates_ok (counts), cap_reached, error. A malformed goal is
+               aborted with error "bad request: ..." and no record. Cancel: a waiting goal is dropped at
+               once; a call in flight finishes and its answer is discarded (canceled, no record).
 
 Parameter `backend` picks the synthesizer: "rules" (offline default: model-free rules, not an LLM),
 "openai" (`base_url`, `model`; the API key only from the environment, MOTIONVL_OPENAI_API_KEY or
@@ -24,21 +20,23 @@ one at a time on a worker thread, so a slow model never blocks the executor.
 
 from __future__ import annotations
 
-import json
 import queue
 import sys
 import threading
 
+from rclpy.action import ActionServer, CancelResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from std_msgs.msg import String
 
+from motionvl.action import Synthesize
 from motionvl.backend_names import backends_help, kind_settings, model_parameters, model_settings
 from motionvl.robot import ConfigError
+from motionvl.ros.goals import QueuedGoal
+from motionvl.ros.messages import BadMessage, synthesis_request_from_goal, synthesize_result_msg
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import abandon_work, run_node, time_left
-from motionvl.synth import (SynthesisCapReached, SynthesisError, SynthesisRequest, make_synthesizer,
-                            synthesis_record, synthesizer_options)
+from motionvl.synth import (SynthesisCapReached, SynthesisError, make_synthesizer, synthesis_record,
+                            synthesizer_options)
 
 NODE_NAME = "reward_synthesizer"
 
@@ -59,10 +57,6 @@ PARAMETERS = {
 }
 
 CAPS = ("max_calls", "max_tokens", "max_bytes")
-
-REQUEST_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-ANSWER_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
-                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 def _options(p: dict) -> dict:
@@ -90,57 +84,94 @@ class RewardSynthesizerNode(Node):
             self.synthesizer = make_synthesizer(p["backend"], **_options(p))
         except SynthesisError as exc:
             raise ConfigError(str(exc)) from None
-        self.answers = self.create_publisher(String, "synthesizer/candidates", ANSWER_QOS)
-        self.create_subscription(String, "synthesizer/request", self._on_request, REQUEST_QOS)
-        self._jobs: queue.Queue = queue.Queue()
+        self._jobs: queue.Queue = queue.Queue()  # _Goal, one at a time on the worker; None: stop
+        self._lock = threading.Lock()  # a goal's start and its cancel: one decision at a time
+        self._current: _Goal | None = None  # the goal whose call is in flight
         self._worker = threading.Thread(target=self._work, name="synthesis", daemon=True)
         self._worker.start()
+        # goals wait (coroutines) while the worker proposes: no goal holds the executor
+        self.action_server = ActionServer(self, Synthesize, "synthesize", self._execute,
+                                          cancel_callback=self._on_cancel, callback_group=ReentrantCallbackGroup())
         kind = "offline, no model" if self.synthesizer.offline else "model-backed"
-        self.get_logger().info(f"ready: backend {self.synthesizer.name} ({kind}); requests on "
-                               f"{self.resolve_topic_name('synthesizer/request')}")
+        self.get_logger().info(f"ready: backend {self.synthesizer.name} ({kind}); goals on "
+                               f"{self.resolve_topic_name('synthesize')}")
 
-    def _on_request(self, msg: String) -> None:
-        self._jobs.put(msg.data)
+    async def _execute(self, handle) -> Synthesize.Result:
+        try:
+            request = synthesis_request_from_goal(handle.request)
+        except BadMessage as exc:
+            self.get_logger().warning(f"refused a goal: {exc}")
+            handle.abort()
+            return Synthesize.Result(error=f"bad request: {exc}", record_version=1)
+        goal = _Goal(handle, self.executor, request)
+        handle.publish_feedback(Synthesize.Feedback(stage="queued"))
+        self._jobs.put(goal)
+        if handle.is_cancel_requested:  # cancelled between its acceptance and now
+            self._on_cancel(handle, goal)
+        how, result = await goal.done
+        goal.conclude(how)
+        return result
+
+    def _on_cancel(self, handle, goal=None) -> CancelResponse:
+        goal = goal or self._queued(handle)
+        if goal is not None:
+            with self._lock:
+                goal.cancelling = True
+                waiting = not goal.started
+            if waiting:  # dropped: the worker skips it
+                goal.finish(("cancel", Synthesize.Result(error="cancelled before the call", record_version=1)))
+        return CancelResponse.ACCEPT
+
+    def _queued(self, handle):
+        current = self._current
+        if current is not None and current.handle is handle:
+            return current
+        with self._jobs.mutex:
+            return next((g for g in self._jobs.queue if g is not None and g.handle is handle), None)
 
     def _work(self) -> None:
         while True:
-            text = self._jobs.get()
-            if text is None:
+            goal = self._jobs.get()
+            if goal is None:
                 return
+            with self._lock:
+                if goal.cancelling or goal.handle.is_cancel_requested:  # dropped; or cancelled as it was queued
+                    goal.finish(("cancel", Synthesize.Result(error="cancelled before the call", record_version=1)))
+                    continue
+                goal.started, self._current = True, goal
+            goal.handle.publish_feedback(Synthesize.Feedback(stage="proposing"))
             try:
-                answer = self.answer(text)
-            except Exception as exc:  # noqa: BLE001 - the node answers every request and keeps running
-                answer = {"request_id": _peek_id(text), "kind": "synthesis", "candidates": [], "cap_reached": False,
-                          "error": f"synthesis failed: {type(exc).__name__}: {exc}"}
-            self.answers.publish(String(data=json.dumps(answer, default=str)))
-            ok = sum(1 for c in answer.get("candidates") or [] if c.get("ok"))
-            self.get_logger().info(f"answered {answer.get('request_id')!r}: {ok} of "
-                                   f"{len(answer.get('candidates') or [])} candidates ok"
-                                   + (f"; error: {answer['error'][:200]}" if answer.get("error") else ""))
+                record, cap_reached = self.answer(goal.request)
+                how = "succeed"
+            except Exception as exc:  # noqa: BLE001 - the node answers every goal and keeps running
+                record, cap_reached = {"kind": "synthesis", "candidates": [],
+                                       "error": f"synthesis failed: {type(exc).__name__}: {exc}"}, False
+                how = "abort"
+            self._current = None
+            cancelled = goal.cancelling or goal.handle.is_cancel_requested
+            ok = sum(1 for c in record.get("candidates") or [] if c.get("ok"))
+            self.get_logger().info(f"answered iteration {goal.request.iteration}: {ok} of "
+                                   f"{len(record.get('candidates') or [])} candidates ok"
+                                   + (f"; error: {record['error'][:200]}" if record.get("error") else "")
+                                   + ("; cancelled: the answer is discarded" if cancelled else ""))
+            if cancelled:
+                goal.finish(("cancel", Synthesize.Result(error="cancelled during the call; its answer is discarded",
+                                                         record_version=1)))
+            else:
+                goal.finish((how, synthesize_result_msg(record, cap_reached)))
 
-    def answer(self, text: str) -> dict:
-        """The answer to one request's JSON text (what is published on synthesizer/candidates)."""
-        request_id = _peek_id(text)
-        try:
-            raw = json.loads(text)
-            if not isinstance(raw, dict):
-                raise SynthesisError("the request must be a JSON object")
-            raw = {k: v for k, v in raw.items() if k != "request_id"}
-            request = SynthesisRequest.from_dict(raw)
-        except (json.JSONDecodeError, SynthesisError, TypeError) as exc:
-            return {"request_id": request_id, "kind": "synthesis", "candidates": [], "cap_reached": False,
-                    "error": f"bad request: {exc}"}
+    def answer(self, request) -> tuple[dict, bool]:
+        """The ledger record of one request's call and whether the run's model-use cap was reached."""
         try:
             candidates = self.synthesizer.propose(request)
         except SynthesisError as exc:
-            record = synthesis_record(request, [], self.synthesizer, error=str(exc))
-            return {"request_id": request_id, **record, "cap_reached": isinstance(exc, SynthesisCapReached)}
-        record = synthesis_record(request, candidates, self.synthesizer)
-        return {"request_id": request_id, **record, "cap_reached": any(c.cap_reached for c in candidates)}
+            return (synthesis_record(request, [], self.synthesizer, error=str(exc)),
+                    isinstance(exc, SynthesisCapReached))
+        return synthesis_record(request, candidates, self.synthesizer), any(c.cap_reached for c in candidates)
 
     def destroy_node(self):
-        # the proposal in flight finishes and is published if it ends within the shutdown budget; otherwise (a model call
-        # that waits) it is abandoned with the process: the search asks again after a resume
+        # the proposal in flight finishes if it ends within the shutdown budget; otherwise (a model call that waits) it
+        # is abandoned with the process: the search asks again after a resume
         self._jobs.put(None)
         self._worker.join(timeout=max(0.0, time_left() - 0.5))
         if self._worker.is_alive():
@@ -148,12 +179,11 @@ class RewardSynthesizerNode(Node):
         return super().destroy_node()
 
 
-def _peek_id(text: str):
-    try:
-        raw = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
-        return None
-    return raw.get("request_id") if isinstance(raw, dict) else None
+class _Goal(QueuedGoal):
+    def __init__(self, handle, executor, request):
+        super().__init__(handle, executor)
+        self.request = request
+        self.started = False
 
 
 def main(args=None) -> int:

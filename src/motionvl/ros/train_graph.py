@@ -194,7 +194,7 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
     run_dir = Path(orchestrator["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer_values = {"runs_dir": str(run_dir / "candidates"), "training_config": train_config or "",
-                      "shared_channel": False, **({"robot_config": robot_config} if robot_config else {})}
+                      **({"robot_config": robot_config} if robot_config else {})}
     nodes = training_nodes(synthesizer_node=synthesizer is not None,
                            playback=orchestrator.get("playback") or "in_process", trainers=trainers,
                            render=bool(orchestrator.get("render", True)),
