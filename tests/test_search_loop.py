@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -276,6 +277,47 @@ def test_two_trainer_processes_share_an_iteration_and_a_lost_trainers_candidate_
     assert all(t["ok"] for t in trained.values()), trained
     assert {t["trainer"] for t in trained.values()} == {"/policy_trainer_0"}, "the lost trainer's candidate moved on"
     assert ledger.get("run", "finished") is not None
+
+
+def test_a_starved_trainer_is_not_left_training_a_candidate_it_was_already_handed_again(tmp_path):
+    """A trainer frozen past trainer_lost_s (a starved process on a loaded machine) is taken for gone and its
+    candidate sent again; once it runs again it must not keep training the stale goal while the new one waits
+    (which used to fail the start: "no progress ... last: queued"): the stale goal is cancelled, the candidate
+    resumes from its checkpoint and the search finishes."""
+    from motionvl.ros.train_graph import run_train_graph
+
+    settings = _settings_file(tmp_path, candidates=1, iterations=0, base_iterations=60, final_iterations=0,
+                              limits={"trainer_lost_s": 3.0, "heartbeat_s": 60.0})
+    run_dir = tmp_path / "run"
+    frozen = {}
+
+    def freeze_the_trainer_for_a_while():
+        history = run_dir / "candidates" / "start" / "history.jsonl"
+        if not wait_for(lambda: history.exists() and len(history.read_text().splitlines()) >= 5, timeout=400,
+                        period=0.05):
+            return
+        pid = _my_child("__node:=policy_trainer_0")
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGSTOP)
+        frozen["at"] = len(history.read_text().splitlines())
+        time.sleep(6.0)
+        os.kill(pid, signal.SIGCONT)
+
+    import threading
+
+    freezer = threading.Thread(target=freeze_the_trainer_for_a_while, daemon=True)
+    freezer.start()
+    code = run_train_graph({"run_dir": str(run_dir), "task": TASK, "settings_file": str(settings), "render": False},
+                           trainers=1)
+    freezer.join(10)
+    assert frozen and frozen["at"] < 60, "the trainer was frozen while it trained the start"
+    assert code == 0, "the search finished"
+    trained = Ledger(run_dir).get("trained", "start")
+    assert trained["ok"] and trained["outcome"]["iterations"] == 60, trained
+    log = (run_dir / "logs" / "policy_trainer_0.log").read_text()
+    assert "cancel of 'start': stopping after this iteration" in log and "start: cancelled" in log, \
+        "the stale goal was cancelled, not trained to its end beside the one sent again"
 
 
 # ----------------------------------------------------------------------------- bad candidates, crashes, caps

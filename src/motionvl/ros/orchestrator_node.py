@@ -185,6 +185,11 @@ class GraphTrainer:
                 if self.job is not None and self.job["handle"] is info["handle"]:
                     self.job["stop"] = True  # a goal accepted after all is cancelled (_on_response)
                     self.job = None
+            if state.kind == "gone" and info["handle"] is not None and info["result"] is None:
+                # A trainer silent past trainer_lost_s may only have been starved on a loaded machine: cancelled,
+                # it stops this goal after the iteration in flight (saved), so the candidate sent again, perhaps
+                # to this same trainer, resumes from that checkpoint instead of waiting behind the stale goal.
+                info["handle"].cancel_goal_async()
         return state
 
     def _state(self, info: dict) -> SlotState:

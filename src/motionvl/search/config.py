@@ -131,8 +131,10 @@ class LimitConfig:
     """Allowance for the reward-free evaluation after training."""
     heartbeat_s: float = 300.0
     """A candidate whose trainer reports no progress (iteration or phase) for this long has stalled."""
-    trainer_lost_s: float = 15.0
-    """A trainer node silent for this long has disappeared: its candidate goes to another trainer."""
+    trainer_lost_s: float = 60.0
+    """A trainer node silent for this long has disappeared: its candidate goes to another trainer (the goal it
+    had is cancelled, so a trainer that was only starved resumes the candidate from its last iteration). 60: a
+    trainer's 1 s heartbeat went silent for 15 s on a 2-core machine running two trainings and a compiler."""
     max_redispatch: int = 2
     """How often one candidate may be handed to another trainer after its trainer disappeared."""
     max_synth_calls: int = 200
