@@ -141,22 +141,22 @@ def test_walking_backward_slowly_gets_a_proposal_and_every_evaluation_walks_back
 
 
 def test_a_model_backend_samples_the_start_of_a_task_without_a_reference_from_scratch(tmp_path):
-    """Standing still has no shipped reference: the openai synthesizer (a loopback server serving recorded answers,
+    """Turning in place has no shipped reference: the openai synthesizer (a loopback server serving recorded answers,
     a fixture, not a model) is asked for K independent samples from scratch; each trains from scratch and the best
-    becomes the start. The stand also rests the stepping feed-forward (env.gait_stand_below)."""
+    becomes the start, trained on the task's share of commands."""
     from motionvl.synth import make_synthesizer
     from motionvl.synth.compose import compose_start
     from motionvl.task import make_task
     from synth_fixtures import RecordedAnswerServer, answer
 
-    composed = compose_start(make_task("stand still")).to_dict()
+    composed = compose_start(make_task("turn left in place")).to_dict()
     plain = {**composed, "name": "still", "terms": {k: v for k, v in composed["terms"].items() if k != "default_pose"}}
     recording = [answer(json.dumps({"rationale": "stay put", **composed})), answer(json.dumps({"rationale": "x", **plain}))]
     run_dir = tmp_path / "run"
     with RecordedAnswerServer(recording) as server:
         synthesizer = make_synthesizer("openai", base_url=server.url, model="recorded-llm", max_repairs=0,
                                        backoff_s=0.01, timeout_s=10.0)
-        ledger = _search(run_dir, "stand still", synthesizer=synthesizer, backend="openai", iterations=0,
+        ledger = _search(run_dir, "turn left in place", synthesizer=synthesizer, backend="openai", iterations=0,
                          final_iterations=0)
         asked = server.requests[0]["messages"][-1]["content"]
     synthesis = ledger.get("synthesis", "i0")
@@ -169,8 +169,8 @@ def test_a_model_backend_samples_the_start_of_a_task_without_a_reference_from_sc
     start = ledger.get("start", "start")
     assert start["origin"] == "sampled" and start["candidate"] == chosen["winner"] in synthesis["ids"]
     assert ledger.get("trained", "start") == ledger.get("trained", chosen["winner"]), "the start is the winner"
-    assert all(c == ([0.0, 0.0, 0.0], "stand", [0.0, 0.0, 0.0]) for c in _commanded(ledger).values())
-    assert _trained_config(run_dir, "i0k1")["env"]["gait_stand_below"] == 0.1
+    assert all(c == ([0.0, 0.0, 0.5], "turn", [0.0, 0.0, 0.5]) for c in _commanded(ledger).values())
+    assert _trained_config(run_dir, "i0k1")["env"]["commands"]["task"] == [0.0, 0.0, 0.5]
 
 
 def test_a_sentence_nothing_can_be_commanded_from_stops_before_training(tmp_path):
