@@ -113,8 +113,11 @@ class Graph:
                 proc = self.procs.get(name)
                 assert proc is None or proc.poll() is None, f"{name} exited ({proc.returncode}):\n{self.log(name)[-3000:]}"
                 assert self._now() < end, f"{name} offers no parameter service:\n{self.log(name)[-3000:]}"
-            future = client.call_async(GetParameters.Request(names=list(names)))
-            self.executor.spin_until_future_complete(future, timeout_sec=30.0)
+            while True:  # a request sent just as the service appears can be lost (its reply finds no reader yet)
+                future = client.call_async(GetParameters.Request(names=list(names)))
+                self.executor.spin_until_future_complete(future, timeout_sec=10.0)
+                if future.done() or self._now() >= end:
+                    break
             assert future.done(), f"{name} did not answer get_parameters"
             return {n: parameter_value_to_python(v) for n, v in zip(names, future.result().values)}
         finally:
