@@ -657,7 +657,9 @@ class ActionLaw:
         if self.contract.has_feedforward:
             if command is None or gait_phase is None:
                 raise ValueError("a policy with gait feed-forward needs the command and gait_phase it observed")
-            target += self.feedforward(command, gait_phase)
+            target[:, self.feedforward_index] += self.offsets(command, gait_phase)
+            if self.lateral_index.size:
+                target[:, self.lateral_index] += self.lateral_offsets(command, gait_phase)
         return np.clip(target, self.lower, self.upper)
 
 
