@@ -1,11 +1,13 @@
 """The deployment node on a robot, or on the simulated robot over topics.
 
     ros2 launch motionvl deploy.launch.py policy:=/abs/policy.onnx [path:=pd|torque] [sim:=true] [record:=true]
-        [namespace:=robot1] [motor_states:=/your/driver/states]
+        [namespace:=robot1] [motor_states:=/your/driver/states] [bring_up:=active|inactive|unconfigured]
 
 Starts the deployment node with the `deployment` section of config/nodes.yaml (policy, path and
-robot_config from the launch arguments, which win over the params file). On a robot it stays in PASSIVE
-until an operator calls its services (~/set_mode/stand, then ~/set_mode/run). With sim:=true the
+robot_config from the launch arguments, which win over the params file). It is a lifecycle node that
+configures (loads and checks the policy) and activates itself (bring_up:=active); bring_up:=unconfigured
+leaves that to `ros2 lifecycle set /deployment configure|activate` or a lifecycle manager. On a robot it
+stays in PASSIVE until an operator calls its services (~/set_mode/stand, then ~/set_mode/run). With sim:=true the
 simulator starts too, in hardware emulation (the robot config's hardware section, both command paths, a
 virtual gantry released when STAND completes), publishing at the command rate of the path and /clock,
 and the deployment node runs PASSIVE -> STAND -> RUN by itself. Every node but the simulator runs on the
@@ -41,7 +43,7 @@ def generate_launch_description():
     namespace = LaunchConfiguration("namespace")
     use_sim_time = ParameterValue(sim, value_type=bool)
     deployment = {"robot_config": _text("robot_config"), "policy": _text("policy"), "path": _text("path"),
-                  "use_sim_time": use_sim_time}
+                  "bring_up": _text("bring_up"), "use_sim_time": use_sim_time}
     # the simulator publishes a state per command cycle: 50 Hz for drive-side PD, 500 Hz for host torques
     rate = PythonExpression(["500.0 if '", LaunchConfiguration("path"), "' == 'torque' else 50.0"])
     return LaunchDescription([
@@ -51,6 +53,9 @@ def generate_launch_description():
         DeclareLaunchArgument("robot_config", default_value="", description="robot YAML; empty: the package's"),
         DeclareLaunchArgument("policy", default_value="", description="exported ONNX policy (absolute path)"),
         DeclareLaunchArgument("path", default_value="pd", description="pd (drive-side PD) or torque (host torques)"),
+        DeclareLaunchArgument("bring_up", default_value="active",
+                              description="the deployment node's lifecycle at start: active | inactive | unconfigured "
+                                          "(then ros2 lifecycle set /deployment configure, activate)"),
         DeclareLaunchArgument("sim", default_value="false", description="also start the simulated robot"),
         DeclareLaunchArgument("record", default_value="false", description="record a bag with the recorder"),
         DeclareLaunchArgument("bag_dir", default_value="runs/bags", description="where record:=true writes"),

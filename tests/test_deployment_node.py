@@ -180,7 +180,8 @@ def deployment(ros_context, tmp_path):
                               parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
         spinners.add(node)
         spinners.add(drives.node)
-        assert wait_for(lambda: drives.connected(commands=not values.get("dry_run"))), "no discovery"
+        commands = not values.get("dry_run") and values.get("bring_up") != "unconfigured"  # (no publisher yet)
+        assert wait_for(lambda: drives.connected(commands=commands)), "no discovery"
         return node, drives
 
     yield start

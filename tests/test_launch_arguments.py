@@ -123,6 +123,23 @@ class Graph:
         finally:
             self.node.destroy_client(client)
 
+    def change_state(self, name: str, label: str) -> bool:
+        """A lifecycle transition of node `name` by its label, as `ros2 lifecycle set <node> <label>` asks."""
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+
+        client = self.node.create_client(ChangeState, f"{self.namespace}/{name}/change_state")
+        try:
+            end = self._deadline()
+            while not client.wait_for_service(timeout_sec=0.5):
+                assert self._now() < end, f"{name} offers no change_state service:\n{self.log(name)[-3000:]}"
+            future = client.call_async(ChangeState.Request(transition=Transition(label=label)))
+            self.executor.spin_until_future_complete(future, timeout_sec=30.0)
+            assert future.done(), f"{name} did not answer change_state {label}"
+            return future.result().success
+        finally:
+            self.node.destroy_client(client)
+
     def latched_status(self, topic: str) -> dict:
         got: list = []
         qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -329,8 +346,9 @@ def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_driv
     assert {n.name for n in launch.nodes} == {"deployment", "simulator", "recorder"}
     for process in launch.nodes:
         graph.start(process.name, process.argv)
-    got = graph.parameters("deployment", ["policy", "path", "robot_config", "autostart", "use_sim_time"])
-    assert got == {"policy": policy, "path": "pd", "robot_config": robot, "autostart": "run", "use_sim_time": True}
+    got = graph.parameters("deployment", ["policy", "path", "robot_config", "autostart", "bring_up", "use_sim_time"])
+    assert got == {"policy": policy, "path": "pd", "robot_config": robot, "autostart": "run", "bring_up": "active",
+                   "use_sim_time": True}
     got = graph.parameters("simulator", ["mode", "publish_rate_hz", "robot_config", "gantry", "emulate_hardware"])
     assert got == {"mode": "effort", "publish_rate_hz": 50.0, "robot_config": robot, "gantry": True,
                    "emulate_hardware": True}
@@ -352,16 +370,18 @@ def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_driv
 
 def test_deploy_launch_on_a_robot_runs_on_the_system_clock_with_every_argument(graph, tmp_path, policy):
     """On a robot under namespace:=robot1 (two robots on one domain): the params file's sections and the arguments
-    reach the namespaced nodes, and the status is /robot1/deployment/status."""
+    reach the namespaced nodes, and the status is /robot1/deployment/status. bring_up:=unconfigured: the
+    lifecycle transitions a user (`ros2 lifecycle set`) asks for bring the node up."""
     robot = _robot_copy(tmp_path)
     params = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
     params["/**/deployment"]["ros__parameters"]["state_timeout"] = 0.25  # a value only the params file sets
     (tmp_path / "my_nodes.yaml").write_text(yaml.safe_dump(params))
     values = {"policy": policy, "path": "torque", "robot_config": robot, "record": "true",
               "bag_dir": str(tmp_path / "bags"), "namespace": "robot1", "params_file": str(tmp_path / "my_nodes.yaml"),
-              "motor_states": "drives/states"}
+              "motor_states": "drives/states", "bring_up": "unconfigured"}
     expectations = {"policy": {"deployment": ("policy", policy)}, "path": {"deployment": ("path", "torque")},
-                    "robot_config": {"deployment": ("robot_config", robot)}}
+                    "robot_config": {"deployment": ("robot_config", robot)},
+                    "bring_up": {"deployment": ("bring_up", "unconfigured")}}
     _checked_arguments(DEPLOY, expectations, tmp_path)
     launch = launch_model.evaluate(DEPLOY, values, workdir=tmp_path)
     assert {n.name for n in launch.nodes} == {"deployment", "recorder"}
@@ -369,9 +389,11 @@ def test_deploy_launch_on_a_robot_runs_on_the_system_clock_with_every_argument(g
         graph.start(process.name, process.argv)
     graph.namespace = "/robot1"
     assert graph.parameters("deployment", ["policy", "path", "robot_config", "autostart", "use_sim_time",
-                                           "state_timeout"]) == {
+                                           "state_timeout", "bring_up"]) == {
         "policy": policy, "path": "torque", "robot_config": robot, "autostart": "", "use_sim_time": False,
-        "state_timeout": 0.25}
+        "state_timeout": 0.25, "bring_up": "unconfigured"}
+    assert not graph.change_state("deployment", "activate")  # not from unconfigured
+    assert graph.change_state("deployment", "configure") and graph.change_state("deployment", "activate")
     assert graph.parameters("recorder", ["output_dir", "use_sim_time"]) == {
         "output_dir": str(tmp_path / "bags"), "use_sim_time": False}
     status = graph.latched_status("/robot1/deployment/status")
@@ -426,6 +448,7 @@ def test_the_readmes_node_commands_run_as_written(graph):
 
 # per-parameter values for -p where a type's generic other value would not be valid
 DEPLOYMENT_VALUES = {"path": "torque", "command_topic": "my/commands", "trigger": "clock", "autostart": "stand",
+                     "bring_up": "inactive",
                      "command_rate_hz": 250.0, "cmd_vel_type": "twist_stamped",
                      "cpu_affinity": [sorted(os.sched_getaffinity(0))[-1]]}
 

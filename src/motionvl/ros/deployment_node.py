@@ -17,6 +17,26 @@ damping commands for exit_damping_seconds from the newest state, which it keeps 
 torque path -Kd dq stays computed from a fresh velocity for the whole window), and only then stops.
 It starts at the signal, not after the executor has stopped.
 
+A lifecycle (managed) node, brought up the way ros2_control brings up a controller:
+  unconfigured  nothing is published to the drives (no command publisher exists); services answer that
+                the node must be configured (the e-stop succeeds: this node commands nothing).
+  configure     load the robot config, build the controller, load and check the `policy` (its contract
+                against the robot), create the command publishers (refused beside another writer). A
+                failure names why; the node stays unconfigured and alive.
+  inactive      still no command: the loop is not running. ~/load_policy loads; ~/estop latches (activate
+                then starts in DAMP until ~/rearm); mode requests are refused.
+  activate      start the control loop in PASSIVE (zero torque), from which the operator or `autostart`
+                goes on as before.
+  deactivate    DAMP, damping commands for exit_damping_seconds (as on exit), then the loop stops: the
+                last commands the drives got are damping (a drive bridge that damps when commands stop,
+                like low_command_bridge, keeps damping).
+  cleanup       release the controller, the policy and the publishers (a later configure starts afresh,
+                latched faults included, as a restart would). shutdown: deactivate's damping first.
+  on error      (a transition raising) damping as on deactivate, then unconfigured.
+`bring_up` (default active) does configure and activate at start, so launch, deploy-sim and every tool
+get a running controller as before; bring_up:=unconfigured leaves the transitions to `ros2 lifecycle set`
+or a lifecycle manager (launch_ros LifecycleNode(autostart=...), nav2's lifecycle_manager).
+
 Subscribes (motor names and space; see the robot config's `hardware:` section):
   motor_states  sensor_msgs/JointState  position and velocity by motor name, what the drives report
                                         (remap it to your driver's topic). Reliable, depth 1
@@ -60,7 +80,9 @@ Publishes (one command per command cycle, none in dry_run; reliable, depth 1):
                                      motor state it answered, frame_id "<command mode> <cycle index>"
                                      (`motionvl bench deploy` pairs the stamps; tests count cycles).
 Services (std_srvs/Trigger but for ~/load_policy; each call is synchronous and answers success plus the
-reason for a refusal, from `ros2 service call` and rclpy alike):
+reason for a refusal, from `ros2 service call` and rclpy alike; as below while active, see the lifecycle
+above for the other states; besides them the lifecycle's ~/change_state, ~/get_state, ... and the
+~/transition_event topic, lifecycle_msgs):
   ~/set_mode/passive, ~/set_mode/stand, ~/set_mode/run, ~/set_mode/damp
                 the mode requests (PASSIVE -> RUN and any request while a fault is latched are
                 refused; DAMP is always accepted).
@@ -87,7 +109,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist, TwistStamped
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
-from rclpy.node import Node
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Imu, JointState
@@ -111,6 +133,7 @@ from motionvl.srv import LoadPolicy
 NODE_NAME = "deployment"
 TRIGGERS = ("state", "clock")
 AUTOSTART = ("", "stand", "run")
+BRING_UP = ("active", "inactive", "unconfigured")
 CMD_VEL_TYPES = {"twist": Twist, "twist_stamped": TwistStamped}
 DEFAULT_COMMAND_TOPICS = {"pd": "low_command", "torque": "joint_effort_commands"}
 COMMAND_TYPES = {"pd": LowCommand, "torque": Float64MultiArray}
@@ -127,6 +150,10 @@ NODE_PARAMETERS = {
                          "the command rate by their stamps); 'clock': absolute monotonic deadlines at command_rate_hz."),
     "autostart": ("", "'' stays in PASSIVE for the operator; 'stand' goes to STAND once the state stream is up; "
                       "'run' then to RUN when the ramp completes (simulation playback)."),
+    "bring_up": ("active", "Lifecycle state the node brings itself to at start: 'active' (configure, then activate: "
+                           "the loop in PASSIVE), 'inactive' (configured, no command) or 'unconfigured' (nothing "
+                           "until `ros2 lifecycle set` or a lifecycle manager asks). 'active' is what launch, "
+                           "deploy-sim and the tools expect; a start that cannot configure then ends the process."),
     "cmd_vel_type": ("twist", "'twist': geometry_msgs/Twist; 'twist_stamped': geometry_msgs/TwistStamped."),
     "cmd_vel_accel": (DeployConfig.cmd_vel_accel[0], "m/s^2: rate limit of the commanded vx and vy."),
     "cmd_yaw_accel": (DeployConfig.cmd_vel_accel[2], "rad/s^2: rate limit of the commanded yaw rate."),
@@ -198,65 +225,52 @@ class _Request:
         self.done = threading.Event()
 
 
-class DeploymentNode(Node):
+class DeploymentNode(LifecycleNode):
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
         # what destroy_node needs, first: a constructor that raises still gets destroyed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.command_pub = None
+        self.joint_command_pub = None
+        self._names_pub = None
         self.controller = None
+        self.robot = None
+        self.state = "unconfigured"
+        """The lifecycle state as this node's requests see it: unconfigured, inactive, active, finalized."""
+        self._configure_error = ""
+        """Why the last configure failed (logged; raised by bring_up's)."""
+        self._bringing_up = False
+        self._transition_lock = threading.RLock()
+        """Held by each lifecycle transition and by a request deciding where it runs."""
         self._started_at = time.monotonic()
         p = declare_parameters(self, PARAMETERS)
         self.declare_parameter(POLICY_PARAMETER, "", ParameterDescriptor(
-            description="ONNX policy: loaded at start when set; names what ~/load_policy loaded (or loads, given no path)."))
+            description="ONNX policy: loaded and checked by configure when set; names what ~/load_policy loaded "
+                        "(or loads, given no path)."))
         if p["trigger"] not in TRIGGERS:
             raise ConfigError(f"parameter trigger must be one of {TRIGGERS}, got {p['trigger']!r}")
         if p["autostart"] not in AUTOSTART:
             raise ConfigError(f"parameter autostart must be one of {AUTOSTART}, got {p['autostart']!r}")
+        if p["bring_up"] not in BRING_UP:
+            raise ConfigError(f"parameter bring_up must be one of {BRING_UP}, got {p['bring_up']!r}")
         if p["cmd_vel_type"] not in CMD_VEL_TYPES:
             raise ConfigError(f"parameter cmd_vel_type must be one of {tuple(CMD_VEL_TYPES)}, got {p['cmd_vel_type']!r}")
         if p["gil_switch_interval"] < 0:
             raise ConfigError(f"parameter gil_switch_interval must be >= 0, got {p['gil_switch_interval']}")
         self.cpus = parse_cpus(p["cpu_affinity"])
         self.params = p
-        self.robot = load_robot_config(p["robot_config"] or None)
-        config = deploy_config(p)
         # real-time first: every thread of the process so far (the middleware's too) takes the priority,
         # threads started later (the loop, the executor's) inherit it; the policy worker drops below it
         self.realtime = request_realtime(p["realtime_priority"], p["lock_memory"]) if p["realtime_priority"] > 0 \
             else RealtimeStatus(0)
         self.switch_interval = set_switch_interval(p["gil_switch_interval"])
-        worker_priority = p["realtime_priority"] - 1 if self.realtime.granted and p["realtime_priority"] > 1 else 0
-        self.controller = c = Controller(self.robot, config,
-                                         runner=functools.partial(PolicyWorker, priority=worker_priority))
-        policy = self.get_parameter(POLICY_PARAMETER).value
-        if policy:
-            ok, message = c.load_policy(policy)
-            if not ok:
-                raise ConfigError(f"policy refused: {message}")
-            self.get_logger().info(message)
-
-        self.command_topic = p["command_topic"] or DEFAULT_COMMAND_TOPICS[c.config.path]
-        pd = c.config.path == "pd"
-        self.command_pub = None if c.config.dry_run else self.create_publisher(
-            COMMAND_TYPES[c.config.path], self.command_topic, COMMAND_QOS)
-        self.joint_command_pub = None if c.config.dry_run or not pd else self.create_publisher(
-            JointCommand, JOINT_COMMAND_TOPIC, COMMAND_QOS)
-        self._check_writers_at_start(p["writer_discovery_seconds"])
-        if pd:  # the messages every cycle fills in place
-            self._low = DriveCommandWriter(LowCommand, c.mapping.motor_names)
-            self._joint = DriveCommandWriter(JointCommand, c.mapping.joint_names)
-        else:  # the torques' order for whoever reads the bare array
-            names_pub = self.create_publisher(JointState, self.command_topic + "/joint_names", LATCHED_QOS)
-            names_pub.publish(JointState(name=list(c.mapping.motor_names)))
-            self._message, self._buffer = self._command_message()
         self.status_pub = self.create_publisher(DeploymentStatus, "~/status", LATCHED_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", DIAGNOSTICS_QOS)
         self.cycle_pub = self.create_publisher(Header, "~/cycle", COMMAND_QOS) if p["publish_cycle_stamps"] else None
         self._cycle_header = Header()
 
-        # taken by the control loop itself (see the module docstring)
+        # taken by the control loop itself while active (see the module docstring)
         self.owned = OwnedSubscriptions(self)
         self.cmd_vel_type = CMD_VEL_TYPES[p["cmd_vel_type"]]
         self._joint_sub = self.owned.add(JointState, STATE_TOPIC, self._on_joint_state, STATE_QOS)
@@ -280,26 +294,173 @@ class DeploymentNode(Node):
         """Guards the request queue (never held across a cycle)."""
         self._requests: collections.deque = collections.deque()
         self._due: float | None = None  # arrival of a joint state that is due a cycle
-        c.interrupt = self._urgent  # a cycle waiting for a policy step stops waiting for these
-        self._pacer = StatePacer(c.period)
-        self._autostart = p["autostart"]
+        self._autostart = ""
+        self._deactivating = False
         self._status_version = None
         self._logged_transitions = 0
         self.loop_scheduling = "not started"
         self.exit_commands = 0
-        """Damping commands the exit sent (the loop's count)."""
-        self._publish_status()
-        self._thread = threading.Thread(target=self._control_loop, name="deployment-control", daemon=True)
-        self._thread.start()
+        """Damping commands the exit window of the last activation sent (the loop's count)."""
         if p["realtime_priority"] > 0:  # (rclpy wants one severity per logging call site)
             if self.realtime.granted:
                 self.get_logger().info(f"real-time scheduling: {self.realtime.describe()}")
             else:
                 self.get_logger().warning(f"real-time scheduling refused: {self.realtime.describe()}")
+        # bring_up: the transitions a lifecycle manager would otherwise ask for; a start that cannot
+        # configure ends here (launch and the tools report it as today), a manual one stays unconfigured
+        if p["bring_up"] in ("inactive", "active"):
+            self._bringing_up = True  # (a failure is this constructor's error, reported once by its caller)
+            configured = self.trigger_configure()
+            self._bringing_up = False
+            if configured != TransitionCallbackReturn.SUCCESS:
+                raise ConfigError(self._configure_error or "configure failed (see the log)")
+        if p["bring_up"] == "active" and self.trigger_activate() != TransitionCallbackReturn.SUCCESS:
+            raise ConfigError("activate failed (see the log)")
+        if p["bring_up"] == "unconfigured":
+            self.get_logger().info("unconfigured: no command is sent until configure and activate (ros2 lifecycle "
+                                   f"set {self.get_fully_qualified_name()} configure, then activate)")
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Load the robot config, build the controller, load and check the policy, create the command
+        publishers (refused beside another writer of the command topic). No command yet."""
+        with self._transition_lock:
+            self._configure_error = ""
+            try:
+                self._configure()
+            except (ConfigError, ValueError, OSError) as exc:
+                self._configure_error = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
+                if not self._bringing_up:
+                    self.get_logger().error(f"configure failed, still unconfigured: {self._configure_error}")
+                self._release()
+                return TransitionCallbackReturn.FAILURE
+            except Exception as exc:  # noqa: BLE001 - a bug: reported, then on_error cleans up
+                self._configure_error = f"{type(exc).__name__}: {exc}"
+                self.get_logger().error(f"configure raised: {self._configure_error}")
+                return TransitionCallbackReturn.ERROR
+            self.state = "inactive"
+            self._publish_status()
+            self.get_logger().info("configured (inactive: no command until activate)")
+            return TransitionCallbackReturn.SUCCESS
+
+    def _configure(self) -> None:
+        p = self.params
+        self.robot = load_robot_config(p["robot_config"] or None)
+        worker_priority = p["realtime_priority"] - 1 if self.realtime.granted and p["realtime_priority"] > 1 else 0
+        c = Controller(self.robot, deploy_config(p), runner=functools.partial(PolicyWorker, priority=worker_priority))
+        self._configuring = c  # (released by _release if what follows fails)
+        policy = self.get_parameter(POLICY_PARAMETER).value
+        if policy:
+            ok, message = c.load_policy(policy)
+            if not ok:
+                raise ConfigError(f"policy refused: {message}")
+            self.get_logger().info(message)
+        self.command_topic = p["command_topic"] or DEFAULT_COMMAND_TOPICS[c.config.path]
+        pd = c.config.path == "pd"
+        self.command_pub = None if c.config.dry_run else self.create_publisher(
+            COMMAND_TYPES[c.config.path], self.command_topic, COMMAND_QOS)
+        self.joint_command_pub = None if c.config.dry_run or not pd else self.create_publisher(
+            JointCommand, JOINT_COMMAND_TOPIC, COMMAND_QOS)
+        self._check_writers_at_start(p["writer_discovery_seconds"])
+        if pd:  # the messages every cycle fills in place
+            self._low = DriveCommandWriter(LowCommand, c.mapping.motor_names)
+            self._joint = DriveCommandWriter(JointCommand, c.mapping.joint_names)
+        else:  # the torques' order for whoever reads the bare array
+            self._names_pub = self.create_publisher(JointState, self.command_topic + "/joint_names", LATCHED_QOS)
+            self._names_pub.publish(JointState(name=list(c.mapping.motor_names)))
+            self._message, self._buffer = self._command_message(self.robot.num_joints)
+        c.interrupt = self._urgent  # a cycle waiting for a policy step stops waiting for these
+        self._pacer = StatePacer(c.period)
+        self._status_version, self._logged_transitions = None, 0  # (a controller of its own per configure)
+        self.controller, self._configuring = c, None
         self.get_logger().info(
-            f"{c.config.path} path on {self.command_topic}{' and ' + JOINT_COMMAND_TOPIC if pd else ''} at {1 / c.period:g} Hz (policy every {c.decimation} "
-            f"cycles), trigger {p['trigger']}{', DRY RUN: no command is published' if c.config.dry_run else ''}; "
-            f"{self.switch_interval}; mode {c.mode.value}")
+            f"{c.config.path} path on {self.command_topic}{' and ' + JOINT_COMMAND_TOPIC if pd else ''} at "
+            f"{1 / c.period:g} Hz (policy every {c.decimation} cycles), trigger {p['trigger']}"
+            f"{', DRY RUN: no command is published' if c.config.dry_run else ''}; {self.switch_interval}")
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start the control loop in PASSIVE (zero torque; in DAMP when a fault is latched: ~/rearm)."""
+        with self._transition_lock:
+            c = self.controller
+            if c.mode == Mode.DAMP and not c.modes.faults:
+                c.request_mode(Mode.PASSIVE)
+            elif c.modes.faults:
+                self.get_logger().warning("activate: in DAMP, a fault is latched (~/rearm clears it): "
+                                          + "; ".join(str(f) for f in c.modes.faults))
+            self._stop.clear()
+            self._deactivating = False
+            self._autostart = self.params["autostart"]
+            self.exit_commands = 0  # (counts the exit window of this activation: deactivate's or the process's)
+            self._thread = threading.Thread(target=self._control_loop, name="deployment-control", daemon=True)
+            self._thread.start()
+            self.state = "active"
+            self.get_logger().info(f"active: the control loop runs, mode {c.mode.value}")
+            return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """DAMP, damping commands for exit_damping_seconds, then the loop stops (no command while inactive)."""
+        with self._transition_lock:
+            self.state = "deactivating"
+            if not self._end_loop():
+                return TransitionCallbackReturn.ERROR
+            self.state = "inactive"
+            self.get_logger().info(f"deactivated: DAMP, {self.exit_commands} damping commands sent, "
+                                   "the loop stopped (no command while inactive)")
+            return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Release the controller, the policy and the command publishers (as a restart would: faults too)."""
+        with self._transition_lock:
+            self._release()
+            self.get_logger().info("cleaned up: unconfigured")
+            return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self._transition_lock:
+            self.state = "deactivating"
+            ended = self._end_loop()
+            self._release()
+            self.state = "finalized"
+            return TransitionCallbackReturn.SUCCESS if ended else TransitionCallbackReturn.ERROR
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """A transition failed with an error: damping as on deactivate, then everything released
+        (unconfigured)."""
+        with self._transition_lock:
+            self.get_logger().error(f"lifecycle error (from {state.label}): DAMP, then unconfigured")
+            self.state = "deactivating"
+            self._end_loop()
+            self._release()
+            return TransitionCallbackReturn.SUCCESS
+
+    def _end_loop(self) -> bool:
+        """DAMP and the exit window's damping commands from the loop, which then ends; True when it has
+        ended (or never ran). A loop that does not end is left behind (it ends when it finds the
+        controller released) after the damping has gone out from here: False."""
+        if self._thread is None:
+            return True
+        self._deactivating = True
+        self.stop_control()
+        alive = self._thread.is_alive()
+        if alive:
+            self.get_logger().error("the control loop did not end: sending the damping from here")
+            self.exit_commands += self.send_exit_damping()
+        self._thread = None
+        self._answer_pending(False, "the node is deactivating")
+        return not alive
+
+    def _release(self) -> None:
+        """Undo configure (idempotent): nothing is commanded afterwards."""
+        self.state = "unconfigured" if self.state != "finalized" else self.state
+        c, self.controller = self.controller or getattr(self, "_configuring", None), None
+        self._configuring = None
+        if c is not None and not c.close(timeout=0.5):
+            self.get_logger().warning("a policy step was still running (it hangs outside ONNX Runtime)")
+        for name in ("command_pub", "joint_command_pub", "_names_pub"):
+            pub = getattr(self, name)
+            setattr(self, name, None)
+            if pub is not None:
+                self.destroy_publisher(pub)
 
     # ------------------------------------------------------------------ the control thread
     def _control_loop(self) -> None:
@@ -316,7 +477,7 @@ class DeploymentNode(Node):
                     if self._loop_once():
                         return
                 except Exception as exc:  # noqa: BLE001 - the loop must outlive a bug, unless the context is gone
-                    if not self.context.ok():
+                    if not self.context.ok() or self.controller is not c:  # (or a transition left it behind)
                         return
                     self.get_logger().error(f"control loop: {type(exc).__name__}: {exc}", throttle_duration_sec=1.0)
 
@@ -328,6 +489,9 @@ class DeploymentNode(Node):
         if self._exit_deadlines is None and (self._stop.is_set() or self._stop_signalled()):
             self._exit_deadlines = DeadlineClock(period, start=now - period)
             self._exit_left = max(1, int(round(self.params["exit_damping_seconds"] / period)))
+            if self._deactivating:  # deactivate: the mode says DAMP too (activate starts from it in PASSIVE)
+                c.request_mode(Mode.DAMP)
+                self._publish_status()
         clock = self._exit_deadlines or self._deadlines
         self._due = None
         self.owned.wait((clock.next if clock else now + period) - time.monotonic())
@@ -447,9 +611,8 @@ class DeploymentNode(Node):
             self.get_logger().info(f"autostart: {message}")
             self._autostart = "" if ok else self._autostart
 
-    def _command_message(self) -> tuple[Float64MultiArray, array.array]:
+    def _command_message(self, J: int) -> tuple[Float64MultiArray, array.array]:
         """The torque path's one command message every cycle fills in place, and its data buffer."""
-        J = self.robot.num_joints
         msg = Float64MultiArray()
         msg.layout.dim = [MultiArrayDimension(label="joints", size=J, stride=J)]
         msg.data = array.array("d", bytes(8 * J))
@@ -458,10 +621,21 @@ class DeploymentNode(Node):
         return msg, buffer
 
     # ------------------------------------------------------------------ requests (answered by the loop)
-    def _ask(self, action, what: str, response: Trigger.Response) -> Trigger.Response:
-        request = _Request(action)
-        with self.lock:
-            self._requests.append(request)
+    def _ask(self, action, what: str, response: Trigger.Response, inactive: str = "refuse") -> Trigger.Response:
+        """Hand `action` to the control loop while active and answer what it returns; `inactive`: what
+        happens while the loop is not running: 'run' it here (inactive only), or 'refuse'."""
+        with self._transition_lock:  # (a transition in progress ends first)
+            if self.state != "active":
+                if inactive == "run" and self.state == "inactive":
+                    try:
+                        ok, message = action()
+                    except Exception as exc:  # noqa: BLE001 - answered, as the loop answers
+                        ok, message = False, f"{type(exc).__name__}: {exc}"
+                    return self._answer(response, ok, message, what)
+                return self._answer(response, False, self._not_active(), what)
+            request = _Request(action)
+            with self.lock:
+                self._requests.append(request)
         self.owned.wake()
         if request.done.wait(REQUEST_TIMEOUT_S):
             ok, message = request.answer
@@ -496,33 +670,48 @@ class DeploymentNode(Node):
             self.get_logger().warning(f"{what}: {message}")
         return response
 
+    def _not_active(self) -> str:
+        name = self.get_fully_qualified_name()
+        if self.state == "inactive":
+            return f"the node is inactive (no command flows): activate it first (ros2 lifecycle set {name} activate)"
+        return f"the node is {self.state}: configure and activate it first (ros2 lifecycle set {name} configure)"
+
     def _mode_service(self, mode: Mode):
         def serve(request, response):
             return self._ask(lambda: self.controller.request_mode(mode), f"set_mode {mode.value}", response)
         return serve
 
     def _on_estop(self, request, response):
-        return self._ask(lambda: self.controller.estop("e-stop service"), "estop", response)
+        with self._transition_lock:
+            if self.state in ("unconfigured", "finalized"):  # no controller, no command publisher
+                return self._answer(response, True, f"the node is {self.state}: it sends no command", "estop")
+        # inactive: latched here, so activate starts in DAMP
+        return self._ask(lambda: self.controller.estop("e-stop service"), "estop", response, inactive="run")
 
     def _on_rearm(self, request, response):
-        return self._ask(self.controller.rearm, "rearm", response)
+        return self._ask(lambda: self.controller.rearm(), "rearm", response)
 
     def _on_load_policy(self, request: LoadPolicy.Request, response: LoadPolicy.Response) -> LoadPolicy.Response:
         path = request.path or self.get_parameter(POLICY_PARAMETER).value
+        with self._transition_lock:
+            if self.state in ("unconfigured", "finalized"):
+                return self._answer(response, False, f"the node is {self.state}: set the 'policy' parameter and "
+                                                     "configure (configure loads it)", "load_policy")
+            robot, mode = self.robot, self.controller.mode
         if not path:
             return self._answer(response, False, "no file named: give the request's path or set the 'policy' "
                                                  "parameter", "load_policy")
-        if self.controller.mode not in (Mode.PASSIVE, Mode.DAMP):  # refuse before the load (the loop checks again)
+        if mode not in (Mode.PASSIVE, Mode.DAMP):  # refuse before the load (the loop checks again)
             return self._ask(lambda: self.controller.load_policy(path), "load_policy", response)
         # load (ONNX Runtime set-up, warm-up) here, not in the loop, so cycles go on meanwhile
         from motionvl.deploy.policy import DeployedPolicy
         from motionvl.policy_io import ContractError
 
         try:
-            policy = DeployedPolicy(path, self.robot)
+            policy = DeployedPolicy(path, robot)
         except (ContractError, OSError, ValueError) as exc:
             return self._answer(response, False, f"{type(exc).__name__}: {exc}", "load_policy")
-        response = self._ask(lambda: self.controller.load_policy(policy), "load_policy", response)
+        response = self._ask(lambda: self.controller.load_policy(policy), "load_policy", response, inactive="run")
         if response.success and request.path and request.path != self.get_parameter(POLICY_PARAMETER).value:
             self.set_parameters([Parameter(POLICY_PARAMETER, value=request.path)])
         return response
@@ -559,10 +748,12 @@ class DeploymentNode(Node):
 
     def _check_writers(self) -> None:
         """One writer on the command topic (ours) and one on each state topic (the robot's), or a fault;
-        cmd_vel publishers of the other message type are reported (never heard)."""
+        cmd_vel publishers of the other message type are reported (never heard). Configured only."""
+        c = self.controller  # plain attribute writes: the loop reads them at its next cycle
+        if c is None:
+            return
         others = self._other_writers()
         state_writers = {topic: self._publishing_nodes(topic) for topic in self.state_topics}
-        c = self.controller  # plain attribute writes: the loop reads them at its next cycle
         before = c.command_writers, c.state_writers
         c.command_writers = len(others)
         c.state_writers = state_writers
@@ -604,12 +795,17 @@ class DeploymentNode(Node):
         self.status_pub.publish(deployment_status_msg(status, self.get_clock().now().to_msg()))
 
     def _publish_diagnostics(self) -> None:
-        s = self.controller.status()  # read beside the loop: copies of its figures, no lock on the cycle
+        controller, lifecycle = self.controller, self.state
+        if controller is None:
+            self._publish_diagnostic(DiagnosticStatus.WARN, f"{lifecycle}: no command is sent",
+                                     {"lifecycle": lifecycle}, hardware_id="")
+            return
+        s = controller.status()  # read beside the loop: copies of its figures, no lock on the cycle
         level = DiagnosticStatus.ERROR if s["faults"] else (
             DiagnosticStatus.WARN if s["mode"] == "PASSIVE" or s["overruns"] or self.cmd_vel_wrong_type
-            else DiagnosticStatus.OK)
-        runner = self.controller.runner
-        values = {"mode": s["mode"], "faults": "; ".join(s["faults"]) or "none", "fault_count": s["fault_count"],
+            or lifecycle != "active" else DiagnosticStatus.OK)
+        runner = controller.runner
+        values = {"lifecycle": lifecycle, "mode": s["mode"], "faults": "; ".join(s["faults"]) or "none", "fault_count": s["fault_count"],
                   "stand_progress": s["stand_progress"], "policy": s["policy"], "path": s["path"],
                   "command_topic": self.command_topic, "dry_run": s["dry_run"], "cycles": s["cycles"],
                   "policy_steps": s["policy_steps"], "overruns": s["overruns"], "lost_cycles": s["lost_cycles"],
@@ -629,9 +825,13 @@ class DeploymentNode(Node):
                 values[f"{name[:-3]}_{stat}_ms"] = s[name][stat]
         last = s["last_transition"]
         values["last_transition"] = "none" if last is None else f"{last['from']} -> {last['to']}: {last['why']}"
-        status = DiagnosticStatus(level=level, name=f"{self.get_name()}: controller", hardware_id=self.robot.name,
-                                  message=s["mode"] + (f", fault: {s['faults'][-1]}" if s["faults"] else ""),
-                                  values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
+        message = s["mode"] + (f", fault: {s['faults'][-1]}" if s["faults"] else "")
+        self._publish_diagnostic(level, message if lifecycle == "active" else f"{lifecycle}: no command is sent, "
+                                 + message, values, hardware_id=controller.robot.name)
+
+    def _publish_diagnostic(self, level, message: str, values: dict, hardware_id: str) -> None:
+        status = DiagnosticStatus(level=level, name=f"{self.get_name()}: controller", hardware_id=hardware_id,
+                                  message=message, values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
         self.diagnostics_pub.publish(msg)
@@ -669,6 +869,7 @@ class DeploymentNode(Node):
         return sent
 
     def destroy_node(self) -> None:
+        """The exit: while active, the loop's exit window (damping), then everything released."""
         if self._thread is not None:
             self.stop_control()
             if self._thread.is_alive():
@@ -676,7 +877,8 @@ class DeploymentNode(Node):
                 self.exit_commands += self.send_exit_damping()
             if self.exit_commands:
                 self.get_logger().info(f"exit: sent {self.exit_commands} damping commands")
-        if self.controller is not None and not self.controller.close(timeout=0.5):
+        c = self.controller  # (kept: a loop that did not end may still read it)
+        if c is not None and not c.close(timeout=0.5):
             self.get_logger().warning("a policy step was still running at exit (it hangs outside ONNX Runtime)")
         super().destroy_node()
 
