@@ -133,6 +133,14 @@ def test_commands_flow_only_while_active_passive_first_and_damping_on_deactivate
     assert wait_for(lambda: life.writers() == 1)
     assert_zero_torque(drives.step(q))
 
+    # shutdown from active: deactivate's damping, then finalized with nothing left to command
+    before = drives.count()
+    assert life.set(Transition.TRANSITION_ACTIVE_SHUTDOWN) and life.state() == "finalized"
+    assert wait_for(lambda: drives.count() > before)
+    for command in commands_since(drives, before):
+        assert np.all(command.kp == 0) and np.all(command.kd > 0)
+    assert wait_for(lambda: life.writers() == 0)
+
 
 def test_a_policy_that_cannot_load_fails_configure_and_the_node_stays_unconfigured(deployment, tmp_path):
     missing = tmp_path / "missing.onnx"

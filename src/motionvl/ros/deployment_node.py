@@ -57,7 +57,7 @@ Subscribes (motor names and space; see the robot config's `hardware:` section):
                                         to the policy's trained ranges, rate-limited, zeroed when silent.
                                         Reliable, depth 1. A publisher of the other type (DDS never
                                         matches it) is logged and shown on /diagnostics.
-Publishes (one command per command cycle, none in dry_run; reliable, depth 1):
+Publishes (one command per command cycle while active, none in dry_run; reliable, depth 1):
   path 'pd':
   <command_topic>  motionvl/LowCommand   (default low_command) motor space: per motor name
                    q, dq, kp, kd, tau_ff in the motors' order, sign and zero. What the drives (a bridge
@@ -71,8 +71,9 @@ Publishes (one command per command cycle, none in dry_run; reliable, depth 1):
   <command_topic>/joint_names  sensor_msgs/JointState  the motor names of the torques (names only),
                    transient local: published once.
   ~/status      motionvl/DeploymentStatus  mode, stand_complete, faults, policy, path, dry_run, cycle and
-                                     the last transition: on every change, transient local (depth 1).
-  /diagnostics  diagnostic_msgs/DiagnosticArray  mode, faults, clips, overruns, late cycles, loop
+                                     the last transition: on every change, transient local (depth 1);
+                                     from configure on (it keeps its last message once unconfigured).
+  /diagnostics  diagnostic_msgs/DiagnosticArray  lifecycle state, mode, faults, clips, overruns, late cycles, loop
                                      period and latency p50/p99/max, policy inference time, real-time
                                      status, extra joint names, cmd_vel publishers of the wrong type, the stamps of
                                      the newest motor state and IMU reading taken.
@@ -235,6 +236,7 @@ class DeploymentNode(LifecycleNode):
         self.joint_command_pub = None
         self._names_pub = None
         self.controller = None
+        self._configuring = None  # the controller configure is building (released if configure fails)
         self.robot = None
         self.state = "unconfigured"
         """The lifecycle state as this node's requests see it: unconfigured, inactive, active, finalized."""
@@ -348,7 +350,7 @@ class DeploymentNode(LifecycleNode):
         self.robot = load_robot_config(p["robot_config"] or None)
         worker_priority = p["realtime_priority"] - 1 if self.realtime.granted and p["realtime_priority"] > 1 else 0
         c = Controller(self.robot, deploy_config(p), runner=functools.partial(PolicyWorker, priority=worker_priority))
-        self._configuring = c  # (released by _release if what follows fails)
+        self._configuring = c
         policy = self.get_parameter(POLICY_PARAMETER).value
         if policy:
             ok, message = c.load_policy(policy)
@@ -452,8 +454,7 @@ class DeploymentNode(LifecycleNode):
     def _release(self) -> None:
         """Undo configure (idempotent): nothing is commanded afterwards."""
         self.state = "unconfigured" if self.state != "finalized" else self.state
-        c, self.controller = self.controller or getattr(self, "_configuring", None), None
-        self._configuring = None
+        c, self.controller, self._configuring = self.controller or self._configuring, None, None
         if c is not None and not c.close(timeout=0.5):
             self.get_logger().warning("a policy step was still running (it hangs outside ONNX Runtime)")
         for name in ("command_pub", "joint_command_pub", "_names_pub"):
