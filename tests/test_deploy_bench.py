@@ -55,3 +55,54 @@ def test_the_baseline_runs_from_the_tree_of_its_revision(tmp_path):
     assert where == [str(src / "motionvl" / "ros" / "deployment_node.py"), str(src.parent)]
     assert "the minimal" not in (src / "motionvl" / "ros" / "deploy_bench.py").read_text()  # the old tree indeed
     assert isinstance(extract_baseline("no-such-revision", tmp_path / "none"), str)
+
+
+@pytest.mark.parametrize("status_form", ["typed", "legacy JSON"])
+def test_the_stand_in_robot_measures_a_controller_of_either_status_form(status_form, monkeypatch):
+    """The robot measures once the controller says RUN on deployment/status: typed (this tree) or the
+    std_msgs/String JSON of the nodes before it (the baseline revision), which it once never heard."""
+    import threading
+    import uuid
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Header, String
+
+    from motionvl.msg import DeploymentStatus
+    from motionvl.ros import deploy_bench
+    from motionvl.ros.deployment_node import STATE_TOPIC
+
+    monkeypatch.setattr(deploy_bench, "STARTUP_TIMEOUT_S", 15.0)
+    ns = f"/bench_test_{uuid.uuid4().hex[:8]}"
+    contexts = [rclpy.Context(), rclpy.Context()]  # the controller is a process of its own: a participant of its own
+    for context in contexts:
+        rclpy.init(context=context)
+    robot = deploy_bench.Robot(contexts[0], ns, "torque", period=0.01)
+    controller = rclpy.create_node("deployment", namespace=ns, context=contexts[1])
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    if status_form == "typed":
+        controller.create_publisher(DeploymentStatus, "~/status", latched).publish(
+            DeploymentStatus(mode=DeploymentStatus.MODE_RUN, mode_name="RUN"))
+    else:  # as c8cdb8c's node publishes it
+        controller.create_publisher(String, "~/status", latched).publish(
+            String(data=json.dumps({"mode": "RUN", "stand_complete": True, "faults": []})))
+    cycle_pub = controller.create_publisher(Header, "~/cycle", 100)
+    controller.create_subscription(JointState, STATE_TOPIC, lambda m: cycle_pub.publish(
+        Header(stamp=m.header.stamp, frame_id="RUN")), 100)
+    executors = [SingleThreadedExecutor(context=context) for context in contexts]
+    spins = [threading.Thread(target=executor.spin, daemon=True) for executor in executors]
+    for executor, node, spin in zip(executors, (robot, controller), spins):
+        executor.add_node(node)
+        spin.start()
+    try:
+        robot.run(0.3, wait_for_diagnostics=False)
+    finally:
+        for executor, node, spin, context in zip(executors, (robot, controller), spins, contexts):
+            executor.shutdown(timeout_sec=2.0)
+            spin.join(timeout=5.0)
+            node.destroy_node()
+            rclpy.try_shutdown(context=context)
+    assert robot.mode == "RUN"
+    assert robot.figures()["end_to_end_ms"]["n"] > 0

@@ -12,6 +12,8 @@ deadlines (with a sensor's noise, so that no value is frozen) and takes the comm
             floor the node is compared with (notes/deploy-latency-probe.md)
   baseline  the deployment node of `--baseline` (a git revision of this repository, by default the
             one before the real-time rework), extracted to a temporary directory and run the same way
+            (the robot hears its deployment/status in the type it publishes: typed, or the JSON string
+            of the nodes before motionvl/DeploymentStatus)
   simulator the simulator node's own stream (hardware emulation at the command rate, nothing commanding
             it): the period error of its joint_states at the robot, as the drives' side of a sim-to-sim run
 Figures (p50 / p99 / max, ms):
@@ -58,6 +60,11 @@ GOAL_PERIOD_ERROR_P99_MS = 1.0
 GOAL_OVER_PROBE_MS = 1.0
 BASELINE_REF = "c8cdb8c"
 """main before the real-time rework of the deployment node (issue 92)."""
+STATUS_TYPE = "motionvl/msg/DeploymentStatus"
+LEGACY_STATUS_TYPE = "std_msgs/msg/String"
+"""deployment/status as the nodes before the typed status published it (JSON, e.g. the baseline's)."""
+STATUS_LOOK_EVERY = 50
+"""Until subscribed, the stand-in robot looks for the status publisher every this many states (0.1 s at 500 Hz)."""
 CONTROLLERS = ("probe", "baseline", "node", "simulator")
 STARTUP_TIMEOUT_S = 60.0
 
@@ -335,8 +342,6 @@ class Robot(Node):
         from sensor_msgs.msg import Imu, JointState
         from std_msgs.msg import Float64MultiArray, Header
 
-        from motionvl.msg import DeploymentStatus
-
         from motionvl.deploy.mapping import JointMapping
         from motionvl.robot import load_robot_config
         from motionvl.ros.deployment_node import COMMAND_TYPES, DEFAULT_COMMAND_TOPICS, STATE_TOPIC
@@ -360,9 +365,9 @@ class Robot(Node):
             self.create_subscription(Float64MultiArray, "joint_drive_commands", self._on_command, deep)
         self.create_subscription(Header, "deployment/cycle", self._on_cycle, deep)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.create_subscription(DeploymentStatus, "deployment/status", self._on_status, latched)
+        self.status_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                     durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.status_sub = None  # subscribed once the controller's status publisher shows its type
         self.js = JointState(name=list(self.mapping.motor_names))
         self.js.position = [float(v) for v in self.mapping.to_motor_position(self.robot.default_pose)]
         self.js.velocity = [0.0] * self.robot.num_joints
@@ -383,8 +388,32 @@ class Robot(Node):
         if self.measuring:
             self.answers.append((msg.stamp.sec * 10**9 + msg.stamp.nanosec, now, msg.frame_id.split(" ")[0]))
 
+    def follow_status(self) -> bool:
+        """Subscribe to deployment/status in the type its publisher speaks: motionvl/DeploymentStatus, or the
+        std_msgs/String JSON of a controller from before the typed status (a baseline revision). One type
+        only: a DDS participant holds one type per topic name. True once subscribed."""
+        if self.status_sub is None:
+            topic = self.resolve_topic_name("deployment/status")
+            kinds = {i.topic_type for i in self.get_publishers_info_by_topic(topic)}
+            if STATUS_TYPE in kinds:
+                from motionvl.msg import DeploymentStatus
+
+                self.status_sub = self.create_subscription(DeploymentStatus, topic, self._on_status, self.status_qos)
+            elif LEGACY_STATUS_TYPE in kinds:
+                from std_msgs.msg import String
+
+                self.status_sub = self.create_subscription(String, topic, self._on_legacy_status, self.status_qos)
+        return self.status_sub is not None
+
     def _on_status(self, msg) -> None:
         self.mode = msg.mode_name
+
+    def _on_legacy_status(self, msg) -> None:
+        from motionvl.ros.records import json_record
+
+        record = json_record(self, msg, "deployment/status")
+        if record is not None:
+            self.mode = record.get("mode")
 
     def _on_diagnostics(self, msg) -> None:
         for status in msg.status:
@@ -400,6 +429,8 @@ class Robot(Node):
         end, started = None, time.monotonic()
         while True:
             clock.wait(stop)
+            if end is None and self.status_sub is None and self.count % STATUS_LOOK_EVERY == 0:
+                self.follow_status()
             if self.mode == "RUN" and self.answered_any and end is None:
                 self.measuring, end = True, time.monotonic() + seconds
             if end is not None and time.monotonic() >= end:
