@@ -4,7 +4,6 @@ simulator is logged and counted, a publisher of another type is reported, and th
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import signal
@@ -25,9 +24,7 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
 from motionvl.critic.schema import Comparison, Descriptor, MotionFeedback  # noqa: E402
-from motionvl.msg import Comparison as ComparisonMsg  # noqa: E402
 from motionvl.msg import DeploymentStatus, JointCommand, TrainerHeartbeat  # noqa: E402
-from motionvl.msg import MotionFeedback as MotionFeedbackMsg  # noqa: E402
 from motionvl.robot import load_robot_config  # noqa: E402
 from motionvl.ros.graph_playback import GraphPlayback  # noqa: E402
 from motionvl.ros.messages import DriveCommandWriter, comparison_msg, feedback_msg  # noqa: E402
@@ -96,11 +93,11 @@ def test_garbage_on_every_orchestrator_topic_during_a_search_ends_nothing(ros_co
 
 
 def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_status(ros_context, second_ros_context):
-    """The ROS playback's host (the orchestrator's subscriptions of deployment, simulator and critic) and a
-    simulator with a gantry get a status naming no mode, NaN and short states, critic answers out of range, NaN,
-    off the vocabulary or with bookkeeping of another kind, a command of the wrong length, and nodes of before
-    the types (status and critic answers as std_msgs/String): each bad message is counted once on its topic, the
-    old publishers reported, and a good status and good answers still act."""
+    """The ROS playback's host (the orchestrator's subscriptions of deployment and simulator) and a simulator
+    with a gantry get a status naming no mode, NaN and short states, a command of the wrong length, and a node
+    of before the types (status as std_msgs/String): each bad message is counted once on its topic, the old
+    publisher reported, and a good status still acts. (The critic's answers are action results: a bad one
+    makes an invalid feedback, test_graph_critic_refuses_a_bad_result.)"""
     ns = f"/bad{uuid.uuid4().hex[:6]}"
     robot = load_robot_config()
     host = Node("host", namespace=ns, context=ros_context)
@@ -115,14 +112,10 @@ def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_st
         status = probe.create_publisher(DeploymentStatus, "deployment/status", ANY)
         states = probe.create_publisher(JointState, "joint_states", ANY)
         odom = probe.create_publisher(Odometry, "odom", ANY)
-        feedback = probe.create_publisher(MotionFeedbackMsg, "critic/feedback", ANY)
-        comparison = probe.create_publisher(ComparisonMsg, "critic/comparison", ANY)
         positions = probe.create_publisher(Float64MultiArray, "joint_position_commands", ANY)
         drive = probe.create_publisher(JointCommand, "joint_command", ANY)
         old_node = Node("old_deployment", namespace=ns, context=second_ros_context)
         old = old_node.create_publisher(String, "deployment/status", ANY)
-        old_critic = Node("old_critic", namespace=ns, context=second_ros_context)
-        old_answers = [old_critic.create_publisher(String, t, ANY) for t in ("critic/feedback", "critic/comparison")]
         J = robot.num_joints
         nan_odom = Odometry()
         nan_odom.pose.pose.position.x = math.nan
@@ -133,33 +126,13 @@ def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_st
                  (odom, nan_odom), (positions, Float64MultiArray(data=[0.0] * (J - 1))),
                  (drive, DriveCommandWriter(JointCommand, robot.joint_names).fill(
                      np.full(J, math.nan), np.zeros(J), np.zeros(J), np.zeros(J), np.zeros(J)))]
-        good_fb = feedback_msg(MotionFeedback(critic="kinematic", task="walk", alignment_score=0.5,
-                                              descriptors=[Descriptor("knee_flexion", "knees", 20.0, "deg", 0.8)],
-                                              features=[("knees_straight", 0.8)], meta={"rollout_id": "r1"}))
-        bad_feedback = [copy.deepcopy(good_fb) for _ in range(6)]
-        bad_feedback[0].alignment_score = math.nan
-        bad_feedback[1].alignment_score = 1.5
-        bad_feedback[2].descriptors[0].value = math.inf  # NaN is "none stated"; infinity is nothing
-        bad_feedback[3].features[0].label = "moonwalking"
-        bad_feedback[4].better_than_best = 7
-        bad_feedback[5].meta.kind = "ledger"
-        good_cmp = comparison_msg(Comparison("first", 0.7, "straighter knees", meta={"request_id": "q1"}))
-        bad_comparisons = [copy.deepcopy(good_cmp) for _ in range(4)]
-        bad_comparisons[0].preferred = "third"
-        bad_comparisons[1].confidence = math.nan
-        bad_comparisons[2].meta.json = "[1]"
-        bad_comparisons[3].meta.version = 2
-        sends += [(feedback, m) for m in bad_feedback] + [(comparison, m) for m in bad_comparisons]
-        host_bad = {f"{ns}/deployment/status": 2, f"{ns}/joint_states": 2, f"{ns}/odom": 1,
-                    f"{ns}/critic/feedback": len(bad_feedback), f"{ns}/critic/comparison": len(bad_comparisons)}
+        host_bad = {f"{ns}/deployment/status": 2, f"{ns}/joint_states": 2, f"{ns}/odom": 1}
         # the simulator's loop takes the newest status (depth 1): one or both of the two bad ones
         sim_bad = {f"{ns}/deployment/status": 1, f"{ns}/joint_position_commands": 1, f"{ns}/joint_command": 1}
         assert wait_for(lambda: all(p.get_subscription_count() for p, _ in sends), timeout=15)
         for pub, msg in sends:
             pub.publish(msg)
         old.publish(String(data='{"mode": "RUN", "stand_complete": true}'))
-        for pub in old_answers:
-            pub.publish(String(data='{"valid": true, "meta": {"rollout_id": "r1", "request_id": "q1"}}'))
         counted = lambda inbox, want: all(inbox.bad[t] >= n for t, n in want.items())  # noqa: E731
         assert wait_for(lambda: counted(playback.inbox, host_bad) and counted(sim.inbox, sim_bad), timeout=15), \
             (playback.inbox.counts(), sim.inbox.counts())
@@ -171,26 +144,162 @@ def test_playback_host_and_simulator_count_bad_messages_and_report_an_untyped_st
         for inbox in (playback.inbox, sim.inbox):
             assert wait_for(lambda inbox=inbox: inbox.check_publishers() or
                             inbox.wrong_type.get(f"{ns}/deployment/status") == old_name, timeout=15), inbox.counts()
-        old_critic_name = [f"{ns}/old_critic (std_msgs/msg/String)"]
-        assert wait_for(lambda: playback.inbox.check_publishers() or all(
-            playback.inbox.wrong_type.get(f"{ns}/critic/{t}") == old_critic_name for t in ("feedback", "comparison")),
-            timeout=15), playback.inbox.counts()
-        assert playback._feedback == {} and playback._comparisons == {}, "a bad or untyped answer was taken"
-        # good typed answers still arrive, as the dicts the search records
-        feedback.publish(good_fb)
-        comparison.publish(good_cmp)
-        assert wait_for(lambda: playback._feedback and playback._comparisons, timeout=15)
-        (fb,) = playback._feedback.values()
-        (cmp,) = playback._comparisons.values()
-        assert (fb["alignment_score"], fb["meta"], fb["descriptors"][0]["value"]) == (0.5, {"rollout_id": "r1"}, 20.0)
-        assert (cmp["preferred"], cmp["meta"]["request_id"]) == ("first", "q1")
-        assert {t: playback.inbox.bad[t] for t in host_bad} == host_bad
         # both still work: a good status reaches the playback and lets the gantry go
         status.publish(DeploymentStatus(mode=DeploymentStatus.MODE_STAND, mode_name="STAND", stand_complete=True))
         assert wait_for(lambda: not sim.sim.gantry and playback._status is not None, timeout=15)
         assert playback._status["mode"] == "STAND" and playback._status["stand_complete"] is True
     finally:
         spinners.shutdown()
+
+
+def test_the_critic_counts_bad_boundaries_and_samples_and_reports_an_untyped_boundary(ros_context, second_ros_context):
+    """vlm_critic gets boundaries of an unknown event, with a NaN or short command, NaN and short states, a NaN pose
+    and command, and a node of before the types (boundaries as std_msgs/String): each bad message is counted once
+    on its topic, the old publisher reported, and the next rollout is still collected and critiqued."""
+    from action_msgs.msg import GoalStatus
+    from geometry_msgs.msg import TwistStamped
+    from rclpy.action import ActionClient
+
+    from motionvl.action import Critique
+    from motionvl.msg import RolloutBoundary
+    from motionvl.ros.messages import critique_goal, feedback_from_msg
+    from motionvl.ros.vlm_critic_node import VlmCriticNode
+
+    ns = f"/bad{uuid.uuid4().hex[:6]}"
+    robot = load_robot_config()
+    critic = VlmCriticNode(context=ros_context, namespace=ns, parameter_overrides=[Parameter("backend", value="kinematic")])
+    probe = Node("garbage", namespace=ns, context=ros_context)
+    spinners = Spinners(ros_context)
+    spinners.add(critic, threads=2)
+    spinners.add(probe)
+    try:
+        boundary = probe.create_publisher(RolloutBoundary, "rollout/boundary", ANY)
+        states = probe.create_publisher(JointState, "joint_states", ANY)
+        odom = probe.create_publisher(Odometry, "odom", ANY)
+        command = probe.create_publisher(TwistStamped, "simulator/command", ANY)
+        old = Node("old_orchestrator", namespace=ns, context=second_ros_context).create_publisher(
+            String, "rollout/boundary", ANY)
+        J = robot.num_joints
+        nan_odom, nan_command = Odometry(), TwistStamped()
+        nan_odom.pose.pose.orientation.w = math.nan
+        nan_command.twist.linear.x = math.nan
+        sends = [(boundary, RolloutBoundary(event=9, rollout_id="r")),
+                 (boundary, RolloutBoundary(event=RolloutBoundary.START, command=[math.nan, 0.0, 0.0])),
+                 (boundary, RolloutBoundary(event=RolloutBoundary.START, command=[0.5, 0.0])),
+                 (states, JointState(name=list(robot.joint_names), position=[math.nan] * J)),
+                 (states, JointState(name=list(robot.joint_names), position=[0.0] * (J - 1))),
+                 (odom, nan_odom), (command, nan_command)]
+        want = {f"{ns}/rollout/boundary": 3, f"{ns}/joint_states": 2, f"{ns}/odom": 1, f"{ns}/simulator/command": 1}
+        assert wait_for(lambda: all(p.get_subscription_count() for p, _ in sends), timeout=15)
+        for pub, msg in sends:
+            pub.publish(msg)
+        old.publish(String(data='{"event": "start", "id": "r"}'))
+        assert wait_for(lambda: all(critic.inbox.bad[t] >= n for t, n in want.items()), timeout=15), critic.inbox.counts()
+        assert {t: critic.inbox.bad[t] for t in want} == want and not critic.collected()["collecting"]
+        assert wait_for(lambda: critic.inbox.check_publishers() or critic.inbox.wrong_type.get(f"{ns}/rollout/boundary")
+                        == [f"{ns}/old_orchestrator (std_msgs/msg/String)"], timeout=15), critic.inbox.counts()
+        # still at work: a good rollout is collected and critiqued
+        boundary.publish(RolloutBoundary(event=RolloutBoundary.START, rollout_id="good", task="stand still"))
+        assert wait_for(lambda: critic.collected()["collecting"], timeout=15)
+        for i in range(5):
+            js = JointState(name=list(robot.joint_names), position=robot.default_pose.tolist())
+            pose = Odometry()
+            js.header.stamp.sec = pose.header.stamp.sec = 10 + i
+            pose.pose.pose.position.z, pose.pose.pose.orientation.w = 0.8, 1.0
+            states.publish(js)
+            odom.publish(pose)
+        assert wait_for(lambda: min(critic.collected()["states"], critic.collected()["odom"]) >= 5, timeout=15)
+        boundary.publish(RolloutBoundary(event=RolloutBoundary.END, rollout_id="good"))
+        client = ActionClient(probe, Critique, "vlm_critic/critique")
+        assert client.wait_for_server(timeout_sec=15)
+        answer = {}
+        client.send_goal_async(critique_goal("good")).add_done_callback(
+            lambda f: f.result().get_result_async().add_done_callback(lambda r: answer.update(r=r.result())))
+        assert wait_for(lambda: "r" in answer, timeout=30)
+        feedback = feedback_from_msg(answer["r"].result.feedback)
+        assert answer["r"].status == GoalStatus.STATUS_SUCCEEDED and feedback.meta["states"] == 5, feedback
+    finally:
+        spinners.shutdown()
+
+
+def test_graph_critic_refuses_a_bad_result(ros_context):
+    """A critic (not ours: any Critique / Compare server) answers with a feedback out of range and a comparison
+    preferring a third rollout: the playback's critique is an invalid feedback saying why, its comparison an error
+    the search records; nothing raises in the host."""
+    from rclpy.action import ActionServer
+
+    from motionvl.action import Compare, Critique
+    from motionvl.ros.graph_playback import PlaybackError
+    from motionvl.search.playback import CritiqueRequest
+
+    ns = f"/bad{uuid.uuid4().hex[:6]}"
+    host = Node("host", namespace=ns, context=ros_context)
+    playback = GraphPlayback(host, robot=load_robot_config(), step_timeout_s=10.0, critic_timeout_s=15.0)
+    fake = Node("vlm_critic", namespace=ns, context=ros_context)
+
+    def critique(handle):
+        handle.succeed()
+        msg = feedback_msg(MotionFeedback(critic="fake", task="walk", alignment_score=0.5))
+        msg.alignment_score = math.nan
+        return Critique.Result(feedback=msg)
+
+    def compare(handle):
+        handle.succeed()
+        msg = comparison_msg(Comparison("first", 0.7, "straighter"))
+        msg.preferred = "third"
+        return Compare.Result(comparison=msg)
+
+    servers = [ActionServer(fake, Critique, "~/critique", critique), ActionServer(fake, Compare, "~/compare", compare)]
+    spinners = Spinners(ros_context)
+    spinners.add(host)
+    spinners.add(fake)
+    try:
+        answer = playback._critic_feedback("c1@x", CritiqueRequest("walk"))
+        assert not answer["valid"] and "alignment" in answer["error"], answer
+        with pytest.raises(PlaybackError, match="does not decode: .*third"):
+            playback.compare("/a", "/b", "walk")
+    finally:
+        spinners.shutdown()
+        for server in servers:
+            server.destroy()
+
+
+def test_boundaries_goals_and_actuation_translate_and_refuse_what_they_cannot_carry():
+    """A rollout boundary, Critique and Compare goals and the simulator's actuation through their messages and back;
+    an unknown event or regime, a command not three finite values, a rollout named by both or neither of id and
+    path, a previous best out of range: BadMessage naming the field."""
+    from motionvl.action import Compare
+    from motionvl.critic.rollouts import Boundary
+    from motionvl.critic.service import ComparisonRequest
+    from motionvl.msg import Actuation, RolloutBoundary
+    from motionvl.ros.messages import (BadMessage, actuation_from_msg, actuation_msg, boundary_from_msg, boundary_msg,
+                                       compare_goal, comparison_request_from_goal, critique_goal,
+                                       critique_request_from_goal)
+
+    for boundary in (Boundary("start", "walk", "c1@ab", (0.5, 0.0, 0.1)), Boundary("end")):
+        assert boundary_from_msg(boundary_msg(boundary)) == boundary
+    for msg, error in ((RolloutBoundary(event=0), "event: 0"), (RolloutBoundary(event=9), "event: 9"),
+                       (RolloutBoundary(event=1, command=[0.5, 0.0]), "command: 2 values"),
+                       (RolloutBoundary(event=2, command=[math.inf, 0.0, 0.0]), "command: 3 values")):
+        with pytest.raises(BadMessage, match=error):
+            boundary_from_msg(msg)
+    best = MotionFeedback(critic="kinematic", task="walk", alignment_score=0.6, meta={"rollout_id": "r0"})
+    assert critique_request_from_goal(critique_goal("r1", "walk", best.to_dict())) == ("r1", "walk", best.to_dict())
+    assert critique_request_from_goal(critique_goal(None)) == (None, "", None)
+    bad = critique_goal("r1", previous_best=best.to_dict())
+    bad.previous_best.alignment_score = 2.0
+    with pytest.raises(BadMessage, match="previous_best: "):
+        critique_request_from_goal(bad)
+    request = ComparisonRequest("q", "walk", {"rollout_id": "r1"}, {"path": "/runs/x/best"})
+    assert comparison_request_from_goal(compare_goal(request), "q") == request
+    for goal, error in ((Compare.Goal(first_rollout_id="a", second_path="/b", second_rollout_id="b"), "second: give"),
+                        (Compare.Goal(second_path="/b"), "first: give exactly one")):
+        with pytest.raises(BadMessage, match=error):
+            comparison_request_from_goal(goal)
+    for regime in ("pd", "torque", "drive", "damping"):
+        assert actuation_from_msg(actuation_msg(regime)) == regime
+    with pytest.raises(BadMessage, match="regime: 4"):
+        actuation_from_msg(Actuation(regime=4))
 
 
 @pytest.mark.parametrize("better", [None, True, False])

@@ -6,7 +6,6 @@ environment keeps discovery on this machine and in this run's domain.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
@@ -27,16 +26,21 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, JointState  # noqa: E402
-from std_msgs.msg import String  # noqa: E402
-from std_srvs.srv import Trigger  # noqa: E402
+from action_msgs.msg import GoalStatus  # noqa: E402
+from rclpy.action import ActionClient  # noqa: E402
 
+from motionvl.action import Compare, Critique  # noqa: E402
 from motionvl.critic.base import Rollout  # noqa: E402
-from motionvl.critic.schema import Comparison, Descriptor, MotionFeedback  # noqa: E402
+from motionvl.critic.rollouts import Boundary  # noqa: E402
+from motionvl.critic.service import ComparisonRequest  # noqa: E402
+from motionvl.critic.schema import Descriptor, MotionFeedback  # noqa: E402
 from motionvl.msg import Comparison as ComparisonMsg  # noqa: E402
 from motionvl.msg import MotionFeedback as MotionFeedbackMsg  # noqa: E402
+from motionvl.msg import RolloutBoundary  # noqa: E402
 from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
 from motionvl.ros.camera_renderer_node import CameraRendererNode  # noqa: E402
-from motionvl.ros.messages import comparison_from_msg, feedback_from_msg  # noqa: E402
+from motionvl.ros.messages import (boundary_msg, compare_goal, comparison_from_msg, critique_goal,  # noqa: E402
+                                   feedback_from_msg)
 from motionvl.ros.vlm_critic_node import VlmCriticNode, image_to_rgb  # noqa: E402
 from spinning import Spinners  # noqa: E402
 from waiting import wait_for as _wait_for  # noqa: E402
@@ -65,7 +69,7 @@ class Probe:
         self.comparisons: list = []
         self.js_pub = n.create_publisher(JointState, "joint_states", STATES)
         self.odom_pub = n.create_publisher(Odometry, "odom", STATES)
-        self.boundary_pub = n.create_publisher(String, "rollout/boundary", RELIABLE)
+        self.boundary_pub = n.create_publisher(RolloutBoundary, "rollout/boundary", RELIABLE)
         self.image_pub = n.create_publisher(Image, "camera/image_raw", qos_profile_sensor_data)
         n.create_subscription(Image, "camera/image_raw", self._keep(self.images), qos_profile_sensor_data)
         n.create_subscription(CameraInfo, "camera/camera_info", self._keep(self.infos), qos_profile_sensor_data)
@@ -73,8 +77,8 @@ class Probe:
         n.create_subscription(MotionFeedbackMsg, "critic/feedback", self._keep(self.feedback, feedback_from_msg), LATCHED)
         n.create_subscription(ComparisonMsg, "critic/comparison", self._keep(self.comparisons, comparison_from_msg),
                               LATCHED)
-        self.compare_pub = n.create_publisher(String, "critic/compare", RELIABLE)
-        self.critique_client = n.create_client(Trigger, "vlm_critic/critique")
+        self.critique_client = ActionClient(n, Critique, "vlm_critic/critique")
+        self.compare_client = ActionClient(n, Compare, "vlm_critic/compare")
 
     def _keep(self, store: list, translate=None):
         def callback(msg):
@@ -105,8 +109,48 @@ class Probe:
         od.pose.pose.orientation.w = 1.0
         self.odom_pub.publish(od)
 
-    def boundary(self, **data) -> None:
-        self.boundary_pub.publish(String(data=json.dumps(data)))
+    def boundary(self, event: str, task: str = "", id=None, command=None) -> None:
+        self.boundary_pub.publish(boundary_msg(Boundary(event, task, id, command)))
+
+    def send(self, client, goal) -> "Goal":
+        """Send a goal (its server must be up); the Goal gathers its feedback and result."""
+        assert client.wait_for_server(timeout_sec=10.0)
+        return Goal().start(client, goal)
+
+    def critique(self, rollout_id=None, task: str = "", previous_best=None) -> "Goal":
+        return self.send(self.critique_client, critique_goal(rollout_id, task, previous_best))
+
+    def compare(self, first: dict, second: dict, task: str = "") -> "Goal":
+        return self.send(self.compare_client, compare_goal(ComparisonRequest(None, task, first, second)))
+
+
+class Goal:
+    """One goal's feedback messages, handle and result (status, result) as they arrive."""
+
+    def __init__(self):
+        self.feedback: list = []
+        self.handle = None
+        self.response = None
+
+    def start(self, client, goal) -> "Goal":
+        def on_handle(future):
+            self.handle = future.result()
+            if self.handle.accepted:
+                self.handle.get_result_async().add_done_callback(lambda f: setattr(self, "response", f.result()))
+        client.send_goal_async(goal, feedback_callback=lambda m: self.feedback.append(m.feedback)).add_done_callback(
+            on_handle)
+        return self
+
+    def stages(self) -> list:
+        return [f.stage for f in list(self.feedback)]
+
+    def wait(self, timeout: float = 15.0):
+        """(status, the result's MotionFeedback / Comparison as the core's record)."""
+        assert wait_for(lambda: self.response is not None, timeout=timeout), "no result"
+        result = self.response.result
+        answer = feedback_from_msg(result.feedback) if hasattr(result, "feedback") else \
+            comparison_from_msg(result.comparison)
+        return self.response.status, answer
 
 
 @pytest.fixture
@@ -206,7 +250,7 @@ def test_nodes_refuse_the_training_only_mixed_terrain(node_class, ros_context):
                    parameter_overrides=params(terrain="mixed"))
 
 
-def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):
+def test_critic_node_critiques_rollouts_as_goals(graph, ros_context):
     critic, probe = graph(lambda ns: VlmCriticNode(context=ros_context, namespace=ns,
                                                    parameter_overrides=params(backend="kinematic")))
     assert wait_for(lambda: probe.boundary_pub.get_subscription_count() > 0 and probe.js_pub.get_subscription_count() > 0
@@ -214,37 +258,56 @@ def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):
     start_rollout(probe, critic, task="stand still", id="r1")
     sent = feed_rollout(probe, critic, seconds=2.0)
     assert wait_for(lambda: critic.collected()["states"] >= sent and critic.collected()["odom"] >= sent, timeout=10.0)
-    probe.boundary(event="end")
-    assert wait_for(lambda: probe.count(probe.feedback) >= 1)
-    fb = probe.last(probe.feedback)
+    probe.boundary("end")
+    assert wait_for(lambda: not critic.collected()["collecting"])
+    goal = probe.critique("r1")
+    status, fb = goal.wait()
+    assert status == GoalStatus.STATUS_SUCCEEDED and goal.stages() == ["queued", "critiquing"]
+    assert goal.feedback[-1].states == sent
     assert fb.valid and fb.critic == "kinematic" and fb.task == "stand still"
     assert fb.alignment_score > 0.8, fb.meta
-    assert fb.meta["states"] == sent and fb.meta["rollout_id"] == "r1" and fb.meta["trigger"] == "boundary"
+    assert fb.meta["states"] == sent and fb.meta["rollout_id"] == "r1" and fb.meta["trigger"] == "goal"
     knee = next(d for d in fb.descriptors if d.label == "knee_flexion")
     assert knee.value == pytest.approx(math.degrees(0.4), abs=0.5)
+    assert wait_for(lambda: probe.count(probe.feedback) >= 1)  # every result is also published
+    assert probe.last(probe.feedback).meta["rollout_id"] == "r1"
 
-    # a second rollout: walking speed from odom, the end message's task wins; judged against the best
-    start_rollout(probe, critic, task="stand still")
+    # a goal sent while its rollout is collected waits for the END: walking speed from odom, the END's task wins
+    start_rollout(probe, critic, task="stand still", id="r2")
+    waiting = probe.critique("r2")
     sent = feed_rollout(probe, critic, seconds=2.0, speed=0.5, t0=20.0)
     assert wait_for(lambda: critic.collected()["states"] >= sent and critic.collected()["odom"] >= sent, timeout=10.0)
-    probe.boundary(event="end", task="walk forward at 0.5 m/s")
-    assert wait_for(lambda: probe.count(probe.feedback) >= 2)
-    fb2 = probe.last(probe.feedback)
+    assert wait_for(lambda: "collecting" in waiting.stages()) and waiting.response is None
+    probe.boundary("end", task="walk forward at 0.5 m/s", id="r2")
+    status, fb2 = waiting.wait()
     speed = next(d for d in fb2.descriptors if d.label == "forward_speed")
+    assert status == GoalStatus.STATUS_SUCCEEDED and waiting.stages()[-2:] == ["queued", "critiquing"]
     assert fb2.task == "walk forward at 0.5 m/s" and speed.value == pytest.approx(0.5, abs=0.02)
 
-    # the service critiques what is there; an end without data still gets an (invalid) answer
-    assert probe.critique_client.wait_for_service(timeout_sec=5.0)
-    future = probe.critique_client.call_async(Trigger.Request())
-    assert wait_for(future.done)
-    assert future.result().success  # the last finished rollout
-    assert wait_for(lambda: probe.count(probe.feedback) >= 3)
-    assert probe.last(probe.feedback).meta["trigger"] == "service"
-    probe.boundary(event="start", task="stand still")
-    probe.boundary(event="end")
-    assert wait_for(lambda: probe.count(probe.feedback) >= 4)
-    empty = probe.last(probe.feedback)
-    assert not empty.valid and "joint_states" in empty.error
+    # no id: what has been collected so far (the last finished rollout); an empty rollout gets an invalid answer
+    status, last = probe.critique().wait()
+    assert status == GoalStatus.STATUS_SUCCEEDED and last.meta["rollout_id"] == "r2"
+    start_rollout(probe, critic, task="stand still", id="empty")
+    probe.boundary("end", id="empty")
+    status, empty = probe.critique("empty").wait()
+    assert status == GoalStatus.STATUS_SUCCEEDED and not empty.valid and "joint_states" in empty.error
+
+    # malformed goals are refused with the reason; the node goes on serving
+    status, unknown = probe.critique("never-started").wait()
+    assert status == GoalStatus.STATUS_ABORTED and "no rollout 'never-started'" in unknown.error
+    bad_best = critique_goal("r1", previous_best=fb.to_dict())
+    bad_best.previous_best.better_than_best = 7
+    status, refused = probe.send(probe.critique_client, bad_best).wait()
+    assert status == GoalStatus.STATUS_ABORTED and "previous_best: better_than_best" in refused.error
+    status, again = probe.critique("r1", task="stand still").wait()
+    assert status == GoalStatus.STATUS_SUCCEEDED and again.valid
+    # a goal whose rollout is dropped unfinished (a START before its END) is not left waiting
+    start_rollout(probe, critic, id="r3")
+    orphan = probe.critique("r3")
+    assert wait_for(lambda: "collecting" in orphan.stages())
+    probe.boundary("start", id="r4")
+    status, dropped = orphan.wait()
+    assert status == GoalStatus.STATUS_ABORTED and "'r3' was dropped unfinished" in dropped.error
 
     # a late subscriber still gets the last feedback (transient local)
     late = []
@@ -256,58 +319,51 @@ def test_critic_node_kinematic_feedback_after_boundaries(graph, ros_context):
     while not late and time.monotonic() < end:
         ex.spin_once(timeout_sec=0.1)
     node.destroy_node()
-    assert late and feedback_from_msg(late[0]).valid is False
+    assert late and feedback_from_msg(late[0]).meta["rollout_id"] == "r1"
 
 
-def comparison_for(probe: Probe, request_id) -> Comparison | None:
-    with probe.lock:
-        found = list(probe.comparisons)
-    return next((c for c in found if c.meta.get("request_id") == request_id), None)
-
-
-def test_critic_node_compares_two_rollouts_named_in_each_request(graph, ros_context, tmp_path):
+def test_critic_node_compares_two_rollouts_named_in_each_goal(graph, ros_context, tmp_path):
     critic, probe = graph(lambda ns: VlmCriticNode(context=ros_context, namespace=ns, parameter_overrides=params(
         backend="kinematic", rollout_dir=str(tmp_path / "rollouts"))))
-    assert wait_for(lambda: probe.boundary_pub.get_subscription_count() > 0 and probe.compare_pub.get_subscription_count() > 0
+    assert wait_for(lambda: probe.boundary_pub.get_subscription_count() > 0
                     and probe.js_pub.get_subscription_count() > 0 and probe.odom_pub.get_subscription_count() > 0)
     task = "walk forward at 0.5 m/s"
+    judged = []
     for n, (rollout_id, speed) in enumerate((("stood", 0.0), ("moved", 0.5))):
         start_rollout(probe, critic, task=task, id=rollout_id)
         sent = feed_rollout(probe, critic, seconds=2.0, speed=speed, t0=10.0 + 10 * n)
         assert wait_for(lambda sent=sent: min(critic.collected()["states"], critic.collected()["odom"]) >= sent,
                         timeout=10.0)
-        probe.boundary(event="end")
-        assert wait_for(lambda n=n: probe.count(probe.feedback) >= n + 1)
-    stood = probe.feedback[0]
-    moved = probe.feedback[1]
-    # no best kept by the node: nothing to judge the second rollout against unless the boundary sends it
+        probe.boundary("end", id=rollout_id)
+        judged.append(probe.critique(rollout_id).wait()[1])
+    stood, moved = judged
+    # no best kept by the node: nothing to judge the second rollout against unless the goal sends it
     assert stood.better_than_best is None and moved.better_than_best is None
     saved = Rollout.load(stood.meta["rollout_path"])
     assert saved.frames == [] and len(saved.trajectory.time) == stood.meta["states"]
 
-    def ask(request_id, first, second, **extra):
-        probe.compare_pub.publish(String(data=json.dumps({"id": request_id, "task": task, "first": first,
-                                                          "second": second, **extra})))
-
-    ask("q1", {"rollout_id": "stood"}, {"rollout_id": "moved"})
-    ask("q2", {"rollout_id": "moved"}, {"path": stood.meta["rollout_path"]})  # r* as a saved rollout
-    assert wait_for(lambda: comparison_for(probe, "q1") and comparison_for(probe, "q2"))
-    q1, q2 = comparison_for(probe, "q1"), comparison_for(probe, "q2")
-    assert q1.valid and q1.preferred == "second" and q1.critic == "kinematic" and q1.task == task
-    assert q2.valid and q2.preferred == "first" and q2.confidence == q1.confidence  # asked the other way round
-    # bad requests get an answer too, saying what is wrong
-    ask("q3", {"rollout_id": "never-seen"}, {"rollout_id": "moved"})
-    probe.compare_pub.publish(String(data='{"id": "q4", "first": {}}'))
-    assert wait_for(lambda: comparison_for(probe, "q3") and comparison_for(probe, "q4"))
-    assert not comparison_for(probe, "q3").valid and "no recent rollout with id 'never-seen'" in comparison_for(probe, "q3").error
-    assert not comparison_for(probe, "q4").valid and "first must be" in comparison_for(probe, "q4").error
-    # the orchestrator sends the best feedback so far with the boundary: then the critique judges against it
+    q1 = probe.compare({"rollout_id": "stood"}, {"rollout_id": "moved"}, task)
+    q2 = probe.compare({"rollout_id": "moved"}, {"path": stood.meta["rollout_path"]}, task)  # r* as a saved rollout
+    (s1, c1), (s2, c2) = q1.wait(), q2.wait()
+    assert s1 == s2 == GoalStatus.STATUS_SUCCEEDED and q1.stages() == ["queued", "comparing"]
+    assert c1.valid and c1.preferred == "second" and c1.critic == "kinematic" and c1.task == task
+    assert c2.valid and c2.preferred == "first" and c2.confidence == c1.confidence  # asked the other way round
+    assert str(c1.meta["request_id"]).startswith("compare@")
+    assert wait_for(lambda: probe.count(probe.comparisons) >= 2)  # every result is also published
+    # an unknown rollout gets an invalid answer saying so; a malformed goal is refused with the reason
+    status, unknown = probe.compare({"rollout_id": "never-seen"}, {"rollout_id": "moved"}, task).wait()
+    assert status == GoalStatus.STATUS_SUCCEEDED and not unknown.valid
+    assert "no recent rollout with id 'never-seen'" in unknown.error
+    malformed = Compare.Goal(task=task, first_rollout_id="stood", first_path="/x", second_rollout_id="moved")
+    status, refused = probe.send(probe.compare_client, malformed).wait()
+    assert status == GoalStatus.STATUS_ABORTED and "first: give exactly one of" in refused.error
+    # the orchestrator sends the best feedback so far with the goal: then the critique judges against it
     start_rollout(probe, critic, task=task, id="again")
     sent = feed_rollout(probe, critic, seconds=2.0, speed=0.0, t0=40.0)
     assert wait_for(lambda: min(critic.collected()["states"], critic.collected()["odom"]) >= sent, timeout=10.0)
-    probe.boundary(event="end", previous_best=moved.to_dict())
-    assert wait_for(lambda: probe.count(probe.feedback) >= 3)
-    assert probe.last(probe.feedback).better_than_best is False
+    probe.boundary("end", id="again")
+    status, against = probe.critique("again", previous_best=moved.to_dict()).wait()
+    assert against.better_than_best is False
 
 
 class SlowFakeVLM:
@@ -351,26 +407,32 @@ def test_critic_node_vlm_path_collects_frames_and_never_blocks(graph, ros_contex
         time.sleep(0.03)  # frames are best effort (depth 5): don't outrun a busy executor
     assert wait_for(lambda: critic.collected()["frames"] >= 5 and critic.collected()["states"] >= 21)
     probe.boundary(event="end")
-    # while the slow critique runs, the executor still serves the next rollout and the service
+    first = probe.critique()  # what was collected: the last finished rollout
+    # while the slow critique runs, the executor still serves the next rollout and other goals
     assert wait_for(fake.busy.is_set, timeout=10.0)
     probe.boundary(event="start", task="second")
     assert wait_for(lambda: critic.collected()["collecting"] and critic.collected()["task"] == "second", timeout=10.0)
-    future = probe.critique_client.call_async(Trigger.Request())
-    assert wait_for(future.done, timeout=10.0), "the service waited for the critique"
+    queued, dropped = probe.critique(), probe.critique()  # the current rollout so far, twice
+    assert wait_for(lambda: queued.stages() == ["queued"] and dropped.stages() == ["queued"], timeout=10.0), \
+        "a goal waited for the critique in flight to be accepted"
+    cancel = dropped.handle.cancel_goal_async()  # a waiting goal is dropped at once
+    status, cancelled = dropped.wait()
+    assert wait_for(cancel.done) and cancel.result().goals_canceling
+    assert status == GoalStatus.STATUS_CANCELED and "cancelled before the call" in cancelled.error
     assert fake.busy.is_set(), "answered while the first critique was still running"
     fake.release.set()
-    assert wait_for(lambda: probe.count(probe.feedback) >= 2, timeout=10.0)  # the rollout's, then the service's
+    (s1, fb), (s2, now) = first.wait(), queued.wait()
+    assert s1 == s2 == GoalStatus.STATUS_SUCCEEDED and now.task == "second" and "no camera frames" in now.error
+    assert critic.service.rollouts_critiqued == 2  # the dropped goal never reached the critic
     n_frames, times, task, prev, traj = fake.calls[0]
     assert task == "walk with straight knees" and 5 <= n_frames <= 12
     assert times[0] == 0.0 and all(dt >= 0.09 - 1e-6 for dt in np.diff(times))
     assert traj is not None and len(traj.time) == 21
-    fb = probe.feedback[0]
     assert fb.critic == "fake-vlm" and fb.valid
     assert fb.descriptors[0].contradiction is True  # merged with the kinematic measurement (57 deg knees)
     check = fb.meta["cross_check"]  # its only measurable claim was contradicted: its alignment counts nothing
     assert (check["measurable"], check["confirmed"], check["stated_alignment"]) == (1, 0, 0.7) and fb.alignment_score == 0
-    assert fb.meta["frames"] == n_frames and fb.meta["trigger"] == "boundary"
-    assert probe.feedback[1].meta["trigger"] == "service"
+    assert fb.meta["frames"] == n_frames and fb.meta["trigger"] == "goal"
     assert image_to_rgb(Image(height=12, width=16, encoding="bgr8", step=48,
                               data=frame[:, :, ::-1].tobytes()))[0, 0].tolist() == [200, 0, 0]
 
@@ -391,8 +453,8 @@ def test_camera_frames_reach_the_critic(graph, ros_context):
         time.sleep(0.05)
     assert wait_for(lambda: critic.collected()["frames"] >= 5, timeout=10.0)
     probe.boundary(event="end")
-    assert wait_for(lambda: probe.count(probe.feedback) >= 1)
+    _, fb = probe.critique().wait()
     n_frames, times, task, _, traj = fake.calls[0]
     assert n_frames >= 5 and task == "walk forward" and times == sorted(times)
     assert traj is not None and traj.base_pos[-1, 0] > traj.base_pos[0, 0]
-    assert probe.last(probe.feedback).meta["frames"] == n_frames
+    assert fb.meta["frames"] == n_frames

@@ -39,11 +39,10 @@ from rclpy.action import ActionClient  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Image, Imu, JointState  # noqa: E402
-from std_msgs.msg import String  # noqa: E402
 
-from motionvl.action import Synthesize, TrainCandidate  # noqa: E402
+from motionvl.action import Critique, Synthesize, TrainCandidate  # noqa: E402
 from motionvl.bags import read_bag  # noqa: E402
-from motionvl.msg import LowCommand, MotionFeedback  # noqa: E402
+from motionvl.msg import LowCommand, MotionFeedback, RolloutBoundary  # noqa: E402
 from motionvl.rewards.spec import load_reward_spec  # noqa: E402
 from motionvl.robot import load_robot_config  # noqa: E402
 from spinning import Spinners  # noqa: E402
@@ -75,7 +74,8 @@ class Feeder(Node):
         self.motor_pub = self.create_publisher(JointState, "motor_states", 10)  # the package robot: motors = joints
         self.odom_pub = self.create_publisher(Odometry, "odom", 10)
         self.imu_pub = self.create_publisher(Imu, "imu/data", qos_profile_sensor_data)
-        self.boundary_pub = self.create_publisher(String, "rollout/boundary", 10)
+        self.boundary_pub = self.create_publisher(RolloutBoundary, "rollout/boundary", 10)
+        self.critic = ActionClient(self, Critique, "/vlm_critic/critique")
         self.trainer = ActionClient(self, TrainCandidate, "/policy_trainer/train_candidate")
         self.synthesizer = ActionClient(self, Synthesize, "/synthesize")
         self.frames = self.feedback = self.progress = self.answers = 0
@@ -117,8 +117,12 @@ class Feeder(Node):
         imu.header.stamp, imu.orientation.w = stamp, 1.0
         self.imu_pub.publish(imu)
         if self._ticks % 25 == 0:  # every half second: a rollout for the critic, a request for the synthesizer
-            self.boundary_pub.publish(String(data=json.dumps({"event": "end"})))
-            self.boundary_pub.publish(String(data=json.dumps({"event": "start", "task": "stand still"})))
+            rollout = f"r{self._ticks}"
+            self.boundary_pub.publish(RolloutBoundary(event=RolloutBoundary.END, rollout_id=f"r{self._ticks - 25}"))
+            if self.critic.server_is_ready():
+                self.critic.send_goal_async(Critique.Goal(rollout_id=f"r{self._ticks - 25}"))
+            self.boundary_pub.publish(RolloutBoundary(event=RolloutBoundary.START, rollout_id=rollout,
+                                                      task="stand still"))
             if self.synthesizer.server_is_ready():
                 goal = Synthesize.Goal(request_json=json.dumps({"task": "walk forward", "iteration": 0,
                                                                 "num_candidates": 2}), request_version=1)

@@ -411,36 +411,59 @@ def test_analyze_reads_the_status_of_old_and_new_bags(tmp_path):
 
 
 def test_analyze_reads_bags_with_the_trainer_and_critic_topics_typed_or_json(tmp_path):
-    """A loop's bag holds trainer/heartbeat and the critic's answers typed (now) or as JSON strings (before the
-    types): `motionvl analyze` decodes every message of both, takes the status and passes over the rest."""
+    """A loop's bag holds trainer/heartbeat, the critic's answers, its rollout boundaries, its actions' feedback and the
+    simulator's actuation typed (now) or as JSON strings with a critic/compare request topic (before the types):
+    every message of both decodes, `motionvl analyze` takes the status and passes over the rest."""
     from rclpy.serialization import serialize_message
     from std_msgs.msg import String
 
+    from motionvl.action import Compare, Critique
+    from motionvl.critic.rollouts import Boundary
     from motionvl.critic.schema import Comparison, MotionFeedback
     from motionvl.deploy.analysis import BagData
     from motionvl.msg import DeploymentStatus
     from motionvl.robot import load_robot_config
-    from motionvl.ros.messages import comparison_msg, feedback_msg, heartbeat_msg
+    from motionvl.ros.messages import actuation_msg, boundary_msg, comparison_msg, feedback_msg, heartbeat_msg
 
     feedback = MotionFeedback.invalid("kinematic", "walk", "nothing collected", meta={"rollout_id": "r"})
     comparison = Comparison("second", 0.9, "upright", meta={"request_id": "q"})
     old = {"/trainer/heartbeat": String(data=json.dumps({"trainer": "/policy_trainer", "candidate_id": None,
                                                          "queue_length": 0, "time": 1.0})),
-           "/critic/feedback": String(data=feedback.to_json()), "/critic/comparison": String(data=comparison.to_json())}
+           "/critic/feedback": String(data=feedback.to_json()), "/critic/comparison": String(data=comparison.to_json()),
+           "/rollout/boundary": String(data=json.dumps({"event": "start", "id": "r", "task": "walk"})),
+           "/critic/compare": String(data=json.dumps({"id": "q", "first": {"rollout_id": "r"}, "second": {"path": "/x"}})),
+           "/simulator/actuation": String(data="damping")}
+    critique_feedback = Critique.Impl.FeedbackMessage()
+    critique_feedback.feedback.stage, critique_feedback.feedback.states = "collecting", 12
+    compare_feedback = Compare.Impl.FeedbackMessage()
+    compare_feedback.feedback.stage = "comparing"
     new = {"/trainer/heartbeat": heartbeat_msg("/policy_trainer", None, 0), "/critic/feedback": feedback_msg(feedback),
-           "/critic/comparison": comparison_msg(comparison)}
+           "/critic/comparison": comparison_msg(comparison),
+           "/rollout/boundary": boundary_msg(Boundary("start", "walk", "r", (0.5, 0.0, 0.0))),
+           "/simulator/actuation": actuation_msg("damping"),
+           "/vlm_critic/critique/_action/feedback": critique_feedback,
+           "/vlm_critic/compare/_action/feedback": compare_feedback}
     status = DeploymentStatus(mode=DeploymentStatus.MODE_PASSIVE, mode_name="PASSIVE", path="pd", cycle=3)
-    rows = {}
+    rows, decoded = {}, {}
     for name, messages in (("old", old), ("new", new)):
         bag = BagRecorder(tmp_path / name)
         for i, (topic, msg) in enumerate([*messages.items(), ("/deployment/status", status)]):
             kind = type(msg)
-            bag.add_topic(topic, f"{kind.__module__.split('.')[0]}/msg/{kind.__name__}")
+            package, _, rest = kind.__module__.partition(".")
+            folder = rest.split(".")[0]
+            bag.add_topic(topic, f"{package}/{folder}/{kind.__name__.replace('_Impl_', '_')}")
             bag.write(topic, 1000 + i, serialize_message(msg))
         bag.close()
-        assert len(list(read_bag(tmp_path / name))) == 4
+        decoded[name] = {topic: msg for topic, _, _, msg in read_bag(tmp_path / name)}
+        assert len(decoded[name]) == len(messages) + 1
         rows[name] = [s["mode"] for _, s in BagData(tmp_path / name, load_robot_config()).rows["status"]]
     assert rows == {"old": ["PASSIVE"], "new": ["PASSIVE"]}
+    got = decoded["new"]
+    assert (got["/rollout/boundary"].rollout_id, list(got["/rollout/boundary"].command)) == ("r", [0.5, 0.0, 0.0])
+    assert got["/simulator/actuation"].regime_name == "damping"
+    assert (got["/vlm_critic/critique/_action/feedback"].feedback.stage,
+            got["/vlm_critic/critique/_action/feedback"].feedback.states) == ("collecting", 12)
+    assert got["/vlm_critic/compare/_action/feedback"].feedback.stage == "comparing"
 
 
 def test_analyze_reads_the_drive_commands_and_states_of_old_and_new_bags_in_joint_space(tmp_path):

@@ -251,7 +251,7 @@ def test_a_tiny_search_on_the_graph_plays_and_judges_every_candidate_there(tmp_p
     settings.write_text(yaml.safe_dump({**tiny, "candidates": 1, "final_iterations": 0, "ranking": {"margin": 100.0}}))
     run_dir = tmp_path / "run"
     code = run_train_graph({"run_dir": str(run_dir), "task": TASK, "settings_file": str(settings), "render": False,
-                            "playback": "ros"}, trainers=1, trainers_in_process=True)
+                            "playback": "ros"}, trainers=1, trainers_in_process=True, record=True)
     assert code == 0
     ledger = Ledger(run_dir)
     assert ledger.get("run", "finished") is not None
@@ -263,3 +263,13 @@ def test_a_tiny_search_on_the_graph_plays_and_judges_every_candidate_there(tmp_p
         assert feedback["valid"] and feedback["meta"]["backend"] == "kinematic", feedback
     compared = ledger.get("compared", "i1k1-vs-start")
     assert compared["challenger_first"]["valid"] and compared["best_first"]["valid"], compared
+    # the critic's goals went as actions: the bag holds their progress and the typed boundaries
+    from motionvl.bags import read_bag
+
+    (bag,) = (run_dir / "bags").iterdir()
+    seen: dict = {}
+    for topic, _, _, msg in read_bag(bag):
+        seen.setdefault(topic, []).append(msg)
+    assert {"queued", "critiquing"} <= {m.feedback.stage for m in seen["/vlm_critic/critique/_action/feedback"]}
+    assert "comparing" in {m.feedback.stage for m in seen["/vlm_critic/compare/_action/feedback"]}
+    assert [b.event for b in seen["/rollout/boundary"]].count(1) == 2  # START of each candidate's rollout

@@ -620,10 +620,9 @@ while True:
             pub.publish(String(data=payload))
     time.sleep(0.2)
 """
-GRAPH_TOPICS = ("trainer/heartbeat", "rollout/boundary", "critic/compare", "critic/feedback", "critic/comparison",
-                "deployment/status",
+GRAPH_TOPICS = ("trainer/heartbeat", "rollout/boundary", "critic/feedback", "critic/comparison", "deployment/status",
                 # the JSON topics of before the actions: nothing reads them now, a publisher there changes nothing
-                "trainer/status", "trainer/progress", "synthesizer/candidates", "synthesizer/request")
+                "trainer/status", "trainer/progress", "synthesizer/candidates", "synthesizer/request", "critic/compare")
 
 
 def test_a_search_finishes_while_malformed_messages_arrive_on_every_graph_topic(tmp_path, capfd):

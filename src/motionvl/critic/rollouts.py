@@ -2,7 +2,7 @@
 boundaries, and turning it into the `Rollout` a critic judges (no ROS: the vlm_critic node feeds it).
 
 `RolloutCollector` keeps the rollout being collected; `start` and `end` come from boundary
-messages (`parse_boundary`), the `add_*` calls from the streams, each with its time in seconds.
+messages (rollout/boundary), the `add_*` calls from the streams, each with its time in seconds.
 A finished rollout is a `CollectedRollout`; `CollectedRollout.rollout(model, robot)` pairs every
 joint state with the odometry sample nearest in time and rebuilds the `Trajectory` (feet, contacts
 and falls from the model's kinematics) as `motionvl.render.rollout.trajectory_from_poses` does.
@@ -11,7 +11,6 @@ and falls from the model's kinematics) as `motionvl.render.rollout.trajectory_fr
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from typing import Any, Callable
 
@@ -35,35 +34,6 @@ class Boundary:
     """(vx, vy, yaw rate) in effect, overriding the recorded command stream."""
     previous_best: Any = None
     """The best feedback so far (a MotionFeedback dict) to judge this rollout against, if any."""
-
-
-def json_object(text: str) -> dict:
-    """A request's JSON object; ValueError saying why when the text is not one."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError("expected a JSON object")
-    return data
-
-
-def parse_boundary(text: str) -> Boundary:
-    """A boundary from its JSON text {"event", "task", "id", "command", "previous_best"}; ValueError if malformed."""
-    data = json_object(text)
-    event = str(data.get("event", "")).lower()
-    if event not in ("start", "end"):
-        raise ValueError(f"event must be 'start' or 'end', got {data.get('event')!r}")
-    command = data.get("command")
-    if command is not None:
-        try:
-            command = tuple(float(c) for c in command)
-        except (TypeError, ValueError):
-            raise ValueError(f"command must be [vx, vy, yaw_rate], got {command!r}") from None
-        if len(command) != 3:
-            raise ValueError("command must be [vx, vy, yaw_rate]")
-    task = data.get("task")
-    return Boundary(event, str(task) if task else "", data.get("id"), command, data.get("previous_best"))
 
 
 @dataclasses.dataclass
@@ -153,6 +123,11 @@ class RolloutCollector:
         """collecting, task and how many frames, states and odometry samples the current rollout has."""
         with self._lock:
             return {"collecting": self._collecting, "task": self._current.task, **self._current.counts()}
+
+    def collecting_id(self):
+        """The id of the rollout being collected (None when none is, or it has none)."""
+        with self._lock:
+            return self._current.rollout_id if self._collecting else None
 
     def start(self, boundary: Boundary) -> bool:
         """Begin a new rollout; True when an unfinished one was dropped for it."""

@@ -4,16 +4,12 @@
 every answer invalid with the reason, the service stays up), the kinematic critic that cross-checks
 a VLM's descriptors, and the last few finished rollouts so a comparison can name them. It keeps no
 best rollout or feedback of its own: what a rollout is judged against comes with each request (a
-boundary's `previous_best`, a comparison's two rollouts).
+Critique goal's `previous_best`, a comparison's two rollouts).
 
-A comparison request is JSON::
-
-    {"id": "c3-vs-best", "task": "walk forward with straight knees",
-     "first": {"rollout_id": "c3"}, "second": {"path": "/runs/x/rollouts/0007_best"}}
-
-where each rollout is one this service critiqued recently (`rollout_id`, among the last
-`keep_rollouts`) or a directory written by `Rollout.save` (`path`; with `rollout_dir` set the
-service saves every rollout it critiques and reports the directory as meta["rollout_path"]).
+A comparison request (`ComparisonRequest`, from a Compare goal) names two rollouts, each one this
+service critiqued recently ({"rollout_id": ...}, among the last `keep_rollouts`) or a directory written
+by `Rollout.save` ({"path": ...}; with `rollout_dir` set the service saves every rollout it critiques and
+reports the directory as meta["rollout_path"]).
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ from typing import Any, Callable
 from motionvl.backend_names import CRITICS, MODEL_CRITICS, ModelSettings, backend_keywords
 from motionvl.critic.base import Rollout, create_critic
 from motionvl.critic.kinematic import KinematicCritic
-from motionvl.critic.rollouts import CollectedRollout, json_object
+from motionvl.critic.rollouts import CollectedRollout
 from motionvl.critic.crosscheck import cross_check
 from motionvl.critic.schema import Comparison, MotionFeedback
 
@@ -57,19 +53,6 @@ class ComparisonRequest:
     first: dict
     """{"rollout_id": ...} or {"path": ...}."""
     second: dict
-
-
-def parse_comparison_request(text: str) -> ComparisonRequest:
-    """A comparison request from its JSON text (see the module docstring); ValueError if malformed."""
-    data = json_object(text)
-    refs = []
-    for which in ("first", "second"):
-        ref = data.get(which)
-        if not isinstance(ref, dict) or len(set(ref) & {"rollout_id", "path"}) != 1:
-            raise ValueError(f"{which} must be {{\"rollout_id\": ...}} or {{\"path\": ...}}, got {ref!r}")
-        refs.append(ref)
-    task = data.get("task")
-    return ComparisonRequest(data.get("id"), str(task) if task else "", *refs)
 
 
 class CriticService:

@@ -19,19 +19,22 @@ that candidate's playback fails with the reason in the ledger, the search goes o
      there, and its faults are those first seen after that status; ~/set_mode/passive
   4  cmd_vel at the playback's command from here on (COMMAND_PUBLISH_HZ); ~/set_mode/stand; the gantry
      lets go when the ramp completes; motionvl.deploy.playback.SETTLE_S of simulated time on the ground
-  5  ~/set_mode/run; rollout/boundary start; `seconds` of simulated time in RUN (less when a fault ends
-     it); rollout/boundary end; ~/set_mode/damp; simulator ~/hold (nothing runs between playbacks)
-  6  (asked to critique) vlm_critic's critic/feedback for this rollout's id
+  5  ~/set_mode/run; rollout/boundary START; `seconds` of simulated time in RUN (less when a fault ends
+     it); rollout/boundary END; ~/set_mode/damp; simulator ~/hold (nothing runs between playbacks)
+  6  (asked to critique) a Critique goal to vlm_critic naming this rollout's id (and r*'s feedback): its
+     result is the rollout's feedback; a goal unanswered within critic_timeout_s is cancelled
 
 Measured as the in-process playback measures it: the faults latched on deployment/status, the share of
 clipped commands (the controller's clip counters on /diagnostics over the sequence, per joint and policy
 step), and distance and falls from the rollout, recorded from joint_states, odom and camera/image_raw with
 the collector vlm_critic uses (motionvl.critic.rollouts).
 
-Host topics: publishes cmd_vel (Twist), rollout/boundary and critic/compare (String); subscribes
-deployment/status (DeploymentStatus), /diagnostics, joint_states, odom, camera/image_raw, critic/feedback
-(MotionFeedback) and critic/comparison (Comparison), each through the host's motionvl.ros.inbox (a bad
-message is counted, never fatal); the search gets the critic's answers as the dicts it records. Calls deployment/{set_mode/*, load_policy, rearm} and simulator/{reset, hold}.
+Host topics: publishes cmd_vel (Twist) and rollout/boundary (RolloutBoundary); subscribes deployment/status
+(DeploymentStatus), /diagnostics, joint_states, odom and camera/image_raw, each through the host's
+motionvl.ros.inbox (a bad message is counted, never fatal). Calls deployment/{set_mode/*, load_policy,
+rearm} and simulator/{reset, hold}; sends vlm_critic/critique and vlm_critic/compare goals (motionvl/action/
+Critique, Compare), whose results the search gets as the dicts it records (a result that does not decode
+is an invalid answer saying why).
 """
 
 from __future__ import annotations
@@ -50,16 +53,17 @@ from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import String
+from action_msgs.msg import GoalStatus
+from rclpy.action import ActionClient
 from std_srvs.srv import Trigger
 
 from motionvl.critic.rollouts import Boundary, CollectLimits, RolloutCollector
 from motionvl.deploy.mapping import JointMapping
-from motionvl.msg import Comparison as ComparisonMsg
-from motionvl.msg import DeploymentStatus
-from motionvl.msg import MotionFeedback as MotionFeedbackMsg
+from motionvl.action import Compare, Critique
+from motionvl.msg import DeploymentStatus, RolloutBoundary
 from motionvl.ros.inbox import Inbox
-from motionvl.ros.messages import BadMessage, comparison_from_msg, deployment_status_from_msg, feedback_from_msg
+from motionvl.ros.messages import (BadMessage, boundary_msg, compare_goal, comparison_from_msg, critique_goal,
+                                   deployment_status_from_msg, feedback_from_msg)
 from motionvl.search.config import PlaybackConfig
 from motionvl.search.playback import SUMMARY_FILE, CritiqueRequest, PlaybackResult, clipped_share, deployment_fault
 from motionvl.srv import LoadPolicy
@@ -76,8 +80,6 @@ REQUEST_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, histo
 # the executor takes each one (the node's latched history of one serves a late joiner)
 STATUS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
-ANSWER_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
-                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 class PlaybackError(RuntimeError):
@@ -92,16 +94,17 @@ class GraphPlayback:
         cfg: the playback's length and frame interval (the search's PlaybackConfig).
         robot: the robot config (the rollout's trajectory is rebuilt with its model).
         terrain: the simulator's floor (a TerrainConfig; default flat): foot contacts are found against it.
-        deployment, simulator: the two nodes' names (relative: resolved in the host's namespace).
+        deployment, simulator, critic: the three nodes' names (relative: resolved in the host's namespace).
         step_timeout_s: the longest one step may take (a service answer, the STAND ramp, a feedback).
-        critic_timeout_s: how long to wait for vlm_critic's feedback on one rollout (a VLM may be slow).
+        critic_timeout_s: how long to wait for vlm_critic's answer to one goal (a VLM may be slow).
     """
 
     name = "deployment node on the simulator node (ROS graph)"
     judges = True
 
     def __init__(self, node, cfg: PlaybackConfig | None = None, robot=None, *, terrain=None, deployment: str = "deployment",
-                 simulator: str = "simulator", step_timeout_s: float = 15.0, critic_timeout_s: float = 600.0):
+                 simulator: str = "simulator", critic: str = "vlm_critic", step_timeout_s: float = 15.0,
+                 critic_timeout_s: float = 600.0):
         from motionvl.robot import load_robot_config
         from motionvl.sim.model import TerrainConfig, build_model, single_floor
 
@@ -109,7 +112,7 @@ class GraphPlayback:
         self.robot = robot or load_robot_config()
         self.mapping = JointMapping(self.robot)
         self.model = build_model(self.robot, single_floor(terrain or TerrainConfig()))
-        self.deployment, self.simulator = deployment, simulator
+        self.deployment, self.simulator, self.critic = deployment, simulator, critic
         self.step_timeout_s, self.critic_timeout_s = float(step_timeout_s), float(critic_timeout_s)
         self.collector = RolloutCollector(CollectLimits(frame_interval_s=self.cfg.frame_interval_s))
         self._changed = threading.Condition()
@@ -117,8 +120,6 @@ class GraphPlayback:
         self._statuses: list = []  # every deployment status since the current sequence began
         self._diagnostics: tuple | None = None  # (wall time received, {key: value})
         self._sim_time: float | None = None
-        self._feedback: dict = {}
-        self._comparisons: dict = {}
         self._frames_wanted = self._commanding = False
         self._command = Twist()
 
@@ -128,16 +129,16 @@ class GraphPlayback:
         self.reset_client = node.create_client(Trigger, f"{simulator}/reset")
         self.hold_client = node.create_client(Trigger, f"{simulator}/hold")
         self.cmd_pub = node.create_publisher(Twist, "cmd_vel", COMMAND_QOS)
-        self.boundary_pub = node.create_publisher(String, "rollout/boundary", REQUEST_QOS)
-        self.compare_pub = node.create_publisher(String, "critic/compare", REQUEST_QOS)
+        self.boundary_pub = node.create_publisher(RolloutBoundary, "rollout/boundary", REQUEST_QOS)
+        group = getattr(node, "action_callbacks", None)  # the answers beside the executor's other callbacks
+        self.critique_client = ActionClient(node, Critique, f"{critic}/critique", callback_group=group)
+        self.compare_client = ActionClient(node, Compare, f"{critic}/compare", callback_group=group)
         inbox = self.inbox = getattr(node, "inbox", None) or Inbox(node)
         inbox.subscribe(DeploymentStatus, f"{deployment}/status", self._on_status, STATUS_QOS)
         inbox.subscribe(DiagnosticArray, "/diagnostics", self._on_diagnostics, REQUEST_QOS)
         inbox.subscribe(JointState, "joint_states", self._on_joint_state, STATE_QOS)
         inbox.subscribe(Odometry, "odom", self._on_odom, STATE_QOS)
         inbox.subscribe(Image, "camera/image_raw", self._on_image, qos_profile_sensor_data)
-        inbox.subscribe(MotionFeedbackMsg, "critic/feedback", self._on_feedback, ANSWER_QOS)
-        inbox.subscribe(ComparisonMsg, "critic/comparison", self._on_comparison, ANSWER_QOS)
 
     # ------------------------------------------------------------------ graph input
     def _notify(self) -> None:
@@ -180,18 +181,6 @@ class GraphPlayback:
             from motionvl.ros.vlm_critic_node import image_to_rgb
 
             self.collector.add_frame(_stamp(msg.header.stamp), lambda: image_to_rgb(msg))
-
-    def _on_feedback(self, msg: MotionFeedbackMsg) -> None:
-        feedback = feedback_from_msg(msg)
-        with self._changed:
-            self._feedback[_key(feedback.meta.get("rollout_id"))] = feedback.to_dict()
-            self._changed.notify_all()
-
-    def _on_comparison(self, msg: ComparisonMsg) -> None:
-        comparison = comparison_from_msg(msg)
-        with self._changed:
-            self._comparisons[_key(comparison.meta.get("request_id"))] = comparison.to_dict()
-            self._changed.notify_all()
 
     # ------------------------------------------------------------------ waiting and calling
     def _wait(self, predicate, timeout_s: float, what: str):
@@ -343,8 +332,7 @@ class GraphPlayback:
                 self._wait(lambda: (self._status or {}).get("mode") in ("RUN", "DAMP"), step,
                            "the deployment node's status did not report RUN")
                 started_at = self._sim_time
-                boundary = Boundary("start", critique.task if critique else "", rollout_id, tuple(command),
-                                    critique.previous_best if critique else None)
+                boundary = Boundary("start", critique.task if critique else "", rollout_id, tuple(command))
                 self.collector.start(boundary)
                 self._publish_boundary(boundary)
                 self._wait(lambda: self._sim_time - started_at >= cfg.seconds
@@ -387,7 +375,7 @@ class GraphPlayback:
             summary.update(clips=None, clips_note="no /diagnostics from the deployment node: clipped share unknown")
         feedback = None
         if critique is not None and run.success:
-            feedback = self._critic_feedback(rollout_id, critique.task)
+            feedback = self._critic_feedback(rollout_id, critique)
         self._save(out_dir, frames, times, traj)
         result = PlaybackResult(candidate_id=candidate_id, out_dir=out_dir, fault=deployment_fault(summary, traj),
                                 clipped_share=share, duration_s=float(traj.time[-1]) if traj is not None else 0.0,
@@ -397,24 +385,65 @@ class GraphPlayback:
         return result
 
     def _publish_boundary(self, b: Boundary) -> None:
-        message = {"event": b.event, "id": b.rollout_id, "task": b.task, "command": list(b.command or ())}
-        if b.previous_best is not None:
-            message["previous_best"] = b.previous_best
-        self.boundary_pub.publish(String(data=json.dumps(message, default=str)))
+        self.boundary_pub.publish(boundary_msg(b))
 
-    def _critic_feedback(self, rollout_id: str, task: str) -> dict:
-        """vlm_critic's feedback on the rollout, or an invalid one saying why none came."""
+    def _goal(self, client, goal, what: str):
+        """The result of one goal (its server must be up within step_timeout_s): (status, result); PlaybackError
+        when the server is missing, refuses the goal or does not answer within critic_timeout_s (then the goal
+        is cancelled: a waiting one is dropped, a call in flight answers unheard)."""
+        if not client.wait_for_server(timeout_sec=self.step_timeout_s):
+            raise PlaybackError(f"{what}: no {self.critic} action server on the graph within {self.step_timeout_s:g} s "
+                                "(is the vlm_critic node running?)")
+        answer: dict = {}
+
+        def on_result(future) -> None:
+            answer["response"] = future
+            self._notify()
+
+        def on_handle(future) -> None:
+            answer["handle"] = future
+            if future.exception() is None and future.result().accepted:
+                future.result().get_result_async().add_done_callback(on_result)
+            else:
+                self._notify()
+
+        client.send_goal_async(goal).add_done_callback(on_handle)
+
+        def answered():
+            handle = answer.get("handle")
+            if handle is not None and (handle.exception() is not None or not handle.result().accepted):
+                return True
+            return "response" in answer
+        try:
+            self._wait(answered, self.critic_timeout_s, f"{what}: no answer from vlm_critic")
+        except PlaybackError:
+            handle = answer.get("handle")
+            if handle is not None and handle.exception() is None and handle.result().accepted:
+                handle.result().cancel_goal_async()
+            raise
+        handle = answer["handle"]
+        if handle.exception() is not None or not handle.result().accepted:
+            raise PlaybackError(f"{what}: vlm_critic did not accept the goal ({handle.exception() or 'rejected'})")
+        response = answer["response"]
+        if response.exception() is not None:
+            raise PlaybackError(f"{what}: the result request failed: {response.exception()}")
+        return response.result().status, response.result().result
+
+    def _critic_feedback(self, rollout_id: str, critique: CritiqueRequest) -> dict:
+        """vlm_critic's feedback on the rollout (a Critique goal), or an invalid one saying why none came."""
         from motionvl.critic.schema import MotionFeedback
 
-        key = _key(rollout_id)
-        if self.boundary_pub.get_subscription_count() == 0 and key not in self._feedback:
-            return MotionFeedback.invalid("vlm_critic", task, "no vlm_critic node listens on rollout/boundary: "
-                                          "nothing judged this rollout").to_dict()
         try:
-            return self._wait(lambda: self._feedback.pop(key, None), self.critic_timeout_s,
-                              "no critic/feedback from the vlm_critic node for this rollout")
-        except PlaybackError as exc:
-            return MotionFeedback.invalid("vlm_critic", task, str(exc)).to_dict()
+            status, result = self._goal(self.critique_client, critique_goal(rollout_id, critique.task,
+                                                                             critique.previous_best),
+                                        f"critique of {rollout_id}")
+            feedback = feedback_from_msg(result.feedback)
+        except (PlaybackError, ValueError) as exc:  # BadMessage; a previous best the schema refuses
+            return MotionFeedback.invalid("vlm_critic", critique.task, str(exc)).to_dict()
+        if status != GoalStatus.STATUS_SUCCEEDED and feedback.valid:  # an answer that cannot stand
+            return MotionFeedback.invalid(feedback.critic, critique.task, f"critique goal ended with status {status}"
+                                          ).to_dict()
+        return feedback.to_dict()
 
     def _save(self, out_dir: Path, frames, times, traj) -> None:
         if traj is None:
@@ -429,21 +458,20 @@ class GraphPlayback:
     # ------------------------------------------------------------------ comparisons
     def compare(self, first: Path, second: Path, task: str) -> dict:
         """vlm_critic's Comparison (a dict) of two saved rollouts (Rollout.save directories)."""
-        request_id = f"compare@{uuid.uuid4().hex[:8]}"
-        if self.compare_pub.get_subscription_count() == 0:
-            self._wait(lambda: self.compare_pub.get_subscription_count() > 0, self.step_timeout_s,
-                       "no vlm_critic node listens on critic/compare")
-        self.compare_pub.publish(String(data=json.dumps({"id": request_id, "task": task, "first": {"path": str(first)},
-                                                         "second": {"path": str(second)}})))
-        key = _key(request_id)
-        return self._wait(lambda: self._comparisons.pop(key, None), self.critic_timeout_s,
-                          "no critic/comparison from the vlm_critic node")
+        from motionvl.critic.service import ComparisonRequest
+
+        goal = compare_goal(ComparisonRequest(None, task, {"path": str(first)}, {"path": str(second)}))
+        _, result = self._goal(self.compare_client, goal, "comparison")
+        try:
+            return comparison_from_msg(result.comparison).to_dict()
+        except BadMessage as exc:
+            raise PlaybackError(f"comparison: vlm_critic's result does not decode: {exc}") from None
 
 
 class GraphCritic:
     """The vlm_critic node as the search's critic: its feedback comes with GraphPlayback's results (it judges a
     rollout as it is played); compare() saves the two rollouts under `work_dir` (default: the system's temporary
-    directory; vlm_critic must be able to read it) for critic/compare. `name`: the node's backend."""
+    directory; vlm_critic must be able to read it) for a Compare goal. `name`: the node's backend."""
 
     def __init__(self, playback: GraphPlayback, name: str, work_dir: str | Path | None = None):
         import tempfile
@@ -474,10 +502,6 @@ class GraphCritic:
 # ----------------------------------------------------------------------------- helpers
 def _stamp(stamp) -> float:
     return float(stamp.sec) + float(stamp.nanosec) * 1e-9
-
-
-def _key(value) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
 
 
 def _faults(status: dict | None) -> list:

@@ -8,8 +8,9 @@ field; motionvl.ros.inbox logs and counts it and the node goes on.
 
 What stays JSON on purpose travels as motionvl/msg/JsonRecord, a kind and a version: a ledger record
 (search/ledger, kind "ledger") and the critic's bookkeeping (the `meta` of MotionFeedback and Comparison,
-kind "critic_meta"); in the actions' goals and results, string fields with a version beside them (a training
-request, a job's outcome, a synthesis request and its ledger record).
+kind "critic_meta", also in the Critique and Compare results); in the training and synthesis actions' goals
+and results, string fields with a version beside them (a training request, a job's outcome, a synthesis
+request and its ledger record).
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ import time
 import numpy as np
 from builtin_interfaces.msg import Time
 
-from motionvl.action import Synthesize, TrainCandidate
+from motionvl.action import Compare, Critique, Synthesize, TrainCandidate
 from motionvl.deploy.commands import PD_FIELDS
 from motionvl.deploy.modes import Mode, status_from_message
 from motionvl.msg import Comparison as ComparisonMsg
 from motionvl.msg import DeploymentStatus, DriveCommand, JointCommand, JsonRecord, LowCommand, MotionDescriptor, MotionFeature
 from motionvl.msg import MotionFeedback as MotionFeedbackMsg
-from motionvl.msg import RewardSuggestion, SearchState, TrainerHeartbeat
+from motionvl.msg import Actuation, RewardSuggestion, RolloutBoundary, SearchState, TrainerHeartbeat
 
 JSON_VERSION = 1
 """The version of every JSON object MotionVL's messages carry (a reader refuses another)."""
@@ -382,3 +383,94 @@ def comparison_from_msg(msg: ComparisonMsg):
         return Comparison.from_dict(record)
     except (SchemaError, TypeError) as exc:
         raise BadMessage(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------------- rollouts and their critique
+_EVENTS = {"start": RolloutBoundary.START, "end": RolloutBoundary.END}
+_EVENTS_BACK = {v: k for k, v in _EVENTS.items()}
+
+
+def boundary_msg(boundary, now: Time | None = None) -> RolloutBoundary:
+    """A motionvl.critic.rollouts.Boundary (its previous_best travels in the Critique goal) as motionvl/RolloutBoundary."""
+    msg = RolloutBoundary(event=_EVENTS[boundary.event], rollout_id=_text(boundary.rollout_id), task=boundary.task or "",
+                          command=[float(c) for c in boundary.command or ()])
+    msg.header.stamp = now or stamp()
+    return msg
+
+
+def boundary_from_msg(msg: RolloutBoundary):
+    """The Boundary a message marks (BadMessage: an unknown event, a command not [vx, vy, yaw_rate] of finite values)."""
+    from motionvl.critic.rollouts import Boundary
+
+    if msg.event not in _EVENTS_BACK:
+        raise BadMessage(f"event: {msg.event} is not START ({RolloutBoundary.START}) or END ({RolloutBoundary.END})")
+    command = [float(c) for c in msg.command]
+    if command and (len(command) != 3 or not all(math.isfinite(c) for c in command)):
+        raise BadMessage(f"command: {len(command)} values, expected none or 3 finite ones [vx, vy, yaw_rate]")
+    return Boundary(_EVENTS_BACK[msg.event], msg.task, msg.rollout_id or None, tuple(command) if command else None)
+
+
+def critique_goal(rollout_id, task: str = "", previous_best: dict | None = None) -> Critique.Goal:
+    """A Critique goal: the rollout's id (None: what has been collected so far), the task, r*'s feedback dict."""
+    from motionvl.critic.schema import MotionFeedback
+
+    goal = Critique.Goal(rollout_id=_text(rollout_id), task=task or "", has_previous_best=previous_best is not None)
+    if previous_best is not None:
+        goal.previous_best = feedback_msg(MotionFeedback.from_dict(previous_best))
+    return goal
+
+
+def critique_request_from_goal(goal: Critique.Goal) -> tuple[str | None, str, dict | None]:
+    """(rollout id or None, task, previous best as a MotionFeedback dict or None); BadMessage naming the field."""
+    previous = None
+    if goal.has_previous_best:
+        try:
+            previous = feedback_from_msg(goal.previous_best).to_dict()
+        except BadMessage as exc:
+            raise BadMessage(f"previous_best: {exc}") from None
+    return goal.rollout_id or None, goal.task, previous
+
+
+def compare_goal(request) -> Compare.Goal:
+    """A Compare goal of a motionvl.critic.service.ComparisonRequest (its request_id stays with the caller)."""
+    goal = Compare.Goal(task=request.task or "")
+    for which in ("first", "second"):
+        ref = getattr(request, which)
+        setattr(goal, f"{which}_rollout_id", _text(ref.get("rollout_id")))
+        setattr(goal, f"{which}_path", _text(ref.get("path")))
+    return goal
+
+
+def comparison_request_from_goal(goal: Compare.Goal, request_id=None):
+    """The ComparisonRequest a goal asks for; BadMessage unless each rollout is named by exactly one of id or path."""
+    from motionvl.critic.service import ComparisonRequest
+
+    refs = []
+    for which in ("first", "second"):
+        rollout_id, path = getattr(goal, f"{which}_rollout_id"), getattr(goal, f"{which}_path")
+        if bool(rollout_id) == bool(path):
+            raise BadMessage(f"{which}: give exactly one of {which}_rollout_id and {which}_path, got "
+                             f"{rollout_id[:80]!r} and {path[:80]!r}")
+        refs.append({"rollout_id": rollout_id} if rollout_id else {"path": path})
+    return ComparisonRequest(request_id, goal.task, *refs)
+
+
+def _text(value) -> str:
+    return "" if value is None else str(value)
+
+
+# ---------------------------------------------------------------------------------------- the simulator's actuators
+ACTUATIONS = ("pd", "torque", "drive", "damping")  # Actuation.PD ... DAMPING: 0 ... 3
+
+
+def actuation_msg(regime: str, now: Time | None = None) -> Actuation:
+    msg = Actuation(regime=ACTUATIONS.index(regime), regime_name=regime)
+    msg.header.stamp = now or stamp()
+    return msg
+
+
+def actuation_from_msg(msg: Actuation) -> str:
+    """'pd', 'torque', 'drive' or 'damping' (BadMessage: a regime out of range)."""
+    if msg.regime >= len(ACTUATIONS):
+        raise BadMessage(f"regime: {msg.regime} is not one of PD, TORQUE, DRIVE, DAMPING (0-3)")
+    return ACTUATIONS[msg.regime]

@@ -19,6 +19,8 @@ Action clients:
                                         result the outcome; cancelled to stop a stalled or over-time candidate
   synthesize           motionvl/action/Synthesize  one goal per proposal (a SynthesisRequest); cancelled after
                                         synth_timeout_s
+  vlm_critic/critique, vlm_critic/compare  motionvl/action/Critique, Compare  (playback ros) one goal per played
+                                        rollout and per comparison; cancelled after critic_timeout_s
 Publishes:
   search/state         motionvl/SearchState  the loop's state: phase, iteration, best, candidate, ..., run_dir,
                                         task, label (reliable, transient-local depth 1)
@@ -92,7 +94,8 @@ PARAMETERS = {
                                "uses) or 'in_process' (the deployment controller and the critic in this process)."),
     "playback_step_timeout_s": (15.0, "ros playback: the longest one step may take (a service answer, the STAND "
                                       "ramp); a node missing fails that candidate's playback, not the search."),
-    "critic_timeout_s": (600.0, "ros playback: seconds to wait for vlm_critic's feedback on a rollout or a comparison."),
+    "critic_timeout_s": (600.0, "ros playback: seconds to wait for vlm_critic's answer to a Critique or Compare goal "
+                                "(then it is cancelled)."),
     **TERRAIN_PARAMETERS,  # ros playback: the simulator's ground (foot contacts and heights of its rollouts);
                            # the task's is used where they differ (with a warning)
     "shutdown_when_done": (True, "Shut this process's ROS context down when the search ends."),

@@ -49,13 +49,16 @@ from motionvl.ros.params import declare_parameters
 NODE_NAME = "recorder"
 
 # the training loop's topics (relative names resolve in the recorder's namespace; /clock is global). The actions'
-# feedback and status topics: every trainer's (one action per trainer node, hence the pattern) and the
-# synthesizer's; their goals and results travel as services (the search's ledger has them: search/ledger).
+# feedback and status topics: every trainer's (one action per trainer node, hence the pattern), the synthesizer's
+# and the critic's; their goals and results travel as services (the search's ledger has them: search/ledger; the
+# critic's results are also published on critic/feedback and critic/comparison).
 DEFAULT_TOPICS = [
     "joint_states", "imu/data", "odom", "/clock", "cmd_vel", "camera/camera_info",
-    "critic/feedback", "critic/compare", "critic/comparison", "rollout/boundary", "trainer/heartbeat",
+    "critic/feedback", "critic/comparison", "rollout/boundary", "trainer/heartbeat",
     "*/train_candidate/_action/feedback", "*/train_candidate/_action/status",
-    "synthesize/_action/feedback", "synthesize/_action/status", "search/state", "search/ledger",
+    "synthesize/_action/feedback", "synthesize/_action/status",
+    "vlm_critic/critique/_action/feedback", "vlm_critic/critique/_action/status",
+    "vlm_critic/compare/_action/feedback", "vlm_critic/compare/_action/status", "search/state", "search/ledger",
 ]
 IMAGE_TOPIC = "camera/image_raw"
 CLOCK_WAIT_S = 2.0
