@@ -68,11 +68,11 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
-from std_msgs.msg import Float64MultiArray, String  # noqa: E402
+from std_msgs.msg import Float64MultiArray  # noqa: E402
 
-from motionvl.msg import DeploymentStatus, JointCommand, LowCommand  # noqa: E402
+from motionvl.msg import Actuation, DeploymentStatus, JointCommand, LowCommand  # noqa: E402
 
-from motionvl.ros.messages import DriveCommandWriter  # noqa: E402
+from motionvl.ros.messages import DriveCommandWriter, actuation_from_msg  # noqa: E402
 from motionvl.ros.simulator_node import SimulatorNode  # noqa: E402
 from spinning import Spinners  # noqa: E402
 from waiting import wait_for  # noqa: E402
@@ -173,9 +173,10 @@ def test_the_emulated_drives_damp_when_commands_stop_and_say_so(ros_context):
 
     def keep(msg):
         with lock:
-            said.append(msg.data)
+            said.append(actuation_from_msg(msg))
+            assert msg.regime_name == said[-1]
 
-    probe.create_subscription(String, "simulator/actuation", keep, LATCHED)
+    probe.create_subscription(Actuation, "simulator/actuation", keep, LATCHED)
     drive_pub = probe.create_publisher(JointCommand, "joint_command", 1)  # no emulation: joint space
     command = DriveCommandWriter(JointCommand, ROBOT.joint_names).fill(ROBOT.default_pose, np.zeros(J), ROBOT.kp,
                                                                         ROBOT.kd, np.zeros(J))

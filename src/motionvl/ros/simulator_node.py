@@ -35,9 +35,9 @@ Subscribes (reliable, depth 1: only the newest command matters):
   <gantry_release_topic>   motionvl/DeploymentStatus    (with `gantry`) the deployment node's status:
                                                        the gantry lets go at stand_complete
 Publishes also:
-  ~/actuation  std_msgs/String  (transient local, on change) what the actuators do: pd (position mode),
-                                torque, drive (drive-side PD) or damping (the drives' watchdog: no
-                                command for command_timeout, or none yet).
+  ~/actuation  motionvl/Actuation  (transient local, on change) what the actuators do: PD (position
+                                mode), TORQUE, DRIVE (drive-side PD) or DAMPING (the drives' watchdog:
+                                no command for command_timeout, or none yet).
 Services:
   ~/reset  std_srvs/Trigger  back to the standing pose, targets at the default pose (and back
                              into the gantry when there is one); starts a held simulation.
@@ -83,16 +83,16 @@ from rclpy.time import Time
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Imu, JointState
 from rclpy.qos import DurabilityPolicy
-from std_msgs.msg import Float64MultiArray, String
+from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from motionvl.deploy.mapping import JointMapping
 from motionvl.deploy.scheduling import request_realtime
 from motionvl.envs.config import RandomizationConfig
-from motionvl.msg import DeploymentStatus, JointCommand, LowCommand
+from motionvl.msg import Actuation, DeploymentStatus, JointCommand, LowCommand
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.inbox import Inbox
-from motionvl.ros.messages import deployment_status_from_msg, drive_command_from_msg
+from motionvl.ros.messages import actuation_msg, deployment_status_from_msg, drive_command_from_msg
 from motionvl.ros.owned import OwnedSubscriptions
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node
@@ -187,7 +187,7 @@ class SimulatorNode(Node):
         self.odom_pub = self.create_publisher(Odometry, "odom", STATE_QOS)
         self.command_pub = self.create_publisher(TwistStamped, "~/command", STATE_QOS)
         self.feet_pub = self.create_publisher(Float64MultiArray, "foot_forces", STATE_QOS)
-        self.actuation_pub = self.create_publisher(String, "~/actuation", LATCHED_QOS)
+        self.actuation_pub = self.create_publisher(Actuation, "~/actuation", LATCHED_QOS)
         self._actuation = None
         self._touch = [self.sim.index.sensor[f"{site}_touch"] for site in SOLE_SITES]
         self.clock_pub = self.create_publisher(Clock, "/clock", CLOCK_QOS)
@@ -405,7 +405,7 @@ class SimulatorNode(Node):
             if actuation == "damping" and self._actuation is not None:
                 self.get_logger().warning(f"no command for {self.sim.command_timeout:g} s: the emulated drives damp")
             self._actuation = actuation
-            self.actuation_pub.publish(String(data=actuation))
+            self.actuation_pub.publish(actuation_msg(actuation, stamp))
 
     # ------------------------------------------------------------------ inputs
     def _apply(self, what: str, fn, *args) -> None:
