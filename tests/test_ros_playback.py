@@ -273,3 +273,6 @@ def test_a_tiny_search_on_the_graph_plays_and_judges_every_candidate_there(tmp_p
     assert {"queued", "critiquing"} <= {m.feedback.stage for m in seen["/vlm_critic/critique/_action/feedback"]}
     assert "comparing" in {m.feedback.stage for m in seen["/vlm_critic/compare/_action/feedback"]}
     assert [b.event for b in seen["/rollout/boundary"]].count(1) == 2  # START of each candidate's rollout
+    # and what the deployment node sent the drives, with the mode it was in
+    assert "RUN" in {m.mode_name for m in seen["/deployment/status"]}
+    assert len(seen["/low_command"]) > 50 and len(seen["/joint_command"]) == len(seen["/low_command"])

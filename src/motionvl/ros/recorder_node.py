@@ -54,6 +54,7 @@ NODE_NAME = "recorder"
 # critic's results are also published on critic/feedback and critic/comparison).
 DEFAULT_TOPICS = [
     "joint_states", "imu/data", "odom", "/clock", "cmd_vel", "camera/camera_info",
+    "deployment/status", "motor_states", "low_command", "joint_command",  # ROS playback: what the robot was sent
     "critic/feedback", "critic/comparison", "rollout/boundary", "trainer/heartbeat",
     "*/train_candidate/_action/feedback", "*/train_candidate/_action/status",
     "synthesize/_action/feedback", "synthesize/_action/status",
