@@ -1,7 +1,7 @@
 """The language loop as separate ROS 2 processes: a task sentence in, an exported ONNX policy and a report out.
 
     ros2 launch motionvl train.launch.py task:="walk forward with straight knees" [preset:=quick]
-        [mode:=synth+critic] [synthesizer:=rules] [critic:=kinematic] [trainers:=1] [run_dir:=runs/search]
+        [mode:=synth+critic] [synthesizer:=rules] [critic:=kinematic] [trainers:=1] [run_dir:=runs/search/<preset>]
         [resume:=false] [allow_backend_change:=false] [record:=false] [synth_base_url:=... synth_model:=...] [critic_base_url:=...
         critic_model:=...] [settings_file:=...] [train_config:=...] [params_file:=...] [robot_config:=...]
         [playback:=in_process|ros] [namespace:=...]
@@ -31,38 +31,23 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
-from motionvl.backend_names import RECORDED, backends_help, recorded_parameters
+from motionvl.backend_names import RECORDED, recorded_parameters
 from motionvl.rl.threads import cpu_shares
 from motionvl.ros.graph import namespace, node_section, training_nodes
 from motionvl.ros.terrain import launch_ground
+from motionvl.search.run_args import defaults, launch_arguments, names, run_dir
 
 PACKAGE = "motionvl"
-ARGUMENTS = {  # name -> (default, description)
-    "task": ("", "the task sentence, e.g. 'walk forward with straight knees' (empty with resume:=true)"),
-    "mode": ("synth+critic", "reference (RL-Base) | synth (no critic feedback) | synth+critic"),
-    "preset": ("quick", "budget preset of config/search.yaml: quick | cpu | gpu"),
-    "run_dir": ("runs/search", "the search's run directory"),
-    "resume": ("false", "continue the search recorded in run_dir (its backends, models and endpoints as recorded)"),
-    "allow_backend_change": ("false", "with resume: switch to the synthesizer/critic and models given here (recorded)"),
-    "record": ("false", "record the loop's topics into <run_dir>/bags"),
-    "trainers": ("1", "policy_trainer nodes to start"),
-    "synthesizer": ("rules", f"reward synthesizer: {backends_help('synth')}"),
-    "critic": ("kinematic", f"critic: {backends_help('critic')}"),
+ARGUMENTS = {  # name -> (default, description): the run arguments (motionvl.search.run_args, motionvl train's
+    **launch_arguments(),  # options and the orchestrator's parameters too) and the models and endpoints
     **recorded_parameters(),  # synth_model, synth_base_url, critic_model, critic_base_url (motionvl.backend_names)
-    "settings_file": ("", "YAML of search settings laid over the preset"),
-    "train_config": ("", "training YAML of the trainers (empty: config/training.yaml)"),
-    "robot_config": ("", "robot YAML of every node (overrides the params file's); empty: the package's"),
-    "playback": ("in_process", "where candidates are played back: ros (deployment node on the simulator node, "
-                               "judged by vlm_critic) | in_process (in the orchestrator)"),
-    "namespace": ("", "ROS namespace of every node and topic: two searches on one ROS domain need different ones"),
 }
+ORCHESTRATOR_ARGUMENTS = (*(name for name in names("node") if name in ARGUMENTS), *recorded_parameters())
+"""The launch arguments the orchestrator takes as its parameters of the same name."""
 # What each node takes from the launch arguments: parameter -> argument. Text stays text (a model name
 # of digits, an empty URL), as launch_ros would otherwise read each value as YAML.
 TEXT = {
-    "orchestrator": {"task": "task", "mode": "mode", "preset": "preset", "run_dir": "run_dir",
-                     "synthesizer": "synthesizer", "critic": "critic", **{arg: arg for arg in recorded_parameters()},
-                     "settings_file": "settings_file", "train_config": "train_config", "playback": "playback",
-                     "robot_config": "robot_config"},
+    "orchestrator": {name: name for name in ORCHESTRATOR_ARGUMENTS if isinstance(defaults().get(name, ""), str)},
     "reward_synthesizer": {"backend": "synthesizer", **{name: f"synth_{name}" for name in RECORDED},
                            "robot_config": "robot_config"},
     "vlm_critic": {"backend": "critic", **{name: f"critic_{name}" for name in RECORDED}, "robot_config": "robot_config"},
@@ -101,7 +86,8 @@ def _graph(context, params_file, playback_file):
     nodes = training_nodes(synthesizer_node=synthesizer_node, playback=value("playback"),
                            trainers=int(value("trainers")), render=bool(orchestrator_section.get("render", True)),
                            critic=value("critic"), record=value("record").lower() in ("true", "1", "yes"))
-    terrain, level = launch_ground(value("task"), value("run_dir"))
+    run = str(run_dir(value("run_dir"), value("preset")))  # empty: runs/search/<preset>, as motionvl train's
+    terrain, level = launch_ground(value("task"), run)
     trainer_section = _section(path, "policy_trainer")
     trainers = sum(node.section == "policy_trainer" for node in nodes)
     # trainers on this machine share its cores on purpose: each gets its own (motionvl.rl.threads.cpu_shares)
@@ -114,13 +100,13 @@ def _graph(context, params_file, playback_file):
             values.update(terrain=terrain, terrain_level=level)
         if node.section == "policy_trainer":
             share = shares[int(node.name.rsplit("_", 1)[1])]
-            values = {**trainer_section, "runs_dir": f"{value('run_dir')}/candidates",
+            values = {**trainer_section, "runs_dir": f"{run}/candidates",
                       **values, **({"cpu_affinity": share} if share else {})}
         elif node.name == "orchestrator":
-            values.update(resume=arg("resume"), allow_backend_change=arg("allow_backend_change"),
-                          synthesizer_node=synthesizer_node)
+            values.update({name: arg(name) for name in ORCHESTRATOR_ARGUMENTS if name not in values},
+                          run_dir=run, synthesizer_node=synthesizer_node)
         elif node.name == "recorder":
-            values["output_dir"] = ParameterValue(PathJoinSubstitution([arg("run_dir"), "bags"]), value_type=str)
+            values["output_dir"] = f"{run}/bags"
         action = Node(package=PACKAGE, executable=node.executable, name=node.name, namespace=ns, output="screen",
                       emulate_tty=True, parameters=[*layers, values])
         if node.name == "orchestrator":

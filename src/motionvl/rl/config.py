@@ -360,15 +360,19 @@ def _plain(obj):
 
 
 # ---------------------------------------------------------------------- dataclass -> argparse
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls) -> None:
-    """One --option per dataclass field: type from the default, help from the field docstring.
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, names=None, helps=None) -> None:
+    """One --option per dataclass field (or per field in `names`): type from the default, help from the field
+    docstring (or `helps[name]`).
 
     Field metadata may set "flags" (option strings), "nargs", "type", "choices", "metavar", "required",
     "action" (e.g. "append" for a repeatable option; give it a None default, as argparse appends to
-    the default object itself).
+    the default object itself) and "unset" (true: the option's default is None, not given; the help says
+    what that means).
     """
-    docs = field_docs(cls)
+    docs = field_docs(cls) if helps is None else helps
     for f in dataclasses.fields(cls):
+        if names is not None and f.name not in names:
+            continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         flags = f.metadata.get("flags") or (f"--{f.name.replace('_', '-')}",)
         kw = {"dest": f.name, "default": default, "help": docs.get(f.name, "")}
@@ -380,7 +384,9 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls) -> None:
                     kw[key] = f.metadata[key]
             if "type" not in kw and default is not None and not isinstance(default, (tuple, list)):
                 kw["type"] = type(default)
-        if default is not None and not isinstance(default, bool):
+            if f.metadata.get("unset"):
+                kw["default"] = None
+        if kw["default"] not in (None, "") and not isinstance(default, bool):
             kw["help"] += f" (default: {default})"
         parser.add_argument(*flags, **kw)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-PLAYBACKS = ("in_process", "ros")
+from motionvl.search.run_args import PLAYBACKS
 NAMESPACE_PATTERN = re.compile(r"^/?[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$")
 
 

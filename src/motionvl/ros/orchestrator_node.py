@@ -51,7 +51,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from motionvl.action import Synthesize, TrainCandidate
-from motionvl.backend_names import backends_help, model_parameters, recorded_parameters
+from motionvl.backend_names import model_parameters, recorded_parameters
 from motionvl.msg import JsonRecord, SearchState, TrainerHeartbeat
 from motionvl.robot import ConfigError
 from motionvl.ros.inbox import Inbox
@@ -62,36 +62,15 @@ from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import abandon_work, request_stop, run_node, time_left
 from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain
 from motionvl.search.dispatch import SlotState
+from motionvl.search.run_args import check_choices, run_dir, run_parameters, settings_keywords
 
 NODE_NAME = "orchestrator"
-PLAYBACKS = ("ros", "in_process")
-
 PARAMETERS = {
-    "task": ("", "The task sentence, e.g. 'walk forward with straight knees' (empty with resume: the recorded one)."),
-    "mode": ("synth+critic", "Ablation mode: 'reference' (RL-Base), 'synth' (no critic feedback), 'synth+critic'."),
-    "preset": ("quick", "Budget preset of config/search.yaml: quick, cpu, gpu."),
-    "settings_file": ("", "YAML of search settings laid over the preset (SearchConfig keys); empty: none."),
-    "overrides": ([""], "Search settings as KEY=VALUE strings laid over the preset and settings file."),
-    "run_dir": ("runs/search", "The search's run directory (ledger, candidates, exported policy, report)."),
-    "resume": (False, "Continue the search recorded in run_dir (its backends, models and endpoints as recorded)."),
-    "allow_backend_change": (False, "With resume: switch to the synthesizer/critic, models and endpoints given here "
-                                    "(recorded in the ledger); without it a resume refuses a model or endpoint that "
-                                    "differs from the recorded one and keeps the recorded backends."),
-    "synthesizer": ("rules", f"The synthesizer the reward_synthesizer node runs (or the in-process one): "
-                             f"{backends_help('synth')}."),
+    **run_parameters(),  # task, mode, preset, run_dir, resume, ...: motionvl.search.run_args, as motionvl train's
     "synthesizer_node": (True, "Ask the reward_synthesizer node; false: a synthesizer in this process."),
     "synth_timeout_s": (1800.0, "Seconds to wait for the synthesizer node's answer to one request (then its goal is cancelled)."),
-    "critic": ("kinematic", f"Critic backend: {backends_help('critic')}."),
     **recorded_parameters(),  # synth_model, synth_base_url, critic_model, critic_base_url (a resume: the recorded)
     **model_parameters(("device",)),  # of the in-process backends
-    "train_config": ("", "Training YAML the trainers use (empty: the package's config/training.yaml)."),
-    "robot_config": ("", "Robot YAML of the run's playbacks and evaluations, the trainers' too (config/nodes.yaml gives "
-                         "every node the same; empty: the package's config/robot.yaml). A resumed run keeps its own."),
-    "start_run": ("", "An existing training run of the reference reward to start from (empty: train one)."),
-    "render": (True, "Render the playbacks (frames for a VLM, videos and contact sheets for the report)."),
-    "playback": ("in_process", "Where candidates are played back and critiqued: 'ros' (the deployment node on the "
-                               "simulator node, filmed by camera_renderer, judged by vlm_critic: the path a robot "
-                               "uses) or 'in_process' (the deployment controller and the critic in this process)."),
     "playback_step_timeout_s": (15.0, "ros playback: the longest one step may take (a service answer, the STAND "
                                       "ramp); a node missing fails that candidate's playback, not the search."),
     "critic_timeout_s": (600.0, "ros playback: seconds to wait for vlm_critic's answer to a Critique or Compare goal "
@@ -298,19 +277,15 @@ class OrchestratorNode(Node):
         from motionvl.search.backends import BackendOptions, load_settings, make_critic, make_synthesizer
         from motionvl.search.config import SearchConfig
 
-        # on resume the backend names (whose parameters always have a value) count only when switching is allowed
-        switch = not p["resume"] or p["allow_backend_change"]
-        self.settings = load_settings(p["run_dir"], resume=p["resume"], task=p["task"], mode=p["mode"],
-                                      preset=p["preset"], synthesizer=p["synthesizer"] if switch else None,
-                                      critic=p["critic"] if switch else None,
-                                      settings_file=p["settings_file"] or None,
-                                      overrides=[o for o in p["overrides"] if o], render=p["render"],
-                                      train_config=p["train_config"] or None, start_run=p["start_run"] or None,
-                                      robot_config=p["robot_config"] or None, synth_model=p["synth_model"] or None,
-                                      synth_base_url=p["synth_base_url"] or None,
-                                      critic_model=p["critic_model"] or None,
-                                      critic_base_url=p["critic_base_url"] or None,
-                                      allow_backend_change=p["allow_backend_change"])
+        try:
+            check_choices(p)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        p["run_dir"] = str(run_dir(p["run_dir"], p["preset"]))
+        keywords = settings_keywords(p)
+        if p["resume"] and not p["allow_backend_change"]:  # the backend names always have a value: unset them
+            keywords.update(synthesizer=None, critic=None)
+        self.settings = load_settings(p["run_dir"], **keywords)
         self.robot = self.settings.robot()
         self.cfg = SearchConfig.from_dict(self.settings.config)
         self.lost_s = self.cfg.limits.trainer_lost_s
@@ -325,8 +300,6 @@ class OrchestratorNode(Node):
             self.synthesizer = SynthesizerClient(self, self.settings.synthesizer, p["synth_timeout_s"])
         else:
             self.synthesizer = make_synthesizer(self.settings, options)
-        if p["playback"] not in PLAYBACKS:
-            raise ConfigError(f"parameter playback must be one of {PLAYBACKS}, got {p['playback']!r}")
         self.graph_playback = None
         if p["playback"] == "ros":
             from motionvl.ros.graph_playback import GraphCritic, GraphPlayback

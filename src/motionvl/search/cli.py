@@ -26,67 +26,17 @@ from pathlib import Path
 if "MUJOCO_GL" not in os.environ and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
     os.environ["MUJOCO_GL"] = "egl"
 
-from motionvl.backend_names import (CRITICS, KINDS, RECORDED, SESSION, SYNTHESIZERS,  # noqa: E402
-                                     add_model_arguments, backends_help, option_flag)
+from motionvl.backend_names import KINDS, RECORDED, SESSION, add_model_arguments, option_flag  # noqa: E402
 from motionvl.robot import ConfigError  # noqa: E402
-from motionvl.search.config import MODES  # noqa: E402
-
-DEFAULT_OUT = Path("runs/search")
-PLAYBACKS = ("ros", "in_process")
-DEFAULT_PLAYBACK = "in_process"
-
+from motionvl.search.run_args import add_run_arguments, run_dir, settings_keywords  # noqa: E402
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", default=None, help='the task sentence, e.g. "walk forward with straight knees"')
-    parser.add_argument("--command", type=float, nargs=3, default=None, metavar=("VX", "VY", "YAW"),
-                        help="the task's velocity command (m/s, m/s, rad/s) instead of the one the sentence gives "
-                             "(motionvl.task's table: forward 0.6, slow 0.3, fast 0.9, backward 0.3, sideways 0.2 "
-                             "m/s, turn 0.5 rad/s); needed for a sentence the rules do not understand (model "
-                             "synthesizers only)")
-    parser.add_argument("--mode", choices=MODES, default="synth+critic", help="ablation mode (default synth+critic)")
-    parser.add_argument("--preset", default="quick", help="budget preset of config/search.yaml: quick, cpu, gpu (default quick)")
-    parser.add_argument("--synthesizer", choices=SYNTHESIZERS, default=None,
-                        help=f"reward synthesizer: {backends_help('synth')} (default rules; a resumed run: the "
-                             "recorded one)")
-    add_model_arguments(parser, RECORDED, prefix="synth_")
-    parser.add_argument("--replay", type=Path, default=None, help="replay: the recorded run directory whose answers to replay")
-    parser.add_argument("--critic", choices=CRITICS, default=None,
-                        help=f"motion critic: {backends_help('critic')} (default kinematic; a resumed run: the "
-                             "recorded one)")
-    add_model_arguments(parser, RECORDED, prefix="critic_")
-    add_model_arguments(parser, SESSION, unset="default: the settings' limits.model_connect_timeout_s and "
-                                                "model_read_timeout_s, 10 and 300")
-    parser.add_argument("--allow-backend-change", action="store_true",
-                        help="with --resume: switch to the backends, models or endpoints given (recorded in the "
-                             "ledger); without it a resume uses the recorded ones and refuses others")
-    parser.add_argument("--out", type=Path, default=None, help=f"run directory (default {DEFAULT_OUT}/<preset>)")
-    parser.add_argument("--resume", action="store_true", help="continue the search in --out where it stopped")
-    parser.add_argument("--record", action="store_true", help="also record the run's topics as a rosbag (ROS route)")
-    parser.add_argument("--namespace", default="", metavar="NAME",
-                        help="ROS namespace of the run's nodes and topics; two searches on one ROS domain need "
-                             "different ones (default: none)")
-    parser.add_argument("--trainers", type=int, default=1, help="trainers run side by side (default 1)")
-    parser.add_argument("--no-ros", action="store_true",
-                        help="run the search without ROS: trainer processes of its own, no nodes, no graph")
-    parser.add_argument("--playback", choices=PLAYBACKS, default=None,
-                        help="ROS route: where candidates are played back and critiqued: ros (the deployment node on "
-                             "the simulator node, judged by the vlm_critic node: the path a robot uses) or in_process "
-                             f"(the deployment controller and the critic in the orchestrator; --no-ros always). "
-                             f"Default on the ROS route: {DEFAULT_PLAYBACK}")
-    parser.add_argument("--trainers-in-process", action="store_true",
-                        help="ROS route: the policy_trainer nodes in this process instead of child processes")
-    parser.add_argument("--train-config", default=None, help="training YAML (default: the package's config/training.yaml)")
-    parser.add_argument("--robot-config", default=None,
-                        help="robot YAML of every trainer, evaluation and playback (default: config/robot.yaml)")
-    parser.add_argument("--start-run", default=None,
-                        help="an existing training run of the reference reward to start from instead of training one")
-    parser.add_argument("--settings", type=Path, default=None, metavar="YAML",
-                        help="a YAML mapping of search settings laid over the preset (as a preset's own entry)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a search setting, e.g. --set gates.min_success_rate=0.9 (repeatable)")
-    parser.add_argument("--no-render", action="store_true", help="play back without rendering (kinematic critic only)")
-    parser.add_argument("--report", type=Path, default=None, metavar="RUN_DIR", help="only rewrite the report of RUN_DIR")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_run_arguments(parser)  # motionvl.search.run_args: the run's settings, the orchestrator node's too
+    models = parser.add_argument_group("models and endpoints (motionvl.backend_names)")
+    for kind in KINDS:
+        add_model_arguments(models, RECORDED, prefix=f"{kind}_")
+    add_model_arguments(models, SESSION, unset="default: the settings' limits.model_connect_timeout_s and "
+                                               "model_read_timeout_s, 10 and 300")
 
 
 def _options(args: argparse.Namespace):
@@ -105,19 +55,13 @@ def settings_from_args(args: argparse.Namespace):
     which the arguments may change only with --allow-backend-change)."""
     from motionvl.search.backends import load_settings
 
-    return load_settings(args.out, resume=args.resume, task=args.task, mode=args.mode, preset=args.preset,
-                         synthesizer=args.synthesizer, critic=args.critic, settings_file=args.settings,
-                         overrides=command_overrides(args), render=not args.no_render, train_config=args.train_config,
-                         start_run=args.start_run, robot_config=args.robot_config, synth_model=args.synth_model,
-                         synth_base_url=args.synth_base_url, critic_model=args.critic_model,
-                         critic_base_url=args.critic_base_url, replay=str(args.replay) if args.replay else None,
-                         allow_backend_change=args.allow_backend_change)
+    return load_settings(args.run_dir, **{**settings_keywords(args), "overrides": command_overrides(args)})
 
 
 def command_overrides(args: argparse.Namespace) -> list[str]:
     """The --set overrides with --command as the settings' `command`."""
     command = getattr(args, "command", None)
-    return list(args.overrides) + ([f"command=[{', '.join(repr(float(c)) for c in command)}]"] if command else [])
+    return list(args.overrides or []) + ([f"command=[{', '.join(repr(float(c)) for c in command)}]"] if command else [])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         paths = write_report(args.report)
         print(f"report: {paths['html']}")
         return 0
-    args.out = args.out or DEFAULT_OUT / args.preset
+    args.run_dir = run_dir(args.run_dir, args.preset)
     try:
         return _run(args)
     except (ConfigError, SearchError) as exc:
@@ -140,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"motionvl train: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"\nmotionvl train: interrupted; `motionvl train --out {args.out} --resume` continues", file=sys.stderr)
+        print(f"\nmotionvl train: interrupted; `motionvl train --out {args.run_dir} --resume` continues", file=sys.stderr)
         return 130
 
 
@@ -164,8 +108,8 @@ def _run(args: argparse.Namespace) -> int:
     if settings.mode != "reference":
         checked_synthesizer_options(settings, _options(args))
     make_critic(settings, _options(args))
-    playback = args.playback or ("in_process" if args.no_ros else DEFAULT_PLAYBACK)
-    if args.no_ros:
+    playback = args.playback
+    if not args.ros:
         if playback == "ros":
             raise ConfigError("--playback ros needs the ROS graph; --no-ros plays back in process")
         return _run_without_ros(args, settings)
@@ -183,13 +127,13 @@ def _run(args: argparse.Namespace) -> int:
     from motionvl.search.backends import model_settings
 
     models = {kind: dataclasses.asdict(model_settings(settings, _options(args), kind)) for kind in KINDS}
-    orchestrator = {"run_dir": str(args.out), "resume": bool(args.resume), "task": settings.task, "mode": settings.mode,
+    orchestrator = {"run_dir": str(args.run_dir), "resume": bool(args.resume), "task": settings.task, "mode": settings.mode,
                     "preset": settings.preset, "synthesizer": settings.synthesizer, "critic": settings.critic,
-                    "settings_file": str(args.settings) if args.settings else "",
+                    "settings_file": args.settings_file or "",
                     "overrides": command_overrides(args) or [""],
                     **{f"{kind}_{name}": models[kind][name] for kind in KINDS for name in RECORDED},
                     "device": args.device, "train_config": settings.train_config or "",
-                    "start_run": settings.start_run or "", "render": not args.no_render, "playback": playback,
+                    "start_run": settings.start_run or "", "render": args.render, "playback": playback,
                     "allow_backend_change": bool(args.allow_backend_change),
                     "robot_config": settings.robot_config,  # None: the node default (the package robot)
                     "terrain": task.terrain, "terrain_level": task.terrain_level}  # the playback graph's floor
@@ -209,12 +153,12 @@ def _run(args: argparse.Namespace) -> int:
                            critic_parameters=models["critic"], namespace=args.namespace)
     from motionvl.search.ledger import Ledger
 
-    finished = Ledger(args.out).get("run", "finished") if (args.out / "ledger.jsonl").exists() else None
+    finished = Ledger(args.run_dir).get("run", "finished") if (args.run_dir / "ledger.jsonl").exists() else None
     if finished is not None:
         print(json.dumps(finished, default=str))
         return 0
     if code == 0:  # stopped by a signal before the search ended
-        print(f"motionvl train: stopped; `motionvl train --out {args.out} --resume` continues", file=sys.stderr)
+        print(f"motionvl train: stopped; `motionvl train --out {args.run_dir} --resume` continues", file=sys.stderr)
         return 130
     return code
 
@@ -231,11 +175,11 @@ def _run_without_ros(args: argparse.Namespace, settings) -> int:
     critic = make_critic(settings, _options(args))
     cfg = SearchConfig.from_dict(settings.config)
     shares = cpu_shares(args.trainers) if args.trainers > 1 else [None]  # local trainers share the cores on purpose
-    slots = [LocalProcessSlot(f"trainer-{i}", runs_dir=args.out / "candidates", train_config=settings.train_config,
+    slots = [LocalProcessSlot(f"trainer-{i}", runs_dir=args.run_dir / "candidates", train_config=settings.train_config,
                               robot_config=settings.robot_config, cpus=shares[i]) for i in range(args.trainers)]
-    search = Search(args.out, settings, synthesizer=synthesizer, critic=critic,
+    search = Search(args.run_dir, settings, synthesizer=synthesizer, critic=critic,
                     playback=InProcessPlayback(cfg.playback, robot=settings.robot()),
-                    slots=lambda: slots, resume=args.resume, progress=not args.no_progress,
+                    slots=lambda: slots, resume=args.resume, progress=args.progress,
                     log=lambda msg: print(msg, flush=True), allow_backend_change=args.allow_backend_change)
     try:
         summary = search.run()
