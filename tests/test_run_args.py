@@ -177,3 +177,32 @@ def test_the_params_file_only_restates_declared_defaults():
             if param not in declared or declared[param][0] != value:
                 drift.append(f"{name}.{param}: {value!r} (declared: {declared.get(param, ('undeclared',))[0]!r})")
     assert not drift, "\n".join(drift)
+
+
+@pytest.mark.parametrize("node,settings", [("policy_trainer", "motionvl.rl.jobs.QueueSettings"),
+                                           ("camera_renderer", "motionvl.render.camera.RenderSettings"),
+                                           ("deployment", "motionvl.deploy.config.DeployConfig"),
+                                           ("vlm_critic", "motionvl.critic.rollouts.CollectLimits")])
+def test_node_parameters_of_a_dataclass_are_its_fields(node, settings):
+    """A node's parameters that feed a dataclass are its fields with their defaults and docstrings (declared once);
+    the deployment node splits one field in two and takes another from the policy (SHAPED_FIELDS)."""
+    pytest.importorskip("rclpy")
+    import importlib
+
+    from motionvl.dataclass_docs import field_docs
+
+    module, _, name = settings.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    node_module = importlib.import_module(f"motionvl.ros.{node}_node")
+    docs, default = field_docs(cls), cls()
+    skipped = getattr(node_module, "SHAPED_FIELDS", ())
+    for f in dataclasses.fields(cls):
+        if f.name not in skipped:
+            assert node_module.PARAMETERS[f.name] == (getattr(default, f.name), docs[f.name]), f.name
+
+
+def test_a_bad_queue_setting_is_refused_by_its_own_check():
+    from motionvl.rl.jobs import QueueSettings
+
+    with pytest.raises(ValueError, match="eval_episodes"):
+        QueueSettings(eval_episodes=0).validate()

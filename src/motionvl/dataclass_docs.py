@@ -20,3 +20,13 @@ def field_docs(cls) -> dict:
                 and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
             docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs
+
+
+def dataclass_parameters(cls, skip=()) -> dict:
+    """Node parameters `{field: (default, docstring)}` of a dataclass's fields (but those in `skip`), the table
+    motionvl.ros.params declares."""
+    import dataclasses
+
+    docs, defaults = field_docs(cls), cls()
+    return {f.name: (getattr(defaults, f.name), docs.get(f.name, "")) for f in dataclasses.fields(cls)
+            if f.name not in skip}

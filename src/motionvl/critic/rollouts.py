@@ -102,11 +102,11 @@ class CollectLimits:
     """How much of one rollout is kept."""
 
     frame_interval_s: float = 0.1
-    """At most one frame per this many seconds of stamp time (the paper's 0.1)."""
+    """Keep at most one camera frame per this many seconds of stamp time (the paper's 0.1)."""
     max_frames: int = 600
-    """Frames kept per rollout; later ones are dropped (and counted)."""
+    """Most frames kept per rollout; later ones are dropped and counted (the VLM backends thin further)."""
     max_samples: int = 30000
-    """Joint-state samples kept per rollout; later ones are dropped (and counted)."""
+    """Most joint-state samples kept per rollout (10 min at 50 Hz); later ones are dropped and counted."""
 
 
 class RolloutCollector:

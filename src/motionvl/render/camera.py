@@ -50,7 +50,7 @@ class RenderSettings:
     camera: str = TRACKING_CAMERA
     """Name of the model camera to render from (default: the pelvis-tracking camera)."""
     shadows: bool = True
-    """Cast shadows (they show when a foot is off the ground)."""
+    """Cast shadows (they show when a foot is off the ground; the main cost of a CPU-rendered frame)."""
     reflection: bool = True
     """Floor reflection."""
     shadow_size: int = 1024

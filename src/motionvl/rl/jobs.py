@@ -139,7 +139,28 @@ class TrainingJob:
         return json.dumps(out)
 
 
-def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None, default_minutes: float = 2.0,
+@dataclasses.dataclass
+class QueueSettings:
+    """How a trainer budgets and evaluates the candidates it is sent (a policy_trainer node's parameters)."""
+
+    default_minutes: float = 2.0
+    """Training budget of a candidate that names none, minutes."""
+    eval_seconds: float = 10.0
+    """Length of each evaluation episode after training, seconds."""
+    eval_episodes: int = 8
+    """Parallel evaluation episodes after training."""
+    eval_command_vx: float = DEFAULT_COMMAND[0]
+    """Forward velocity command of the evaluation of a request that names no command, m/s (the search's requests
+    carry their task's)."""
+
+    def validate(self) -> "QueueSettings":
+        if not (self.default_minutes > 0 and self.eval_seconds > 0 and self.eval_episodes >= 1):
+            raise ValueError("default_minutes and eval_seconds must be > 0 and eval_episodes >= 1")
+        return self
+
+
+def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None,
+            default_minutes: float = QueueSettings.default_minutes,
             evaluation: dict | None = None, progress_bar: bool = False,
             on_iteration: Callable[[dict], "bool | None"] | None = None,
             on_phase: Callable[[str], None] | None = None, robot=None) -> dict:
@@ -208,8 +229,7 @@ def _training_config(train_config, overrides) -> "TrainConfig | str | Path | Non
 class TrainingQueue:
     """Trains queued jobs one after another on a worker thread."""
 
-    def __init__(self, runs_dir: str | Path, *, train_config=None, default_minutes: float = 2.0,
-                 eval_seconds: float = 10.0, eval_episodes: int = 8, eval_command=DEFAULT_COMMAND,
+    def __init__(self, runs_dir: str | Path, *, train_config=None, settings: QueueSettings | None = None,
                  on_status: StatusFn | None = None, on_progress: StatusFn | None = None,
                  on_statistics: StatusFn | None = None, on_policy: StatusFn | None = None, progress_bar: bool = False,
                  robot=None):
@@ -217,8 +237,10 @@ class TrainingQueue:
         self.runs_dir = Path(runs_dir)
         self.robot = robot
         self.train_config = train_config
-        self.default_minutes = default_minutes
-        self.eval_seconds, self.eval_episodes, self.eval_command = eval_seconds, eval_episodes, tuple(eval_command)
+        settings = (settings or QueueSettings()).validate()
+        self.default_minutes = settings.default_minutes
+        self.eval_seconds, self.eval_episodes = settings.eval_seconds, settings.eval_episodes
+        self.eval_command = (settings.eval_command_vx, 0.0, 0.0)
         self._emit = {k: fn or (lambda _msg: None) for k, fn in
                       (("status", on_status), ("progress", on_progress), ("statistics", on_statistics), ("policy", on_policy))}
         self.progress_bar = progress_bar

@@ -36,27 +36,27 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, JointState  # noqa: E402
 
+from motionvl.dataclass_docs import dataclass_parameters  # noqa: E402
 from motionvl.deploy.mapping import JointMapping  # noqa: E402
 from motionvl.render.camera import FrameRenderer, RenderError, RenderSettings, camera_intrinsics  # noqa: E402
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import run_node  # noqa: E402
 from motionvl.ros.terrain import TERRAIN_PARAMETERS, node_terrain  # noqa: E402
-from motionvl.sim.model import TRACKING_CAMERA, build_model  # noqa: E402
+from motionvl.sim.model import build_model  # noqa: E402
 
 NODE_NAME = "camera_renderer"
 
+RENDER_PARAMETERS = dataclass_parameters(RenderSettings)
+"""width, height, camera, shadows, ...: motionvl.render.camera.RenderSettings' fields."""
 # name -> (default, description); read-only after start
 PARAMETERS = {
     "robot_config": ("", "Robot YAML; empty = the package's config/robot.yaml."),
     **TERRAIN_PARAMETERS,
     "frame_interval_s": (0.1, "Seconds between frames in ROS time (0.1 s as in the MotionVL paper)."),
-    "width": (320, "Image width in pixels (at most 1280)."),
-    "height": (240, "Image height in pixels (at most 720)."),
-    "camera": (TRACKING_CAMERA, "Model camera to render from (default: the pelvis-tracking camera)."),
+    **RENDER_PARAMETERS,
     "frame_id": ("camera_optical", "frame_id of the image and camera_info headers."),
     "render_when_idle": (False, "Also render when no new joint state arrived since the last frame."),
-    "shadows": (True, "Draw shadows (show foot clearance; the main cost of a CPU-rendered frame)."),
 }
 
 
@@ -69,8 +69,7 @@ class CameraRendererNode(Node):
         self.robot = load_robot_config(p["robot_config"] or None)
         self.mapping = JointMapping(self.robot)
         self.model = build_model(self.robot, node_terrain(p))
-        self.settings = RenderSettings(width=int(p["width"]), height=int(p["height"]), camera=p["camera"],
-                                       shadows=bool(p["shadows"]))
+        self.settings = RenderSettings(**{name: p[name] for name in RENDER_PARAMETERS})
         if not (0 < self.settings.width <= self.model.vis.global_.offwidth
                 and 0 < self.settings.height <= self.model.vis.global_.offheight):
             raise ConfigError(f"image size {self.settings.width}x{self.settings.height} must be within "

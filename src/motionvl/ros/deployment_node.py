@@ -100,7 +100,6 @@ from __future__ import annotations
 
 import array
 import collections
-import dataclasses
 import functools
 import sys
 import threading
@@ -117,7 +116,7 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension
 from std_srvs.srv import Trigger
 
-from motionvl.dataclass_docs import field_docs
+from motionvl.dataclass_docs import dataclass_parameters
 from motionvl.deploy import Controller, DeployConfig, Mode
 from motionvl.deploy.inference import PolicyWorker
 from motionvl.deploy.scheduling import (DeadlineClock, RealtimeStatus, StatePacer, request_realtime,
@@ -177,14 +176,8 @@ NODE_PARAMETERS = {
 SHAPED_FIELDS = ("cmd_vel_accel", "cmd_vel_ranges")
 
 
-def _controller_parameters() -> dict:
-    """Every DeployConfig field as a parameter of the same name: its default and its docstring."""
-    docs, defaults = field_docs(DeployConfig), DeployConfig()
-    return {f.name: (getattr(defaults, f.name), docs.get(f.name, "")) for f in dataclasses.fields(DeployConfig)
-            if f.name not in SHAPED_FIELDS}
-
-
-CONTROLLER_PARAMETERS = _controller_parameters()
+CONTROLLER_PARAMETERS = dataclass_parameters(DeployConfig, skip=SHAPED_FIELDS)
+"""Every other DeployConfig field as a parameter of the same name: its default and its docstring."""
 PARAMETERS = {**NODE_PARAMETERS, **CONTROLLER_PARAMETERS}
 
 POLICY_PARAMETER = "policy"

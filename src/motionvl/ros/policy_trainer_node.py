@@ -38,27 +38,26 @@ from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from motionvl.action import TrainCandidate
+from motionvl.dataclass_docs import dataclass_parameters
 from motionvl.msg import TrainerHeartbeat
+from motionvl.rl.jobs import QueueSettings
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.goals import QueuedGoal
 from motionvl.ros.messages import BadMessage, heartbeat_msg, job_from_goal, train_feedback_msg, train_result_msg
 from motionvl.ros.runtime import abandon_work, run_node, time_left
 from motionvl.ros.params import declare_parameters
-from motionvl.task import DEFAULT_COMMAND
 
 NODE_NAME = "policy_trainer"
 EXIT_MARGIN_S = 0.5
 """Seconds of the shutdown budget kept for the rest of the exit after waiting for the training thread."""
 
+QUEUE_PARAMETERS = dataclass_parameters(QueueSettings)
+"""default_minutes, eval_seconds, eval_episodes, eval_command_vx: motionvl.rl.jobs.QueueSettings' fields."""
 PARAMETERS = {
     "runs_dir": ("runs/trainer", "Directory holding one run directory per candidate (resumed if it exists)."),
     "training_config": ("", "Training YAML (env + ppo sections); empty = the package's config/training.yaml."),
     "robot_config": ("", "Robot YAML the policies are trained and evaluated on; empty = the package's config/robot.yaml."),
-    "default_minutes": (2.0, "Training budget of a candidate that names none, minutes."),
-    "eval_seconds": (10.0, "Length of each evaluation episode after training, seconds."),
-    "eval_episodes": (8, "Parallel evaluation episodes after training."),
-    "eval_command_vx": (DEFAULT_COMMAND[0], "Forward velocity command of the evaluation of a request that names no "
-                                            "command, m/s (the search's requests carry their task's)."),
+    **QUEUE_PARAMETERS,
     "heartbeat_period_s": (1.0, "Seconds between heartbeats on trainer/heartbeat."),
     "cpu_affinity": ([], "Cores this trainer's process runs on, e.g. [0]; empty: every core it may use. Several trainers "
                          "on one machine get disjoint shares (motionvl train --trainers N, train.launch.py trainers:=N): "
@@ -72,8 +71,12 @@ class PolicyTrainerNode(Node):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
         super().__init__(node_name, **kwargs)
         p = declare_parameters(self, PARAMETERS)
-        if p["default_minutes"] <= 0 or p["eval_episodes"] < 1 or p["heartbeat_period_s"] <= 0:
-            raise ConfigError("default_minutes and heartbeat_period_s must be > 0 and eval_episodes >= 1")
+        if p["heartbeat_period_s"] <= 0:
+            raise ConfigError("heartbeat_period_s must be > 0")
+        try:
+            settings = QueueSettings(**{name: p[name] for name in QUEUE_PARAMETERS}).validate()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if p["cpu_affinity"]:  # before the training thread starts: it and its physics and torch threads inherit it
             from motionvl.rl.threads import pin_process
 
@@ -90,9 +93,7 @@ class PolicyTrainerNode(Node):
 
         robot = load_robot_config(p["robot_config"] or None)
         self.queue = TrainingQueue(
-            p["runs_dir"], train_config=p["training_config"] or None, default_minutes=p["default_minutes"],
-            eval_seconds=p["eval_seconds"], eval_episodes=p["eval_episodes"],
-            eval_command=(p["eval_command_vx"], 0.0, 0.0),
+            p["runs_dir"], train_config=p["training_config"] or None, settings=settings,
             on_status=self._on_status, on_progress=self._on_progress, on_statistics=self._on_statistics,
             on_policy=self._on_policy, robot=robot)
         # goals wait (coroutines) side by side with the cancels and the heartbeat: no goal holds an executor thread

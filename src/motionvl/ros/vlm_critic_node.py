@@ -73,6 +73,7 @@ from sensor_msgs.msg import Image, JointState  # noqa: E402
 from motionvl.backend_names import backends_help, kind_settings, model_parameters, model_settings  # noqa: E402
 from motionvl.action import Compare, Critique  # noqa: E402
 from motionvl.critic.rollouts import CollectLimits, RolloutCollector  # noqa: E402
+from motionvl.dataclass_docs import dataclass_parameters  # noqa: E402
 from motionvl.critic.schema import Comparison, MotionFeedback  # noqa: E402
 from motionvl.critic.service import BACKENDS, CriticService, backend_factory  # noqa: E402
 from motionvl.deploy.mapping import JointMapping  # noqa: E402
@@ -96,9 +97,7 @@ PARAMETERS = {
     **model_parameters(kind_settings("critic")),  # model, base_url, device, timeouts (motionvl.backend_names)
     "use_contact_sheet": (False, "VLM backends: send one timestamped grid image instead of one image per frame."),
     "task": ("", "Task sentence used when neither a goal nor the rollout's boundaries carry one."),
-    "frame_interval_s": (0.1, "Keep at most one camera frame per this many seconds of stamp time (paper: 0.1)."),
-    "max_frames": (600, "Most frames kept per rollout; later frames are dropped (the VLM backends thin further)."),
-    "max_samples": (30000, "Most joint-state samples kept per rollout (10 min at 50 Hz)."),
+    **dataclass_parameters(CollectLimits),  # frame_interval_s, max_frames, max_samples (motionvl.critic.rollouts)
     "merge_kinematics": (True, "After a VLM critique, cross-check its claims with the kinematic measurements: "
                                "contradictions marked, its alignment scaled by the share of measurable claims "
                                "confirmed (motionvl.critic.crosscheck)."),
@@ -166,8 +165,7 @@ class VlmCriticNode(Node):
         self.service = CriticService(critic_factory, model=build_model(self.robot, floor), robot=self.robot,
                                      default_task=p["task"], merge_kinematics=p["merge_kinematics"],
                                      keep_rollouts=p["keep_rollouts"], rollout_dir=p["rollout_dir"] or None)
-        self.collector = RolloutCollector(CollectLimits(frame_interval_s=p["frame_interval_s"],
-                                                        max_frames=p["max_frames"], max_samples=p["max_samples"]))
+        self.collector = RolloutCollector(CollectLimits(**{f.name: p[f.name] for f in dataclasses.fields(CollectLimits)}))
         self.feedback_count = 0
         self.last_feedback: MotionFeedback | None = None
         self.comparison_count = 0
