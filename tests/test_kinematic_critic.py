@@ -130,6 +130,16 @@ def test_alignment_is_higher_for_the_matching_task(model):
     assert s(bent, "stand with bent knees") > s(straight, "stand with bent knees")
 
 
+def test_high_steps_asks_more_than_an_ordinary_walk_lifts():
+    """The reference walk lifts its feet 13-15 cm: "high steps" must still see room above that (a fixed 12 cm bar
+    called it done, so the loop's tie-breaks by alignment picked on speed alone)."""
+    task = "walk forward with high steps"
+    ordinary, marching = (CRITIC.critique(walking_trajectory(clearance=(c, c)), task) for c in (0.14, 0.24))
+    assert marching.alignment_score > ordinary.alignment_score + 0.05
+    assert ("feet_clearance", "increase") in {(s.term, s.direction) for s in ordinary.suggestions}
+    assert ("feet_clearance", "increase") not in {(s.term, s.direction) for s in marching.suggestions}
+
+
 def test_unjudged_lists_what_the_rules_do_not_understand(model):
     walk = walking_trajectory(speed=0.6)
     plain = CRITIC.critique(walk, "walk forward at 0.6 m/s")

@@ -16,6 +16,11 @@ from motionvl.gait.metrics import GaitAnalysis
 from motionvl.task import TURN_RATE, TaskSpec, commanded
 
 SUGGEST_BELOW = 0.7
+HIGH_STEP_FRACTION = (0.05, 0.3)
+"""Swing clearance as a fraction of the leg: "high steps" scores 0 at the first (a shuffle) and full at the second
+(a marching step, about knee-high); an ordinary walk's lift scores about half."""
+NOMINAL_LEG_M = 0.8
+"""The leg length assumed when a rollout has no base height."""
 """A criterion scoring below this suggests a reward-term change."""
 
 
@@ -165,6 +170,7 @@ def score_task(spec: TaskSpec, a: GaitAnalysis) -> tuple[list[Criterion], list[s
                               ("orientation", "decrease", f"trunk pitch {pitch:+.0f} deg, the task asks a lean")
                               if s < SUGGEST_BELOW else None))
     clear = v("swing_clearance_m") if sum(a.swings) else None
+    leg = v("base_height_m") or NOMINAL_LEG_M
     for want in spec.steps:
         if want in ("high", "clear", "low"):
             if clear is None:
@@ -176,8 +182,11 @@ def score_task(spec: TaskSpec, a: GaitAnalysis) -> tuple[list[Criterion], list[s
                     unjudged.append(f"{want} steps (no complete swing)")
                 continue
             if want == "high":
-                s = _clip01((clear - 0.03) / 0.09)
-                crit.append(Criterion("high steps", s, 1.5, ">= 0.12 m swing clearance", f"{clear:.3f} m",
+                # relative to the leg (the base's height over the soles): an ordinary walk lifts its feet 15-18 %
+                # of it (13-15 cm for 0.85 m legs), which a fixed 12 cm bar already called high-stepping
+                lo, hi = HIGH_STEP_FRACTION[0] * leg, HIGH_STEP_FRACTION[1] * leg
+                s = _clip01((clear - lo) / (hi - lo))
+                crit.append(Criterion("high steps", s, 1.5, f">= {hi:.2f} m swing clearance", f"{clear:.3f} m",
                                       ("feet_clearance", "increase", f"swing clearance {clear:.3f} m") if s < SUGGEST_BELOW else None))
             elif want == "clear":
                 s = _clip01(clear / 0.04)
