@@ -203,3 +203,47 @@ def test_a_setting_added_to_the_dataclass_appears_everywhere(tmp_path):
     assert {"synth_probe_region", "critic_probe_region"} <= set(got["text"]["orchestrator"])
     assert "probe_region" in got["text"]["reward_synthesizer"] and "probe_region" in got["text"]["vlm_critic"]
     assert "probe_limit_s" in got["session"]
+
+
+def _declared_elsewhere(cls, own: Path) -> list[str]:
+    """Sources (but `own`) holding a copy of one of `cls`'s field docstrings."""
+    docs = field_docs(cls)
+    found = []
+    for path in [*(ROOT / "src").rglob("*.py"), *(ROOT / "launch").glob("*.py")]:
+        if path != own:
+            flat = " ".join(path.read_text().split())
+            found += [f"{path.relative_to(ROOT)}: the description of {n}" for n, doc in docs.items() if doc[:40] in flat]
+    return found
+
+
+def test_synthesizer_options_are_declared_once():
+    """SynthesizerOptions gives the model synthesizers' keyword defaults, `motionvl synth`'s options (help from the
+    docstrings) and, given on the command line, the options the backend is built with."""
+    import inspect
+
+    from motionvl.synth import SynthesizerOptions
+    from motionvl.synth.cli import _options as cli_options
+    from motionvl.synth.cli import add_arguments
+    from motionvl.synth.llm import ModelSynthesizer, OpenAISynthesizer
+
+    docs, defaults = field_docs(SynthesizerOptions), SynthesizerOptions()
+    keywords = {**inspect.signature(OpenAISynthesizer.__init__).parameters,
+                **inspect.signature(ModelSynthesizer.__init__).parameters}
+    options = _options("motionvl.synth.cli")
+    for f in dataclasses.fields(SynthesizerOptions):
+        assert keywords[f.name].default == getattr(defaults, f.name), f.name
+        assert options[f.name].default == getattr(defaults, f.name) and options[f.name].help.startswith(docs[f.name])
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--task", "walk", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1",
+                              "--model", "m", "--max-retries", "0", "--response-format", "json_object"])
+    built = cli_options(args)
+    assert built["max_retries"] == 0 and built["response_format"] == "json_object"
+    assert built["max_repairs"] == defaults.max_repairs
+    assert not _declared_elsewhere(SynthesizerOptions, ROOT / "src" / "motionvl" / "synth" / "api.py")
+
+
+def test_critic_service_settings_are_declared_once():
+    from motionvl.critic.service import ServiceSettings
+
+    assert not _declared_elsewhere(ServiceSettings, ROOT / "src" / "motionvl" / "critic" / "service.py")

@@ -182,7 +182,9 @@ def test_the_params_file_only_restates_declared_defaults():
 @pytest.mark.parametrize("node,settings", [("policy_trainer", "motionvl.rl.jobs.QueueSettings"),
                                            ("camera_renderer", "motionvl.render.camera.RenderSettings"),
                                            ("deployment", "motionvl.deploy.config.DeployConfig"),
-                                           ("vlm_critic", "motionvl.critic.rollouts.CollectLimits")])
+                                           ("vlm_critic", "motionvl.critic.rollouts.CollectLimits"),
+                                           ("vlm_critic", "motionvl.critic.service.ServiceSettings"),
+                                           ("reward_synthesizer", "motionvl.synth.SynthesizerOptions")])
 def test_node_parameters_of_a_dataclass_are_its_fields(node, settings):
     """A node's parameters that feed a dataclass are its fields with their defaults and docstrings (declared once);
     the deployment node splits one field in two and takes another from the policy (SHAPED_FIELDS)."""

@@ -44,6 +44,20 @@ def backend_factory(backend: str, settings: ModelSettings | None = None, *, use_
 
 
 @dataclasses.dataclass(frozen=True)
+class ServiceSettings:
+    """What the service keeps and checks: CriticService's settings and the vlm_critic node's parameters."""
+
+    merge_kinematics: bool = True
+    """After a VLM critique, cross-check its claims with the kinematic measurements: contradictions marked, its
+    alignment scaled by the share of measurable claims confirmed (motionvl.critic.crosscheck)."""
+    keep_rollouts: int = 4
+    """Finished rollouts kept for critiques and comparisons by id (memory: their frames)."""
+    rollout_dir: str = ""
+    """Save every critiqued rollout (frames + trajectory) under this directory; its path goes in the feedback's
+    meta.rollout_path. Empty = do not save."""
+
+
+@dataclasses.dataclass(frozen=True)
 class ComparisonRequest:
     """Which two rollouts to compare, against which task."""
 
@@ -62,24 +76,21 @@ class CriticService:
         make_critic: builds the critic backend (called once, on first use).
         model, robot: the MuJoCo model and robot config a rollout's trajectory is rebuilt with.
         default_task: the task when a request carries none.
-        merge_kinematics: cross-check a VLM's claims with the kinematic measurements (motionvl.critic.crosscheck:
-            contradictions marked, the alignment scaled by the share of measurable claims confirmed).
-        keep_rollouts: finished rollouts kept for comparisons by id.
-        rollout_dir: save every critiqued rollout under this directory (None = do not save).
+        settings: merge_kinematics, keep_rollouts, rollout_dir (ServiceSettings).
     """
 
     def __init__(self, make_critic: Callable[[], Any], *, model, robot, default_task: str = "",
-                 merge_kinematics: bool = True, keep_rollouts: int = 4, rollout_dir: str | Path | None = None):
+                 settings: ServiceSettings = ServiceSettings()):
         self._make_critic = make_critic
         self.model, self.robot = model, robot
         self.default_task = default_task
-        self.merge_kinematics = bool(merge_kinematics)
-        self.rollout_dir = Path(rollout_dir) if rollout_dir else None
+        self.merge_kinematics = bool(settings.merge_kinematics)
+        self.rollout_dir = Path(settings.rollout_dir) if settings.rollout_dir else None
         self.kinematic = KinematicCritic()
         self._critic = None
         self._critic_error: str | None = None
         self._recent: collections.OrderedDict = collections.OrderedDict()
-        self._keep = max(0, int(keep_rollouts))
+        self._keep = max(0, int(settings.keep_rollouts))
         self._lock = threading.Lock()
         self.rollouts_critiqued = 0
 

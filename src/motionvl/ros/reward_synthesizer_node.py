@@ -20,6 +20,7 @@ one at a time on a worker thread, so a slow model never blocks the executor.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import sys
 import threading
@@ -29,14 +30,15 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 
 from motionvl.action import Synthesize
+from motionvl.dataclass_docs import dataclass_parameters
 from motionvl.backend_names import backends_help, kind_settings, model_parameters, model_settings
 from motionvl.robot import ConfigError
 from motionvl.ros.goals import QueuedGoal
 from motionvl.ros.messages import BadMessage, synthesis_request_from_goal, synthesize_result_msg
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import abandon_work, run_node, time_left
-from motionvl.synth import (SynthesisCapReached, SynthesisError, make_synthesizer, synthesis_record,
-                            synthesizer_options)
+from motionvl.synth import (SynthesisCapReached, SynthesisError, SynthesizerOptions, make_synthesizer,
+                            synthesis_record, synthesizer_options)
 
 NODE_NAME = "reward_synthesizer"
 
@@ -49,11 +51,7 @@ PARAMETERS = {
     "max_calls": (0, "The run's cap on model calls (repairs count); 0 = no cap."),
     "max_tokens": (0, "The run's cap on prompt + completion tokens; 0 = no cap."),
     "max_bytes": (0, "The run's cap on bytes sent to and received from the endpoint; 0 = no cap."),
-    "max_repairs": (2, "Model backends: repairs per candidate after a rejected answer."),
-    "max_new_tokens": (2048, "Model backends: the answer's token limit."),
-    "max_retries": (3, "openai: retries with exponential backoff on transport errors, 5xx and 429."),
-    "response_format": ("auto", "openai: 'auto' (JSON schema where the server takes it), 'json_schema', "
-                                "'json_object' or 'none'."),
+    **dataclass_parameters(SynthesizerOptions),  # max_repairs, max_new_tokens, max_retries, response_format
 }
 
 CAPS = ("max_calls", "max_tokens", "max_bytes")
@@ -68,8 +66,7 @@ def _options(p: dict) -> dict:
         robot = load_robot_config(p["robot_config"])
     return synthesizer_options(p["backend"], model_settings(p), ledger=p["ledger"], robot=robot,
                                start=p["start_spec"] or None, **{cap: p[cap] or None for cap in CAPS},
-                               **{name: p[name] for name in ("max_repairs", "max_new_tokens", "max_retries",
-                                                              "response_format")})
+                               **{f.name: p[f.name] for f in dataclasses.fields(SynthesizerOptions)})
 
 
 class RewardSynthesizerNode(Node):

@@ -75,7 +75,7 @@ from motionvl.action import Compare, Critique  # noqa: E402
 from motionvl.critic.rollouts import CollectLimits, RolloutCollector  # noqa: E402
 from motionvl.dataclass_docs import dataclass_parameters  # noqa: E402
 from motionvl.critic.schema import Comparison, MotionFeedback  # noqa: E402
-from motionvl.critic.service import BACKENDS, CriticService, backend_factory  # noqa: E402
+from motionvl.critic.service import BACKENDS, CriticService, ServiceSettings, backend_factory  # noqa: E402
 from motionvl.deploy.mapping import JointMapping  # noqa: E402
 from motionvl.msg import Comparison as ComparisonMsg  # noqa: E402
 from motionvl.msg import MotionFeedback as MotionFeedbackMsg  # noqa: E402
@@ -98,13 +98,8 @@ PARAMETERS = {
     "use_contact_sheet": (False, "VLM backends: send one timestamped grid image instead of one image per frame."),
     "task": ("", "Task sentence used when neither a goal nor the rollout's boundaries carry one."),
     **dataclass_parameters(CollectLimits),  # frame_interval_s, max_frames, max_samples (motionvl.critic.rollouts)
-    "merge_kinematics": (True, "After a VLM critique, cross-check its claims with the kinematic measurements: "
-                               "contradictions marked, its alignment scaled by the share of measurable claims "
-                               "confirmed (motionvl.critic.crosscheck)."),
+    **dataclass_parameters(ServiceSettings),  # merge_kinematics, keep_rollouts, rollout_dir (motionvl.critic.service)
     "command_topic": ("simulator/command", "geometry_msgs/TwistStamped topic of the velocity command in effect."),
-    "keep_rollouts": (4, "Finished rollouts kept for critiques and comparisons by id (memory: their frames)."),
-    "rollout_dir": ("", "Save every critiqued rollout (frames + trajectory) under this directory; its path goes in "
-                        "the feedback's meta.rollout_path. Empty = do not save."),
     "robot_config": ("", "Robot YAML; empty = the package's config/robot.yaml."),
     **TERRAIN_PARAMETERS,  # the ground its rollouts' foot contacts and heights are found against
 }
@@ -118,6 +113,10 @@ BOUNDARY_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, hist
 STATE_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 COLLECTING_FEEDBACK_S = 1.0
 """Seconds between feedback messages of a Critique goal waiting for its rollout's end."""
+
+
+def _dataclass_of(cls, p: dict):
+    return cls(**{f.name: p[f.name] for f in dataclasses.fields(cls)})
 
 
 def _stamp_s(stamp) -> float:
@@ -163,9 +162,8 @@ class VlmCriticNode(Node):
         self.mapping = JointMapping(self.robot)
         floor = node_terrain(p)
         self.service = CriticService(critic_factory, model=build_model(self.robot, floor), robot=self.robot,
-                                     default_task=p["task"], merge_kinematics=p["merge_kinematics"],
-                                     keep_rollouts=p["keep_rollouts"], rollout_dir=p["rollout_dir"] or None)
-        self.collector = RolloutCollector(CollectLimits(**{f.name: p[f.name] for f in dataclasses.fields(CollectLimits)}))
+                                     default_task=p["task"], settings=_dataclass_of(ServiceSettings, p))
+        self.collector = RolloutCollector(_dataclass_of(CollectLimits, p))
         self.feedback_count = 0
         self.last_feedback: MotionFeedback | None = None
         self.comparison_count = 0

@@ -11,16 +11,17 @@ Backends and their options (`make_synthesizer(backend, **options)`):
 =============  ===========================================================================================
 rules          model-free term-level edits (`rules.py`). start (spec path/RewardSpec, default the reference)
 openai         base_url, model (required); api_key (else env MOTIONVL_OPENAI_API_KEY / OPENAI_API_KEY),
-               timeout_s 120, max_retries 3, backoff_s 1, backoff_max_s 30, response_format auto|json_schema|
-               json_object|none, send_seed true, price_prompt_per_mtok / price_completion_per_mtok 0,
-               extra_body
+               timeout_s 120, max_retries, backoff_s 1, backoff_max_s 30, response_format, send_seed true,
+               price_prompt_per_mtok / price_completion_per_mtok 0, extra_body
 transformers   model_dir (required; a local causal LM directory, never downloaded), device auto, dtype,
                trust_remote_code false
 replay         ledger (required: the run's ledger.jsonl, or its parsed records)
 =============  ===========================================================================================
 
 Common options: max_calls / max_tokens (the run's cap; None = none), robot (RobotConfig for the prompt and
-the sandbox); model backends also max_repairs 2, max_new_tokens 2048, max_prompt_chars 32000, start.
+the sandbox); model backends also max_repairs, max_new_tokens, max_prompt_chars 32000, start.
+`SynthesizerOptions` declares max_repairs, max_new_tokens, max_retries and response_format (defaults, what they
+do) once: for these classes, the reward_synthesizer node's parameters and `motionvl synth`'s options.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ import inspect
 
 from motionvl.backend_names import SYNTHESIZERS, ModelSettings, backend_keywords
 from motionvl.synth.api import (Candidate, CallBudget, RewardSynthesizer, SynthesisCapReached, SynthesisError,
-                                SynthesisRequest, term_diff)
+                                SynthesisRequest, SynthesizerOptions, term_diff)
 from motionvl.synth.replay import (append_record, read_synthesis_records, request_key, synthesis_record,
                                    usage_totals)
 
 BACKENDS = SYNTHESIZERS
 
 __all__ = ["BACKENDS", "Candidate", "CallBudget", "RewardSynthesizer", "SynthesisCapReached", "SynthesisError",
-           "SynthesisRequest", "append_record", "make_synthesizer", "read_synthesis_records", "request_key",
+           "SynthesisRequest", "SynthesizerOptions", "append_record", "make_synthesizer", "read_synthesis_records", "request_key",
            "synthesis_record", "synthesizer_options", "term_diff", "usage_totals"]
 
 

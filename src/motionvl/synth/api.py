@@ -273,6 +273,27 @@ def term_diff(parent: RewardSpec | None, spec: RewardSpec) -> list[dict]:
     return out
 
 
+RESPONSE_FORMATS = ("auto", "json_schema", "json_object", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class SynthesizerOptions:
+    """How the model backends ask and repair: the defaults of the synthesizer classes (motionvl.synth.llm), the
+    reward_synthesizer node's parameters and `motionvl synth`'s options, declared once."""
+
+    max_repairs: int = 2
+    """Model backends: repairs per candidate after a rejected answer (0-10)."""
+    max_new_tokens: int = 2048
+    """Model backends: the answer's token limit (>= 16)."""
+    max_retries: int = 3
+    """openai: retries with exponential backoff on transport errors, 5xx and 429."""
+    response_format: str = dataclasses.field(default="auto", metadata={"choices": RESPONSE_FORMATS})
+    """openai: auto (JSON schema where the server takes it, else plain text), json_schema, json_object or none."""
+
+
+SYNTHESIZER_OPTIONS = SynthesizerOptions()
+
+
 class CallBudget(UsageBudget):
     """A run's cap on the synthesizer's model calls, tokens and bytes (None = no cap); restored on resume."""
 

@@ -14,11 +14,14 @@ Exit status: 0 when at least one candidate is accepted, 1 when none is, 2 for ba
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from motionvl.backend_names import add_model_arguments, backends_help, kind_settings, model_settings
+from motionvl.rl.config import add_dataclass_arguments
+from motionvl.synth.api import SynthesizerOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a MotionFeedback JSON file (the feedback.json of motionvl critique --out DIR)")
     add_model_arguments(parser, kind_settings("synth"))
     parser.add_argument("--ledger", type=Path, help="replay: the ledger to answer from; else: append the call to it")
-    parser.add_argument("--max-repairs", type=int, default=2)
-    parser.add_argument("--max-new-tokens", type=int, default=2048)
+    add_dataclass_arguments(parser, SynthesizerOptions)  # --max-repairs, --max-new-tokens, --max-retries, ...
     parser.add_argument("--out", type=Path, help="directory for the accepted candidates' YAML files")
     parser.add_argument("--print-prompt", action="store_true", help="print the model's prompt and exit")
 
@@ -64,7 +66,7 @@ def _options(args) -> dict:
     from motionvl.synth import synthesizer_options
 
     return synthesizer_options(args.backend, model_settings(vars(args)), ledger=args.ledger,
-                               max_repairs=args.max_repairs, max_new_tokens=args.max_new_tokens)
+                               **{f.name: getattr(args, f.name) for f in dataclasses.fields(SynthesizerOptions)})
 
 
 def run(args: argparse.Namespace) -> int:

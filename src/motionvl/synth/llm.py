@@ -21,13 +21,13 @@ import time
 
 from motionvl.llm.usage import estimate_tokens, reported_tokens
 from motionvl.rewards.spec import RewardSpec, load_reward_spec, reward_key
-from motionvl.synth.api import (Candidate, RewardSynthesizer, SynthesisError, SynthesisRequest, add_usage, bounded,
-                                empty_usage, fixed_field_problem, rejected, term_diff)
+from motionvl.synth.api import (RESPONSE_FORMATS, SYNTHESIZER_OPTIONS, Candidate, RewardSynthesizer, SynthesisError,
+                                SynthesisRequest, add_usage, bounded, empty_usage, fixed_field_problem, rejected,
+                                term_diff)
 from motionvl.synth.context import DEFAULT_MAX_PROMPT_CHARS, Prompt, answer_format, build_prompt
 from motionvl.synth.parsing import AnswerError, extract_spec
 from motionvl.synth.validation import check_spec
 
-RESPONSE_FORMATS = ("auto", "json_schema", "json_object", "none")
 ANSWER_CHARS_PER_TOKEN = 16
 """max_answer_chars defaults to this x max_new_tokens: a token is 3-5 characters of JSON or code, so an honest answer
 never comes near it."""
@@ -84,7 +84,8 @@ class ModelSynthesizer(RewardSynthesizer):
 
     offline = False
 
-    def __init__(self, *, max_repairs: int = 2, max_new_tokens: int = 2048,
+    def __init__(self, *, max_repairs: int = SYNTHESIZER_OPTIONS.max_repairs,
+                 max_new_tokens: int = SYNTHESIZER_OPTIONS.max_new_tokens,
                  max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS, start: RewardSpec | str | None = None, robot=None,
                  max_calls: int | None = None, max_tokens: int | None = None, max_bytes: int | None = None,
                  max_answer_chars: int | None = None):
@@ -218,8 +219,9 @@ class OpenAISynthesizer(ModelSynthesizer):
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float | None = None,
                  connect_timeout_s: float | None = None, read_timeout_s: float | None = None,
-                 max_retries: int = 3, backoff_s: float = 1.0, backoff_max_s: float = 30.0,
-                 response_format: str = "auto", send_seed: bool = True, price_prompt_per_mtok: float = 0.0,
+                 max_retries: int = SYNTHESIZER_OPTIONS.max_retries, backoff_s: float = 1.0,
+                 backoff_max_s: float = 30.0, response_format: str = SYNTHESIZER_OPTIONS.response_format,
+                 send_seed: bool = True, price_prompt_per_mtok: float = 0.0,
                  price_completion_per_mtok: float = 0.0, extra_body: dict | None = None, **common):
         super().__init__(**common)
         from motionvl.llm.openai_client import ChatClient
