@@ -79,3 +79,30 @@ def test_deploy_sim_torque_path(trained_policy):
                            "--stand-seconds", 0.2, *LENIENT)
     assert result["reached_run"], log[-3000:]
     assert result["policy_steps"] > 0 and result["cycles"] >= result["policy_steps"]
+
+
+def test_the_rehearsal_options_are_the_deployment_settings_with_their_own_defaults():
+    """--stand-seconds, --state-timeout, --overrun-periods, --watchdog-periods: DeployConfig's fields with its
+    descriptions; a rehearsal's defaults where they differ on purpose (the help says both)."""
+    import argparse
+    import dataclasses
+
+    from motionvl.dataclass_docs import field_docs
+    from motionvl.deploy.config import DeployConfig
+    from motionvl.ros.deploy_sim import REHEARSAL_DEFAULTS, REHEARSAL_SETTINGS, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    options = {a.dest: a for a in parser._actions}
+    docs, robot = field_docs(DeployConfig), DeployConfig()
+    for name in REHEARSAL_SETTINGS:
+        assert options[name].option_strings == ["--" + name.replace("_", "-")]
+        assert options[name].help.startswith(docs[name]), name
+        rehearsal = REHEARSAL_DEFAULTS.get(name, (getattr(robot, name),))[0]
+        assert options[name].default == rehearsal, name
+    assert {"stand_seconds", "state_timeout", "watchdog_periods"} <= set(REHEARSAL_DEFAULTS)
+    assert all(REHEARSAL_DEFAULTS[n][0] != getattr(robot, n) for n in REHEARSAL_DEFAULTS)
+    assert "DeployConfig's: 0.1" in options["state_timeout"].help
+    args = parser.parse_args(["--policy", "p.onnx", "--watchdog-periods", "7"])
+    assert args.watchdog_periods == 7 and args.state_timeout == 0.5
+    assert {f.name for f in dataclasses.fields(DeployConfig)} >= set(REHEARSAL_SETTINGS)

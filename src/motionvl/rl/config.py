@@ -360,9 +360,10 @@ def _plain(obj):
 
 
 # ---------------------------------------------------------------------- dataclass -> argparse
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, names=None, helps=None) -> None:
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, names=None, helps=None, defaults=None) -> None:
     """One --option per dataclass field (or per field in `names`): type from the default, help from the field
-    docstring (or `helps[name]`).
+    docstring (or `helps[name]`). `defaults` `{name: (value, why)}`: a command whose default differs from the
+    field's on purpose; the help gives both and the reason.
 
     Field metadata may set "flags" (option strings), "nargs", "type", "choices", "metavar", "required",
     "action" (e.g. "append" for a repeatable option; give it a None default, as argparse appends to
@@ -386,7 +387,10 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, names=None, he
                 kw["type"] = type(default)
             if f.metadata.get("unset"):
                 kw["default"] = None
-        if kw["default"] not in (None, "") and not isinstance(default, bool):
+        if defaults and f.name in defaults:
+            kw["default"], why = defaults[f.name]
+            kw["help"] += f" (default here: {kw['default']}, {why}; {cls.__name__}'s: {default})"
+        elif kw["default"] not in (None, "") and not isinstance(default, bool):
             kw["help"] += f" (default: {default})"
         parser.add_argument(*flags, **kw)
 

@@ -19,9 +19,19 @@ from pathlib import Path
 import numpy as np
 from rclpy.node import Node
 
+from motionvl.deploy.config import DeployConfig
+from motionvl.rl.config import add_dataclass_arguments
 from motionvl.sim.math import tilt_of
 
 COMMAND_PUBLISH_HZ = 10.0
+REHEARSAL_SETTINGS = ("stand_seconds", "state_timeout", "overrun_periods", "watchdog_periods")
+"""The deployment node's settings (DeployConfig) a rehearsal lets one set."""
+REHEARSAL_DEFAULTS = {
+    "stand_seconds": (1.0, "a rehearsal reaches RUN sooner"),
+    "state_timeout": (0.5, "a shared machine's simulator can stall longer than a robot's drives may"),
+    "watchdog_periods": (25, "a shared machine's process can stall longer than a robot's may"),
+}
+"""Where a simulated rehearsal's default differs from the robot's, and why."""
 
 
 def add_arguments(parser) -> None:
@@ -39,15 +49,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomisation")
     parser.add_argument("--record", metavar="BAG", help="record a bag (MCAP) at this directory")
     parser.add_argument("--robot-config", default="", help="robot YAML (default: the package's)")
-    parser.add_argument("--stand-seconds", type=float, default=1.0, help="STAND ramp time")
-    parser.add_argument("--state-timeout", type=float, default=0.5,
-                        help="the deployment node's stale-state timeout, s (a shared machine's simulator can stall "
-                             "longer than a robot's drives may: 0.1 s on hardware)")
-    parser.add_argument("--watchdog-periods", type=int, default=25,
-                        help="the deployment node's loop watchdog, policy periods (a shared machine's process can "
-                             "stall longer than a robot's may: 5 on hardware)")
-    parser.add_argument("--overrun-periods", type=int, default=3,
-                        help="the deployment node's overrun fault: policy periods late (see its parameter)")
+    add_dataclass_arguments(parser, DeployConfig, names=REHEARSAL_SETTINGS, defaults=REHEARSAL_DEFAULTS)
     parser.add_argument("--lockstep", action="store_true",
                         help="the simulator waits for each command (the host loop's delay is no part of the physics)")
     parser.add_argument("--realtime-priority", type=int, default=0,
