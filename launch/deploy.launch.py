@@ -3,8 +3,8 @@
     ros2 launch motionvl deploy.launch.py policy:=/abs/policy.onnx [path:=pd|torque] [sim:=true] [record:=true]
         [namespace:=robot1] [motor_states:=/your/driver/states] [bring_up:=active|inactive|unconfigured]
 
-Starts the deployment node with the `deployment` section of config/nodes.yaml (policy, path and
-robot_config from the launch arguments, which win over the params file). It is a lifecycle node that
+Starts the deployment node with its declared defaults and config/nodes.yaml's `deployment` section (policy, path
+and robot_config from the launch arguments, which win over the params file). It is a lifecycle node that
 configures (loads and checks the policy) and activates itself (bring_up:=active); bring_up:=unconfigured
 leaves that to `ros2 lifecycle set /deployment configure|activate` or a lifecycle manager. On a robot it
 stays in PASSIVE until an operator calls its services (~/set_mode/stand, then ~/set_mode/run). With sim:=true the

@@ -195,6 +195,11 @@ def graph(tmp_path):
     made.close()
 
 
+def _section(params: dict, key: str) -> dict:
+    """A node's `ros__parameters` in a params file's content, made when config/nodes.yaml overrides nothing of it."""
+    return params.setdefault(key, {}).setdefault("ros__parameters", {})
+
+
 def _assert_clean_exits(graph: Graph, codes: dict) -> None:
     bad = {name: code for name, code in codes.items() if code != 0 or "Traceback" in graph.log(name)}
     assert not bad, "\n\n".join(f"{name}: exit {code}\n{graph.log(name)[-2500:]}" for name, code in bad.items())
@@ -229,7 +234,7 @@ def test_every_train_launch_argument_reaches_the_nodes_that_take_it(graph, tmp_p
     training.write_text(yaml.safe_dump({"env": {"num_envs": 8}}))
     params_file = tmp_path / "my_nodes.yaml"  # params_file:= is read: a value only it sets shows up
     nodes_yaml = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    nodes_yaml["/**/camera_renderer"]["ros__parameters"]["frame_interval_s"] = 0.25
+    _section(nodes_yaml, "/**/camera_renderer")["frame_interval_s"] = 0.25
     params_file.write_text(yaml.safe_dump(nodes_yaml))
     values = {"task": "walk forward with straight knees on uneven ground", "mode": "synth", "preset": "cpu",
               "run_dir": str(tmp_path / "run"), "synthesizer": "openai", "synth_base_url": "http://127.0.0.1:9/v1",
@@ -336,8 +341,8 @@ def test_deploy_launch_in_simulation_reaches_run_and_commands_the_simulated_driv
     # a loaded test machine is slower than the drives a robot has: the params file (an argument too) puts the
     # simulator in lockstep with the commands and gives the state stream more time, as simulation_playback.yaml
     params = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    params["/**/simulator"]["ros__parameters"]["lockstep"] = True
-    params["/**/deployment"]["ros__parameters"]["state_timeout"] = 0.5
+    _section(params, "/**/simulator")["lockstep"] = True
+    _section(params, "/**/deployment")["state_timeout"] = 0.5
     params_file = tmp_path / "nodes.yaml"
     params_file.write_text(yaml.safe_dump(params))
     values = {"policy": policy, "robot_config": robot, "sim": "true", "record": "true",
@@ -374,7 +379,7 @@ def test_deploy_launch_on_a_robot_runs_on_the_system_clock_with_every_argument(g
     lifecycle transitions a user (`ros2 lifecycle set`) asks for bring the node up."""
     robot = _robot_copy(tmp_path)
     params = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    params["/**/deployment"]["ros__parameters"]["state_timeout"] = 0.25  # a value only the params file sets
+    _section(params, "/**/deployment")["state_timeout"] = 0.25  # a value only the params file sets
     (tmp_path / "my_nodes.yaml").write_text(yaml.safe_dump(params))
     values = {"policy": policy, "path": "torque", "robot_config": robot, "record": "true",
               "bag_dir": str(tmp_path / "bags"), "namespace": "robot1", "params_file": str(tmp_path / "my_nodes.yaml"),
@@ -509,6 +514,43 @@ def test_a_node_that_cannot_start_says_why_in_one_line_and_exits_1(graph, tmp_pa
             f"{executable}:\n{log}"
 
 
+# Where a node writes by default (relative to its working directory): elsewhere in a test.
+WRITES_TO = {"policy_trainer": "runs_dir", "recorder": "output_dir", "orchestrator": "run_dir"}
+
+
+@pytest.mark.skipif(not egl_works(), reason="camera_renderer needs EGL (MUJOCO_GL=egl)")
+def test_every_node_runs_with_the_generated_reference_as_its_params_file(graph, tmp_path):
+    """`motionvl params` prints a params file every node accepts: each key one it declares (an undeclared one would
+    read back unset), each node up and holding the declared defaults, stopping cleanly. The orchestrator gets a task
+    (it needs one) in a namespace of its own, so that it finds no trainer to start a search on."""
+    from motionvl.ros.graph import node_section
+    from motionvl.ros.params_reference import node_names, node_parameters
+
+    reference = tmp_path / "reference.yaml"
+    done = subprocess.run([str(BIN / "motionvl"), "params", "--out", str(reference)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = yaml.safe_load(reference.read_text())
+    assert sorted(key.rsplit("/", 1)[-1] for key in loaded) == node_names()
+    sections = {}
+    for name in node_names():
+        section = node_section(loaded, name)
+        declared = {param: default for param, (default, _text) in node_parameters(name).items() if default != []}
+        assert section == declared, name
+        argv = [str(BIN / f"{name}_node"), "--ros-args", "--params-file", str(reference)]
+        if name in WRITES_TO:
+            argv += ["-p", f"{WRITES_TO[name]}:={tmp_path / name}"]
+        if name == "orchestrator":
+            argv += ["-p", "task:=walk forward", "-r", "__ns:=/alone"]
+        graph.start(name, argv)
+        sections[name] = {param: value for param, value in section.items() if param != WRITES_TO.get(name)}
+    for name, section in sections.items():
+        graph.namespace = "/alone" if name == "orchestrator" else ""
+        expected = {**section, "task": "walk forward"} if name == "orchestrator" else section
+        assert graph.parameters(name, sorted(expected)) == expected, name
+    _assert_clean_exits(graph, graph.stop())
+
+
 def test_motionvl_train_exits_non_zero_when_the_search_fails(tmp_path):
     """The search fails after the graph started (a start run that is no training run): exit 1, the cause on stderr."""
     (tmp_path / "not_a_run").mkdir()
@@ -619,7 +661,7 @@ def test_train_launch_and_motionvl_train_start_the_same_nodes(monkeypatch, tmp_p
 
     params_file = tmp_path / "nodes.yaml"
     nodes_yaml = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    nodes_yaml["/**/orchestrator"]["ros__parameters"]["render"] = render
+    _section(nodes_yaml, "/**/orchestrator")["render"] = render
     params_file.write_text(yaml.safe_dump(nodes_yaml))
     launch = launch_model.evaluate(TRAIN, {"task": "walk forward", "run_dir": str(tmp_path / "launch"), "mode": mode,
                                            "playback": playback, "critic": critic, "trainers": str(trainers),

@@ -55,11 +55,12 @@ def test_launch_executables_are_console_scripts(path, tmp_path):
     scripts = _console_scripts()
     nodes = _launched(path, tmp_path)
     assert nodes, f"{path.name} starts no node"
-    sections = set(yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text()))
+    from motionvl.ros.params_reference import node_names
+
     for node in nodes:
         assert node.executable in scripts, f"{path.name}: {node.executable} is not a console script"
         section = "policy_trainer" if node.name.startswith("policy_trainer_") else node.name
-        assert f"/**/{section}" in sections, f"{path.name}: node {node.name} has no section in config/nodes.yaml"
+        assert section in node_names(), f"{path.name}: node {node.name} has no section in `motionvl params`"
 
 
 def test_launch_files_start_the_documented_nodes(tmp_path):
@@ -132,3 +133,22 @@ def test_trainer_processes_get_the_graphs_robot_from_the_params_file(tmp_path):
                                                          "runs_dir": "r"}
     assert node_parameters(params, "orchestrator") == {"robot_config": "/robots/mine.yaml", "terrain": "rough"}
     assert "robot_config" not in node_parameters(ROOT / "config" / "nodes.yaml", "policy_trainer")
+
+
+def test_motionvl_params_prints_each_named_node_described_and_refuses_an_unknown_one(capsys):
+    """`motionvl params deployment`: that node's section, each parameter under its description, loadable YAML whose
+    values keep their types (1e-05 stays a float for PyYAML too)."""
+    pytest.importorskip("rclpy")
+    from motionvl.cli import main
+    from motionvl.ros.params_reference import node_parameters, yaml_value
+
+    assert main(["params", "deployment"]) == 0
+    out = capsys.readouterr().out
+    assert list(yaml.safe_load(out)) == ["/**/deployment"]
+    lines = out.splitlines()
+    for param, (_default, description) in node_parameters("deployment").items():
+        at = next(i for i, line in enumerate(lines) if line.strip().removeprefix("# ").startswith(f"{param}:"))
+        assert lines[at - 1].startswith("    # ") and description.split()[-1] in lines[at - 1], param
+    for value in (1e-05, 0.0005, 2.0, -3, True, "007", "", [1, 2], ["a"]):
+        assert yaml.safe_load(yaml_value(value)) == value, value
+    assert main(["params", "nodes"]) == 2 and "no node ['nodes']" in capsys.readouterr().err

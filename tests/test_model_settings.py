@@ -1,6 +1,6 @@
 """The model settings are declared once (motionvl.backend_names.ModelSettings) and every surface derives them: the
 `motionvl train`/`synth`/`critique` options, the reward_synthesizer, vlm_critic and orchestrator parameters,
-train.launch.py's arguments, config/nodes.yaml's values. A copied table fails here: its names, defaults or
+train.launch.py's arguments. A copied table fails here: its names, defaults or
 descriptions drift, or a setting added to the dataclass does not reach it."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from motionvl.backend_names import (CRITIC_BACKENDS, KINDS, RECORDED, SESSION, SYNTHESIZER_BACKENDS, ModelSettings,
                                     backend_keywords, kind_settings, option_flag)
@@ -115,15 +114,6 @@ def test_the_commands_offer_the_settings_with_the_dataclass_help():
             assert options[name].option_strings == [option_flag(name)] and options[name].help.startswith(DOCS[name])
             default = getattr(DEFAULTS, name)
             assert options[name].default == (default or None), (module, name)
-
-
-def test_nodes_yaml_only_repeats_the_declared_defaults():
-    nodes = yaml.safe_load((ROOT / "config" / "nodes.yaml").read_text())
-    for kind, node in NODE_OF.items():
-        section = nodes[f"/**/{node}"]["ros__parameters"]
-        for name in kind_settings(kind):
-            if name in section:
-                assert section[name] == getattr(DEFAULTS, name), f"nodes.yaml {node}.{name}: not the declared default"
 
 
 def test_no_source_declares_a_model_setting_again():

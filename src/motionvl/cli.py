@@ -22,6 +22,7 @@ COMMANDS = {
     "critique": ("motionvl.critic.cli", "render a rollout and run a motion critic on it"),
     "synth": ("motionvl.synth.cli", "propose reward candidates for a task (rules, openai, transformers or replay)"),
     "deploy-sim": ("motionvl.ros.deploy_sim", "the deployment node driving the simulated robot over ROS (no launch)"),
+    "params": ("motionvl.ros.params_reference", "every node parameter with its default and description, as a params file"),
     "analyze": ("motionvl.deploy.analysis", "plots and metrics of a deployment bag (--compare: two bags)"),
 }
 

@@ -1,6 +1,6 @@
 """The deployment controller's settings: how it drives the robot and when it gives up.
 
-One field per parameter of the deployment node (config/nodes.yaml, section `deployment`); the
+One field per parameter of the deployment node (`motionvl params deployment` prints them); the
 in-process playback takes the same dataclass.
 """
 

@@ -181,6 +181,9 @@ CONTROLLER_PARAMETERS = dataclass_parameters(DeployConfig, skip=SHAPED_FIELDS)
 PARAMETERS = {**NODE_PARAMETERS, **CONTROLLER_PARAMETERS}
 
 POLICY_PARAMETER = "policy"
+WRITABLE_PARAMETERS = {POLICY_PARAMETER: ("", "ONNX policy: loaded and checked by configure when set; names what "
+                                              "~/load_policy loaded (or loads, given no path).")}
+"""Parameters a running node changes (not read-only)."""
 
 COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 STATE_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
@@ -240,9 +243,8 @@ class DeploymentNode(LifecycleNode):
         """Held by each lifecycle transition and by a request deciding where it runs."""
         self._started_at = time.monotonic()
         p = declare_parameters(self, PARAMETERS)
-        self.declare_parameter(POLICY_PARAMETER, "", ParameterDescriptor(
-            description="ONNX policy: loaded and checked by configure when set; names what ~/load_policy loaded "
-                        "(or loads, given no path)."))
+        default, description = WRITABLE_PARAMETERS[POLICY_PARAMETER]
+        self.declare_parameter(POLICY_PARAMETER, default, ParameterDescriptor(description=description))
         if p["trigger"] not in TRIGGERS:
             raise ConfigError(f"parameter trigger must be one of {TRIGGERS}, got {p['trigger']!r}")
         if p["autostart"] not in AUTOSTART:
