@@ -94,8 +94,8 @@ def run_loop(args, sentence: str, seed: int, run_dir: Path) -> None:
         cmd += ["--task", sentence, "--preset", args.preset, "--mode", args.mode, "--set", f"seed={seed}"]
         if args.settings:
             cmd += ["--settings", str(args.settings)]
-        if args.no_ros:
-            cmd.append("--no-ros")
+    if args.no_ros:  # a resumed piece runs the way it was asked to, like the rest of the suite
+        cmd.append("--no-ros")
     print(f"[{run_dir.parent.name}] loop: {' '.join(cmd)}", flush=True)
     code = subprocess.run(cmd).returncode
     if code != 0:

@@ -207,3 +207,22 @@ def test_the_task_suite_judges_each_task_by_its_own_goal():
     slow = task_suite.verdict("speed", "mean_speed_mps", make_task("walk slowly"), {"mean_speed_mps": 0.33,
                                                                                      "success_rate": 1.0}, {})
     assert slow["met"] and slow["near"], "10 % off the asked 0.3 m/s: met, within 10 points of the 15 % goal"
+
+
+def test_a_resumed_suite_piece_keeps_running_without_ros(tmp_path, monkeypatch):
+    """`--no-ros` reaches `motionvl train` when a piece resumes, not only when it starts."""
+    import argparse
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import task_suite
+
+    calls = []
+    monkeypatch.setattr(task_suite.subprocess, "run", lambda cmd: calls.append(cmd) or argparse.Namespace(returncode=0))
+    args = argparse.Namespace(preset="quick", mode="synth+critic", settings=None, no_ros=True)
+    run_dir = tmp_path / "turn_seed0" / "loop"
+    task_suite.run_loop(args, "turn left in place", 0, run_dir)
+    run_dir.mkdir(parents=True)
+    (run_dir / "ledger.jsonl").write_text("")
+    task_suite.run_loop(args, "turn left in place", 0, run_dir)
+    assert "--resume" not in calls[0] and "--resume" in calls[1]
+    assert all("--no-ros" in cmd for cmd in calls)
