@@ -1,4 +1,5 @@
-"""Action goals whose work runs on a thread of the node's own (a training, a model call).
+"""Action goals: the server side whose work runs on a thread of the node's own (a training, a model call),
+and the client side's one-shot call (`goal_result`).
 
 The action server's execute callback is a coroutine that awaits `QueuedGoal.done`: a waiting or working
 goal holds no executor thread, so goals queue side by side with cancels, heartbeats and other callbacks.
@@ -7,6 +8,7 @@ The work thread calls `finish(result)`; the coroutine resumes and ends the goal 
 
 from __future__ import annotations
 
+import threading
 import time
 
 from rclpy.task import Future
@@ -49,3 +51,41 @@ class QueuedGoal:
             self.handle.succeed()
         else:
             self.handle.abort()
+
+
+def goal_result(client, goal, timeout_s: float, server: str):
+    """Send `goal` on the ActionClient and wait for its end: (status, result message). RuntimeError when the
+    server refuses the goal or a request fails on the wire; TimeoutError when no result comes within
+    `timeout_s`, after cancelling the goal (a waiting one is dropped, a call in flight answers unheard).
+    The answers arrive on the node's executor: call this from another thread."""
+    done = threading.Event()
+    answer: dict = {}
+
+    def on_result(future) -> None:
+        try:
+            answer["response"] = future.result()
+        except Exception as exc:  # noqa: BLE001 - the result request failed on the wire
+            answer["error"] = RuntimeError(f"the result request to {server} failed: {exc}")
+        done.set()
+
+    def on_handle(future) -> None:
+        try:
+            handle = answer["handle"] = future.result()
+        except Exception as exc:  # noqa: BLE001 - the goal request failed on the wire
+            answer["error"] = RuntimeError(f"the goal request to {server} failed: {exc}")
+            done.set()
+            return
+        if not handle.accepted:
+            answer["error"] = RuntimeError(f"{server} did not accept the goal")
+            done.set()
+            return
+        handle.get_result_async().add_done_callback(on_result)
+
+    client.send_goal_async(goal).add_done_callback(on_handle)
+    if not done.wait(timeout_s):
+        if answer.get("handle") is not None:
+            answer["handle"].cancel_goal_async()
+        raise TimeoutError(f"{server} did not answer within {timeout_s:g} s")
+    if "error" in answer:
+        raise answer["error"]
+    return answer["response"].status, answer["response"].result

@@ -61,6 +61,7 @@ from motionvl.critic.rollouts import Boundary, CollectLimits, RolloutCollector
 from motionvl.deploy.mapping import JointMapping
 from motionvl.action import Compare, Critique
 from motionvl.msg import DeploymentStatus, RolloutBoundary
+from motionvl.ros.goals import goal_result
 from motionvl.ros.inbox import Inbox
 from motionvl.ros.messages import (BadMessage, boundary_msg, compare_goal, comparison_from_msg, critique_goal,
                                    deployment_status_from_msg, feedback_from_msg)
@@ -390,44 +391,14 @@ class GraphPlayback:
     def _goal(self, client, goal, what: str):
         """The result of one goal (its server must be up within step_timeout_s): (status, result); PlaybackError
         when the server is missing, refuses the goal or does not answer within critic_timeout_s (then the goal
-        is cancelled: a waiting one is dropped, a call in flight answers unheard)."""
+        is cancelled: motionvl.ros.goals.goal_result)."""
         if not client.wait_for_server(timeout_sec=self.step_timeout_s):
             raise PlaybackError(f"{what}: no {self.critic} action server on the graph within {self.step_timeout_s:g} s "
                                 "(is the vlm_critic node running?)")
-        answer: dict = {}
-
-        def on_result(future) -> None:
-            answer["response"] = future
-            self._notify()
-
-        def on_handle(future) -> None:
-            answer["handle"] = future
-            if future.exception() is None and future.result().accepted:
-                future.result().get_result_async().add_done_callback(on_result)
-            else:
-                self._notify()
-
-        client.send_goal_async(goal).add_done_callback(on_handle)
-
-        def answered():
-            handle = answer.get("handle")
-            if handle is not None and (handle.exception() is not None or not handle.result().accepted):
-                return True
-            return "response" in answer
         try:
-            self._wait(answered, self.critic_timeout_s, f"{what}: no answer from vlm_critic")
-        except PlaybackError:
-            handle = answer.get("handle")
-            if handle is not None and handle.exception() is None and handle.result().accepted:
-                handle.result().cancel_goal_async()
-            raise
-        handle = answer["handle"]
-        if handle.exception() is not None or not handle.result().accepted:
-            raise PlaybackError(f"{what}: vlm_critic did not accept the goal ({handle.exception() or 'rejected'})")
-        response = answer["response"]
-        if response.exception() is not None:
-            raise PlaybackError(f"{what}: the result request failed: {response.exception()}")
-        return response.result().status, response.result().result
+            return goal_result(client, goal, self.critic_timeout_s, self.critic)
+        except (RuntimeError, TimeoutError) as exc:
+            raise PlaybackError(f"{what}: {exc}") from None
 
     def _critic_feedback(self, rollout_id: str, critique: CritiqueRequest) -> dict:
         """vlm_critic's feedback on the rollout (a Critique goal), or an invalid one saying why none came."""

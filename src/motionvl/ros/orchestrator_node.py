@@ -54,6 +54,7 @@ from motionvl.action import Synthesize, TrainCandidate
 from motionvl.backend_names import model_parameters, recorded_parameters
 from motionvl.msg import JsonRecord, SearchState, TrainerHeartbeat
 from motionvl.robot import ConfigError
+from motionvl.ros.goals import goal_result
 from motionvl.ros.inbox import Inbox
 from motionvl.ros.messages import (BadMessage, heartbeat_from_msg, ledger_msg, search_state_msg, synthesize_goal,
                                    synthesize_result_from_msg, train_feedback_from_msg, train_goal,
@@ -226,40 +227,11 @@ class SynthesizerClient:
     def propose_record(self, request) -> dict:
         if not self.client.wait_for_server(timeout_sec=30.0):
             raise TimeoutError(f"no reward_synthesizer node serves {self.node.resolve_topic_name('synthesize')}")
-        done = threading.Event()
-        answer: dict = {}
-
-        def on_result(future) -> None:
-            try:
-                answer["response"] = future.result()
-            except Exception as exc:  # noqa: BLE001 - the result request failed on the wire
-                answer["error"] = exc
-            done.set()
-
-        def on_response(future) -> None:
-            try:
-                handle = answer["handle"] = future.result()
-            except Exception as exc:  # noqa: BLE001 - the goal request failed on the wire
-                answer["error"] = exc
-                done.set()
-                return
-            if not handle.accepted:
-                answer["error"] = RuntimeError("the reward_synthesizer node did not accept the goal")
-                done.set()
-                return
-            handle.get_result_async().add_done_callback(on_result)
-
-        self.client.send_goal_async(synthesize_goal(request)).add_done_callback(on_response)
-        if not done.wait(self.timeout_s):
-            if answer.get("handle") is not None:
-                answer["handle"].cancel_goal_async()  # a waiting goal is dropped; a call in flight answers unheard
-            raise TimeoutError(f"the reward_synthesizer node did not answer within {self.timeout_s:.0f} s")
-        if "error" in answer:
-            raise answer["error"]
-        response = answer["response"]
-        if response.status != GoalStatus.STATUS_SUCCEEDED and not response.result.record_json:
-            raise RuntimeError(f"the reward_synthesizer node refused the request: {response.result.error}")
-        record = synthesize_result_from_msg(response.result)
+        status, result = goal_result(self.client, synthesize_goal(request), self.timeout_s,
+                                     "the reward_synthesizer node")
+        if status != GoalStatus.STATUS_SUCCEEDED and not result.record_json:
+            raise RuntimeError(f"the reward_synthesizer node refused the request: {result.error}")
+        record = synthesize_result_from_msg(result)
         ran = (record.get("synthesizer") or {}).get("backend")  # "rules", "openai:<model>", ...
         if ran is not None and str(ran).split(":")[0] != self.name:  # one run, one model: never mix two silently
             from motionvl.search.loop import SearchError

@@ -1,0 +1,72 @@
+"""motionvl.ros.goals.goal_result, the one-shot action call of the orchestrator (Synthesize) and ROS playback
+(Critique, Compare), against a real rclpy action server over DDS: an answer comes back with its status, a refused
+goal raises, and a goal past its timeout raises after it was cancelled at the server."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from action_msgs.msg import GoalStatus
+from rclpy.action import ActionClient, ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+
+from motionvl.action import Synthesize
+from motionvl.ros.goals import goal_result
+
+
+@pytest.fixture
+def graph(ros_context):
+    """(client, cancels): an ActionClient on a server that answers "fast" at once, refuses "refuse" and holds
+    "slow" until it is cancelled (each cancel request the server saw is recorded)."""
+    server_node = Node("goal_result_server", context=ros_context)
+    client_node = Node("goal_result_client", context=ros_context)
+    cancels: list = []
+
+    def execute(handle):
+        if handle.request.request_json == "slow":
+            while not handle.is_cancel_requested:
+                time.sleep(0.01)
+            handle.canceled()
+            return Synthesize.Result(error="cancelled", record_version=1)
+        handle.succeed()
+        return Synthesize.Result(record_json='{"ok": true}', record_version=1)
+
+    def on_cancel(handle):
+        cancels.append(handle.request.request_json)
+        return CancelResponse.ACCEPT
+
+    group = ReentrantCallbackGroup()
+    ActionServer(server_node, Synthesize, "goal_result_test", execute, callback_group=group,
+                 goal_callback=lambda goal: GoalResponse.REJECT if goal.request_json == "refuse" else GoalResponse.ACCEPT,
+                 cancel_callback=on_cancel)
+    client = ActionClient(client_node, Synthesize, "goal_result_test", callback_group=group)
+    executor = MultiThreadedExecutor(num_threads=4, context=ros_context)
+    executor.add_node(server_node)
+    executor.add_node(client_node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    assert client.wait_for_server(timeout_sec=10)
+    try:
+        yield client, cancels
+    finally:
+        executor.shutdown()
+        server_node.destroy_node()
+        client_node.destroy_node()
+
+
+def test_an_answer_a_refusal_and_a_timeout_that_cancels(graph):
+    client, cancels = graph
+    status, result = goal_result(client, Synthesize.Goal(request_json="fast", request_version=1), 10.0, "the server")
+    assert status == GoalStatus.STATUS_SUCCEEDED and result.record_json == '{"ok": true}'
+    with pytest.raises(RuntimeError, match="the server did not accept the goal"):
+        goal_result(client, Synthesize.Goal(request_json="refuse", request_version=1), 10.0, "the server")
+    with pytest.raises(TimeoutError, match="the server did not answer within 1 s"):
+        goal_result(client, Synthesize.Goal(request_json="slow", request_version=1), 1.0, "the server")
+    end = time.monotonic() + 10.0
+    while "slow" not in cancels and time.monotonic() < end:
+        time.sleep(0.02)
+    assert cancels == ["slow"], "the goal past its timeout was cancelled at the server"
