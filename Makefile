@@ -83,9 +83,12 @@ system-deps:
 	fi
 
 # The linter first (ruff.toml: unused or undefined names, late-bound loop variables, ...), then pytest.
+# A test past pytest-timeout's 600 s that its signal cannot stop (a C call that holds the GIL) is ended at 660 s
+# by faulthandler, which prints every thread's stack first: a hang fails the run with its cause, not in silence.
+PYTEST_GUARDS := --timeout=600 -o faulthandler_timeout=660 -o faulthandler_exit_on_timeout=true
 test: setup
 	$(BIN)/ruff check --quiet .
-	@set +e; $(RUN_ENV) $(BIN)/python -m pytest tests -q --timeout=600 -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
+	@set +e; $(RUN_ENV) $(BIN)/python -m pytest tests -q $(PYTEST_GUARDS) -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # The quick preset is an iteration budget (~810 PPO iterations): a slower machine takes longer rather than training

@@ -7,6 +7,7 @@ sets the same variables; running pytest directly gets them here.
 
 from __future__ import annotations
 
+import gc
 import os
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -27,6 +28,9 @@ def _rclpy_context():
         yield context
     finally:
         rclpy.try_shutdown(context=context)
+        # what the test left in reference cycles (a node and the actions holding its handle) goes now, with the
+        # test's threads stopped, not in a later test's garbage collection on a thread that holds the GIL
+        gc.collect()
 
 
 @pytest.fixture

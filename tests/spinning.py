@@ -12,6 +12,8 @@ import threading
 
 from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 
+from motionvl.ros.goals import destroy_actions
+
 
 class Spinners:
     def __init__(self, context):
@@ -40,4 +42,5 @@ class Spinners:
             thread.join(timeout=5.0)
         for _, node, _ in self._running:
             node.destroy_node()
+            destroy_actions(node)  # a test's own client nodes hold actions too
         self._running.clear()

@@ -249,7 +249,8 @@ def test_graph_critic_refuses_a_bad_result(ros_context):
         msg.preferred = "third"
         return Compare.Result(comparison=msg)
 
-    servers = [ActionServer(fake, Critique, "~/critique", critique), ActionServer(fake, Compare, "~/compare", compare)]
+    ActionServer(fake, Critique, "~/critique", critique)
+    ActionServer(fake, Compare, "~/compare", compare)
     spinners = Spinners(ros_context)
     spinners.add(host)
     spinners.add(fake)
@@ -259,9 +260,7 @@ def test_graph_critic_refuses_a_bad_result(ros_context):
         with pytest.raises(PlaybackError, match="does not decode: .*third"):
             playback.compare("/a", "/b", "walk")
     finally:
-        spinners.shutdown()
-        for server in servers:
-            server.destroy()
+        spinners.shutdown()  # destroys the fake's action servers with it
 
 
 def test_boundaries_goals_and_actuation_translate_and_refuse_what_they_cannot_carry():

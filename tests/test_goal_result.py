@@ -15,7 +15,7 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 
 from motionvl.action import Synthesize
-from motionvl.ros.goals import goal_result
+from motionvl.ros.goals import destroy_actions, goal_result
 
 
 @pytest.fixture
@@ -54,8 +54,10 @@ def graph(ros_context):
         yield client, cancels
     finally:
         executor.shutdown()
-        server_node.destroy_node()
-        client_node.destroy_node()
+        spinner.join(timeout=5.0)
+        for node in (server_node, client_node):
+            node.destroy_node()
+            destroy_actions(node)
 
 
 def test_an_answer_a_refusal_and_a_timeout_that_cancels(graph):
@@ -70,3 +72,30 @@ def test_an_answer_a_refusal_and_a_timeout_that_cancels(graph):
     while "slow" not in cancels and time.monotonic() < end:
         time.sleep(0.02)
     assert cancels == ["slow"], "the goal past its timeout was cancelled at the server"
+
+
+def test_the_nodes_actions_go_with_the_node(ros_context, tmp_path):
+    """destroy_node of each node serving or calling actions destroys its action servers and clients (rclpy's own
+    leaves them to a later garbage collection, which tears their DDS entities down on whatever thread runs it)."""
+    from rclpy.parameter import Parameter
+
+    from motionvl.ros.policy_trainer_node import PolicyTrainerNode
+    from motionvl.ros.reward_synthesizer_node import RewardSynthesizerNode
+    from motionvl.ros.vlm_critic_node import VlmCriticNode
+
+    caller = Node("actions_caller", context=ros_context)  # the orchestrator's and playback's clients: destroy_actions
+    ActionClient(caller, Synthesize, "synthesize")
+    nodes = [RewardSynthesizerNode(context=ros_context),
+             VlmCriticNode(context=ros_context, parameter_overrides=[Parameter("backend", value="kinematic")]),
+             PolicyTrainerNode(context=ros_context, parameter_overrides=[
+                 Parameter("runs_dir", value=str(tmp_path / "runs"))])]
+    def actions(node):
+        return [w for w in node.waitables if isinstance(w, (ActionClient, ActionServer))]
+
+    assert all(actions(node) for node in nodes + [caller])
+    for node in nodes:
+        node.destroy_node()
+        assert not actions(node), f"{node.get_name()} left {actions(node)}"
+    destroy_actions(caller)
+    assert not actions(caller)
+    caller.destroy_node()

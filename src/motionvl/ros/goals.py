@@ -53,6 +53,19 @@ class QueuedGoal:
             self.handle.abort()
 
 
+def destroy_actions(node) -> None:
+    """Destroy the node's action servers and clients, which rclpy's destroy_node leaves alone. Each holds the
+    node's handle in a reference cycle with the node, so left to themselves they go with a later garbage
+    collection, on whatever thread runs it, tearing DDS entities down under the GIL: the kind of hang rclpy
+    works around for publishers and services by destroying them eagerly. Call it from destroy_node, when no
+    thread of the node's own still uses them."""
+    from rclpy.action import ActionClient, ActionServer
+
+    for waitable in list(node.waitables):
+        if isinstance(waitable, (ActionClient, ActionServer)):
+            waitable.destroy()
+
+
 def goal_result(client, goal, timeout_s: float, server: str):
     """Send `goal` on the ActionClient and wait for its end: (status, result message). RuntimeError when the
     server refuses the goal or a request fails on the wire; TimeoutError when no result comes within

@@ -54,7 +54,7 @@ from motionvl.action import Synthesize, TrainCandidate
 from motionvl.backend_names import model_parameters, recorded_parameters
 from motionvl.msg import JsonRecord, SearchState, TrainerHeartbeat
 from motionvl.robot import ConfigError
-from motionvl.ros.goals import goal_result
+from motionvl.ros.goals import destroy_actions, goal_result
 from motionvl.ros.inbox import Inbox
 from motionvl.ros.messages import (BadMessage, heartbeat_from_msg, ledger_msg, search_state_msg, synthesize_goal,
                                    synthesize_result_from_msg, train_feedback_from_msg, train_goal,
@@ -371,6 +371,8 @@ class OrchestratorNode(Node):
             self._thread.join(timeout=max(0.0, time_left() - 0.5))
             if self._thread.is_alive():
                 abandon_work("the search's step in flight (resume redoes it)")
+                return super().destroy_node()
+        destroy_actions(self)
         return super().destroy_node()
 
 

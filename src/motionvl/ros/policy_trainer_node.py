@@ -42,7 +42,7 @@ from motionvl.dataclass_docs import dataclass_parameters
 from motionvl.msg import TrainerHeartbeat
 from motionvl.rl.jobs import QueueSettings
 from motionvl.robot import ConfigError, load_robot_config
-from motionvl.ros.goals import QueuedGoal
+from motionvl.ros.goals import QueuedGoal, destroy_actions
 from motionvl.ros.messages import BadMessage, heartbeat_msg, job_from_goal, train_feedback_msg, train_result_msg
 from motionvl.ros.runtime import abandon_work, run_node, time_left
 from motionvl.ros.params import declare_parameters
@@ -197,6 +197,8 @@ class PolicyTrainerNode(Node):
             if queue.busy():
                 abandon_work(f"{self.trainer_name}: the training iteration in flight of {queue.current} "
                              "(its run resumes from the last checkpoint)")
+                return super().destroy_node()
+        destroy_actions(self)
         return super().destroy_node()
 
 

@@ -33,7 +33,7 @@ from motionvl.action import Synthesize
 from motionvl.dataclass_docs import dataclass_parameters
 from motionvl.backend_names import backends_help, kind_settings, model_parameters, model_settings
 from motionvl.robot import ConfigError
-from motionvl.ros.goals import QueuedGoal
+from motionvl.ros.goals import QueuedGoal, destroy_actions
 from motionvl.ros.messages import BadMessage, synthesis_request_from_goal, synthesize_result_msg
 from motionvl.ros.params import declare_parameters
 from motionvl.ros.runtime import abandon_work, run_node, time_left
@@ -173,6 +173,8 @@ class RewardSynthesizerNode(Node):
         self._worker.join(timeout=max(0.0, time_left() - 0.5))
         if self._worker.is_alive():
             abandon_work("the proposal in flight")
+        else:
+            destroy_actions(self)
         return super().destroy_node()
 
 

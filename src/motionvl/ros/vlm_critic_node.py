@@ -81,7 +81,7 @@ from motionvl.msg import Comparison as ComparisonMsg  # noqa: E402
 from motionvl.msg import MotionFeedback as MotionFeedbackMsg  # noqa: E402
 from motionvl.msg import RolloutBoundary  # noqa: E402
 from motionvl.robot import ConfigError, load_robot_config  # noqa: E402
-from motionvl.ros.goals import QueuedGoal  # noqa: E402
+from motionvl.ros.goals import QueuedGoal, destroy_actions  # noqa: E402
 from motionvl.ros.inbox import Inbox  # noqa: E402
 from motionvl.ros.messages import (BadMessage, boundary_from_msg, comparison_msg, comparison_request_from_goal,  # noqa: E402
                                    critique_request_from_goal, feedback_msg)
@@ -424,6 +424,8 @@ class VlmCriticNode(Node):
         self._worker.join(timeout=max(0.0, time_left() - 0.5))
         if self._worker.is_alive():
             abandon_work("the critique in flight")
+        else:
+            destroy_actions(self)
         return super().destroy_node()
 
 
