@@ -20,7 +20,7 @@ from motionvl.search.decision import decide
 from motionvl.search.dispatch import LocalProcessSlot
 from motionvl.search.ledger import Ledger
 from motionvl.rewards.spec import reward_key
-from motionvl.search.loop import Search, SearchSettings
+from motionvl.search.loop import Search, SearchError, SearchSettings
 from motionvl.search.playback import InProcessPlayback
 from motionvl.synth import Candidate, make_synthesizer
 from render_fixtures import egl_works
@@ -392,6 +392,24 @@ def test_refused_code_a_trainer_crash_and_the_call_cap_leave_r_star_and_the_run_
     assert "unparseable" in tried[2]["reason"], "and the answer refused at synthesis, with why"
     assert summary["best"] == "start" and (run_dir / "policy.onnx").exists(), "the run finished on r*"
     assert ledger.get("trained", "final")["outcome"]["start_iteration"] == 2, "the final run continues the start"
+
+
+def test_a_resume_trains_again_a_start_whose_training_failed(tmp_path):
+    """The start's training failing ends the session (no r*); resuming the run directory trains the start again
+    (the failure stays recorded, with the retry that superseded it) instead of repeating the failure."""
+    run_dir = tmp_path / "run"
+    settings = _settings(candidates=1, iterations=1)
+    slot = KillingSlot("trainer-0", runs_dir=run_dir / "candidates", victim="start")
+    with pytest.raises(SearchError, match="start policy .*failed: .*killed by signal 9"):
+        _search(run_dir, settings, slots=[slot]).run()
+    summary = _search(run_dir, settings, resume=True).run()
+    ledger = Ledger(run_dir)
+    assert ledger.get("trained", "start")["ok"] and (run_dir / "policy.onnx").exists(), summary
+    (key, retry), = ledger.items("retry")
+    assert retry["step"] == ["trained", "start"] and "killed by signal 9" in retry["reason"], retry
+    failed = [d for k, d in ledger.items("trained") if k == "start" and not d["ok"]]
+    assert len(failed) == 1, "the failed attempt stays in the ledger"
+    assert Ledger(run_dir).get("trained", "start")["ok"], "a reopened ledger sees the retried step"
 
 
 # ----------------------------------------------------------------------------- Ctrl-C, kill -9 and resume

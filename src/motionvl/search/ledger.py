@@ -8,6 +8,9 @@ is what its `replay` backend reads back. `Ledger.once(kind, key, fn)` returns th
 step that already happened and otherwise runs `fn` and records its result, so a search written as
 a sequence of `once` steps resumes after a crash or kill -9 where it stopped, without redoing a
 finished step (and without asking a model twice). A line cut short by a kill is dropped on open.
+`Ledger.retry(kind, key, reason)` lets one recorded step be done again (a resume training a start whose
+training had failed): a `retry` record names it, the earlier record stays in the file, and the step's next
+record is the one `get`, `has` and `once` see from then on.
 
 A full disk is `LedgerWriteError` naming the file: the search stops there with everything before
 it kept, and `--resume` continues once space is free.
@@ -26,6 +29,7 @@ from typing import Any, Callable
 
 LEDGER_FILE = "ledger.jsonl"
 RECORD_FIELDS = ("seq", "t", "kind", "key")
+RETRY_KIND = "retry"
 
 
 class LedgerWriteError(OSError):
@@ -63,6 +67,8 @@ class Ledger:
     def _remember(self, record: dict) -> None:
         self.records.append(record)
         self._index[(record["kind"], record["key"])] = record
+        if record["kind"] == RETRY_KIND:
+            self._index.pop(tuple(record["step"]), None)
 
     # ------------------------------------------------------------------ reading
     def get(self, kind: str, key: str) -> dict | None:
@@ -78,6 +84,12 @@ class Ledger:
         return [(r["key"], data_of(r)) for r in self.records if r["kind"] == kind]
 
     # ------------------------------------------------------------------ writing
+    def retry(self, kind: str, key: str, reason: str) -> None:
+        """Let the recorded step (kind, key) be recorded again, saying why (see the module doc)."""
+        step = [kind, str(key)]
+        attempt = 1 + sum(1 for r in self.records if r["kind"] == RETRY_KIND and r.get("step") == step)
+        self.append(RETRY_KIND, f"{kind}/{key}#{attempt}", {"step": step, "reason": reason})
+
     def append(self, kind: str, key: str, data: dict) -> dict:
         """Record a step's data (a mapping); a (kind, key) recorded before is not recorded again (its first data
         stands). Returns the data as recorded."""

@@ -372,6 +372,11 @@ class Search:
         if self.settings.start_run:
             self.ledger.once("trained", START, lambda: self._adopt_start_run(Path(self.settings.start_run)))
         else:
+            failed = self.ledger.get("trained", START)
+            if failed is not None and not failed["ok"]:  # it ended an earlier session: a resume tries again
+                self.ledger.retry("trained", START, f"resumed after: {failed['reason']}")
+                self.log(f"start: its training failed in an earlier session ({failed['reason']}); training it again "
+                         "from its last checkpoint")
             iterations = self.cfg.total_iterations if self.settings.mode == "reference" else self.cfg.base_iterations
             self._train_all([self._job(START, spec, iterations, warm_start=None, final=True)])
         self._complete(record)
