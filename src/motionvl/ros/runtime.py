@@ -242,6 +242,8 @@ def _destroy_half_built(exc: BaseException, built: list) -> None:
     traceback's frames): the context would otherwise call their own destroy_node when it shuts down."""
     from rclpy.node import Node
 
+    from motionvl.ros.goals import destroy_actions
+
     tb, seen = exc.__traceback__, []
     while tb is not None:
         candidate = tb.tb_frame.f_locals.get("self")
@@ -249,10 +251,11 @@ def _destroy_half_built(exc: BaseException, built: list) -> None:
             seen.append(candidate)
         tb = tb.tb_next
     for node in seen:
-        try:
-            Node.destroy_node(node)
-        except Exception:  # noqa: BLE001 - a node that never got its handles has nothing to free
-            pass
+        for destroy in (destroy_actions, Node.destroy_node):
+            try:
+                destroy(node)
+            except Exception:  # noqa: BLE001 - a node that never got its handles has nothing to free
+                pass
 
 
 class _Spinner:
