@@ -103,6 +103,26 @@ def test_success_asks_the_given_share_of_the_commanded_distance():
         evaluate("never_loaded.onnx", success_fraction=0.0)
 
 
+def test_a_speed_the_sentence_asks_bounds_the_distance_from_above():
+    """0.374 m/s where "walk forward slowly" asks 0.3 (a policy the search once kept for its saturated score) fails
+    the bounded criterion and scores below a walk 4 % fast; without a bound both succeed with full scores."""
+    from motionvl.task import make_task
+
+    slow, plain = make_task("walk forward slowly").criterion, make_task("walk forward").criterion
+    metrics = {}
+    for speed in (0.374, 0.312):
+        traj = synthetic_gait(T=501)
+        traj.qpos[:, 3:7] = [1.0, 0.0, 0.0, 0.0]
+        traj.qpos[:, 0] = np.linspace(0.0, 10 * speed, len(traj.time))
+        metrics[speed] = (episode_metrics(traj, (0.3, 0.0, 0.0), 10.0, criterion=slow),
+                          episode_metrics(traj, (0.3, 0.0, 0.0), 10.0, criterion=plain))
+    (fast_bounded, fast_plain), (near_bounded, near_plain) = metrics[0.374], metrics[0.312]
+    assert not fast_bounded["success"] and near_bounded["success"]
+    assert fast_bounded["task_score"] == pytest.approx(1 - 0.074 / 0.3, abs=0.01)
+    assert near_bounded["task_score"] == pytest.approx(1 - 0.012 / 0.3, abs=0.01)
+    assert fast_plain["success"] and near_plain["success"] and fast_plain["task_score"] == near_plain["task_score"] == 1.0
+
+
 # ----------------------------------------------------------------------------- the task's success criteria
 def _turning(rate: float, seconds: float = 10.0, dt: float = 0.02):
     traj = synthetic_gait(T=int(round(seconds / dt)) + 1, dt=dt)

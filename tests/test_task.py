@@ -69,6 +69,12 @@ TABLE = [
 ]
 
 
+# the sentences of TABLE that ask a speed: walking faster than asked does not succeed
+ASK_A_SPEED = {"walk forward at 0.3 m/s with straight knees", "walk slowly", "walk fast", "walk at 0.9 m/s",
+               "walk at 2 km/h", "run", "run at 1.2 m/s", "walk backward slowly", "walk backward at 0.4 m/s",
+               "walk to the left at 20 cm/s", "go upstairs slowly"}
+
+
 @pytest.mark.parametrize("sentence, motion, command, terrain, level, criterion, fits", TABLE, ids=[t[0] for t in TABLE])
 def test_the_sentence_decides_command_terrain_and_criterion(sentence, motion, command, terrain, level, criterion, fits):
     task = make_task(sentence)
@@ -76,6 +82,8 @@ def test_the_sentence_decides_command_terrain_and_criterion(sentence, motion, co
     assert task.command == pytest.approx(command, abs=1e-4)
     assert (task.terrain, task.terrain_level, task.criterion.kind, task.reference_fits) == (terrain, level, criterion, fits)
     assert task.unjudged == [], task.unjudged
+    most = task.criterion.max_fraction
+    assert most == (pytest.approx(2 - task.criterion.success_fraction) if sentence in ASK_A_SPEED else None), most
 
 
 def test_the_table_holds_at_least_thirty_sentences_and_every_motion_and_terrain():
@@ -165,3 +173,6 @@ def test_criteria_follow_a_bare_command_and_refuse_nonsense():
     with pytest.raises(TaskError):
         Criterion("stand", min_contact=1.5)
     assert "both feet in contact >= 90%" in make_task("stand still").describe()
+    assert ">= 2.50 m and <= 3.50 m of the commanded 3.00 m" in make_task("walk forward slowly").describe()
+    with pytest.raises(TaskError, match="max_fraction"):
+        Criterion("distance", max_fraction=0.9)

@@ -278,7 +278,8 @@ class Criterion:
     """When an evaluation episode of a task succeeds (`motionvl.rl.evaluate.episode_metrics` applies it).
 
     distance   walking: no fall and at least `success_fraction` of the commanded distance along the commanded
-               direction (the path integral when the command also turns);
+               direction (the path integral when the command also turns), and at most `max_fraction` of it
+               when the sentence asks a speed;
     progress   a terrain task: the same, measured over the task's terrain;
     turn       turning in place: no fall, at least `success_fraction` of the commanded heading turned, the mean
                yaw rate within `yaw_tolerance` of the command and at most `max_drift_mps` of drift;
@@ -293,6 +294,10 @@ class Criterion:
     """One of CRITERIA."""
     success_fraction: float = 5.0 / 6.0
     """distance, progress, turn: share of the commanded distance (or heading) to cover: 5 m of 6 m at 0.6 m/s."""
+    max_fraction: float | None = None
+    """distance, progress: the most of the commanded distance a success may cover, set (2 - success_fraction) when
+    the sentence asks a speed ("slowly", "at 0.9 m/s"): walking faster than asked is then not what was asked, and
+    the task score falls off past the commanded distance as it does short of it. None: no bound."""
     yaw_tolerance: float = 0.2
     """turn: largest |mean yaw rate - command| as a share of the commanded yaw rate."""
     max_drift_mps: float = 0.1
@@ -310,6 +315,9 @@ class Criterion:
         if isinstance(self.max_drift_mps, bool) or not isinstance(self.max_drift_mps, (int, float)) \
                 or not self.max_drift_mps > 0:
             raise TaskError(f"criterion max_drift_mps must be > 0, got {self.max_drift_mps!r}")
+        if self.max_fraction is not None and (isinstance(self.max_fraction, bool) or not isinstance(
+                self.max_fraction, (int, float)) or not 1.0 <= self.max_fraction < math.inf):
+            raise TaskError(f"criterion max_fraction must be a number >= 1 or null, got {self.max_fraction!r}")
 
     @classmethod
     def from_dict(cls, raw) -> "Criterion":
@@ -330,8 +338,9 @@ class Criterion:
         vx, vy, yaw = (float(c) for c in command)
         if self.kind in ("distance", "progress"):
             ground = " over the terrain" if self.kind == "progress" else ""
-            return (f"no fall and >= {self.success_fraction * math.hypot(vx, vy) * seconds:.2f} m of the commanded "
-                    f"{math.hypot(vx, vy) * seconds:.2f} m in {seconds:g} s{ground}")
+            most = "" if self.max_fraction is None else f" and <= {self.max_fraction * math.hypot(vx, vy) * seconds:.2f} m"
+            return (f"no fall and >= {self.success_fraction * math.hypot(vx, vy) * seconds:.2f} m{most} of the "
+                    f"commanded {math.hypot(vx, vy) * seconds:.2f} m in {seconds:g} s{ground}")
         if self.kind == "turn":
             return (f"no fall, >= {math.degrees(self.success_fraction * abs(yaw) * seconds):.0f} deg of the commanded "
                     f"{math.degrees(abs(yaw) * seconds):.0f} deg turned in {seconds:g} s, yaw rate within "
@@ -530,7 +539,9 @@ def make_task(sentence: str, *, command=None, allow_unjudged: bool = False,
     elif not moving:
         criterion = Criterion("turn", success_fraction=success_fraction)
     else:
-        criterion = Criterion("progress" if terrain != "flat" else "distance", success_fraction=success_fraction)
+        asks_speed = spec.speed is not None or spec.speed_word is not None
+        criterion = Criterion("progress" if terrain != "flat" else "distance", success_fraction=success_fraction,
+                              max_fraction=2.0 - success_fraction if asks_speed else None)
     env = {"env.gait_stand_below": STAND_BELOW} if motion == "stand" else {}
     if abs(cmd[1]) > 1e-9:
         env["env.gait_lateral_stride"] = LATERAL_STRIDE

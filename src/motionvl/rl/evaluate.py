@@ -76,8 +76,9 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=(),
     both_feet_contact: share of the gait window with both feet in contact (double_support_fraction).
     success and task_score follow `criterion` (motionvl.task.Criterion; None: the command's own,
     `criterion_for_command`, with `success_fraction`):
-      distance / progress: no fall and >= success_fraction of the commanded distance; score min(1, distance /
-        commanded distance) x upright share;
+      distance / progress: no fall and >= success_fraction of the commanded distance (and <= max_fraction of it
+        when set); score min(1, distance / commanded distance) x upright share, or with max_fraction
+        (1 - |distance / commanded distance - 1|) x upright share;
       turn: no fall, >= success_fraction of the commanded heading turned, yaw rate within yaw_tolerance of the
         command, drift <= max_drift_mps; score min(1, turned / commanded) x upright share x drift factor;
       stand: no fall and both feet in contact >= min_contact; score min(1, contact / min_contact) x upright share;
@@ -112,8 +113,15 @@ def episode_metrics(traj: Trajectory, command, seconds: float, push_times=(),
     upright = (duration if fell else seconds) / seconds
     drift_factor = 1.0 if not np.isfinite(drift) or drift <= crit.max_drift_mps else crit.max_drift_mps / drift
     if crit.kind in ("distance", "progress"):
-        success = (not fell) and distance >= crit.success_fraction * target
-        score = float(np.clip(distance / target, 0.0, 1.0) if target > 0 else 1.0) * upright
+        bounded = crit.max_fraction is not None and target > 0
+        success = (not fell) and distance >= crit.success_fraction * target \
+            and (not bounded or distance <= crit.max_fraction * target)
+        if target <= 0:
+            score = upright
+        elif bounded:
+            score = float(np.clip(1.0 - abs(distance / target - 1.0), 0.0, 1.0)) * upright
+        else:
+            score = float(np.clip(distance / target, 0.0, 1.0)) * upright
     elif crit.kind == "turn":
         asked = abs(cmd[2]) * seconds
         along = turned * np.sign(cmd[2]) if abs(cmd[2]) > 1e-9 else abs(turned)
