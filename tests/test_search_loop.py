@@ -632,6 +632,7 @@ topics = sys.argv[1].split(",")
 payloads = ["x", "[1]", "null", '"a string"', '{"trainer": 5}', '{"request_id": 7}', '{"request_id": "r"}',
             '{"meta": 3, "request_id": "r"}', "{" * 1000]
 pubs = [node.create_publisher(String, t, qos) for t in topics]
+print("ready", flush=True)
 while True:
     for pub in pubs:
         for payload in payloads:
@@ -648,10 +649,14 @@ def test_a_search_finishes_while_malformed_messages_arrive_on_every_graph_topic(
     topic reports their publisher, the others have no reader in this graph; the search finishes as without them."""
     from motionvl.ros.train_graph import run_train_graph
 
-    settings = _settings_file(tmp_path, candidates=1, final_iterations=0)
+    # long enough (several seconds) for the orchestrator's graph check (every 2 s) to run while the strings arrive
+    settings = _settings_file(tmp_path, candidates=2, iterations=2, final_iterations=0)
     publisher = subprocess.Popen([sys.executable, "-c", GARBAGE_PUBLISHER, ",".join(GRAPH_TOPICS)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
+        # the strings are on the wire before the graph starts (a tiny search ends in seconds; a loaded machine
+        # starts the publisher's interpreter in about as long)
+        assert publisher.stdout.readline() == b"ready\n", publisher.stderr.read().decode(errors="replace")[-2000:]
         code = run_train_graph({"run_dir": str(tmp_path / "run"), "task": TASK, "settings_file": str(settings),
                                 "render": False}, trainers=1, trainers_in_process=True)
         assert publisher.poll() is None, publisher.stderr.read().decode(errors="replace")[-2000:]
