@@ -89,6 +89,7 @@ def test_the_nodes_actions_go_with_the_node(ros_context, tmp_path):
              VlmCriticNode(context=ros_context, parameter_overrides=[Parameter("backend", value="kinematic")]),
              PolicyTrainerNode(context=ros_context, parameter_overrides=[
                  Parameter("runs_dir", value=str(tmp_path / "runs"))])]
+
     def actions(node):
         return [w for w in node.waitables if isinstance(w, (ActionClient, ActionServer))]
 
