@@ -668,3 +668,33 @@ def test_a_search_finishes_while_malformed_messages_arrive_on_every_graph_topic(
     # a typed topic never hears the strings: their publisher is reported instead
     assert "/trainer/heartbeat: publisher(s) of another type than motionvl/msg/TrainerHeartbeat" in err, err[-3000:]
     assert "a callback raised" not in err and "Traceback" not in err, err[-3000:]
+
+
+def test_a_resume_commands_trains_and_judges_the_task_as_recorded(tmp_path):
+    """A run resumed after the sentence rules changed keeps the task its first session recorded (command, ground,
+    criterion, the trainers' command share), instead of reading the sentence again; so does a baseline that
+    trains beside the run from its recorded overrides."""
+    from motionvl.search.loop import recorded_training_overrides
+
+    run_dir = tmp_path / "run"
+    settings = _settings(candidates=1, iterations=1)
+    _search(run_dir, settings).close()
+    path = run_dir / "ledger.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    (record,) = [r for r in records if r["kind"] == "run" and r["key"] == "settings"]
+    record["task_object"]["command"] = [-0.3, 0.0, 0.0]  # what another rule table might have commanded
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    search = _search(run_dir, settings, resume=True)
+    try:
+        assert search.task.command == (-0.3, 0.0, 0.0)
+        assert search._playback_task()["command"] == (-0.3, 0.0, 0.0)
+        assert "env.commands.task=[-0.3, 0.0, 0.0]" in search.train_overrides
+    finally:
+        search.close()
+    assert "env.commands.task=[-0.3, 0.0, 0.0]" in recorded_training_overrides(run_dir)
+    fresh = _search(tmp_path / "fresh", settings)
+    try:
+        assert fresh.task.command == (0.6, 0.0, 0.0), "the sentence itself still reads forward at 0.6 m/s"
+        assert not any(o.startswith("env.commands.task=") for o in fresh.train_overrides)
+    finally:
+        fresh.close()

@@ -159,7 +159,16 @@ def recorded_training_overrides(run_dir: str | Path) -> list[str]:
     if recorded is None:
         raise SearchError(f"{run_dir} holds no search")
     settings = SearchSettings(**{k: recorded[k] for k in SearchSettings.__dataclass_fields__ if k in recorded})
-    return training_overrides(SearchConfig.from_dict(settings.config), settings.task_object(), settings.train_config)
+    return training_overrides(SearchConfig.from_dict(settings.config), recorded_task(recorded, settings),
+                              settings.train_config)
+
+
+def recorded_task(recorded: dict, settings: SearchSettings) -> Task:
+    """The task a run was started with (its ledger's task record), so that a resume commands, trains and judges as
+    its first session did even when the sentence rules changed since; a run recorded before the task record reads
+    its sentence again."""
+    raw = recorded.get("task_object")
+    return Task.from_dict(raw) if isinstance(raw, dict) else settings.task_object()
 
 
 def check_terrain(task: Task, robot) -> None:
@@ -288,6 +297,12 @@ class Search:
                               + "): one run would mix two models. Resume without them (the recorded ones are used) "
                               "or pass --allow-backend-change to switch, which the ledger records")
         self._check_recorded_specs()
+        task = recorded_task(recorded, self.settings)
+        if task.to_dict() != self.task.to_dict():
+            self.log(f"task: kept as recorded ({task.describe(self.cfg.evaluation.seconds)}); this version reads the "
+                     f"sentence as {self.task.describe(self.cfg.evaluation.seconds)}")
+            self.task = task
+            self.train_overrides = training_overrides(self.cfg, task, self.settings.train_config)
         finished = self.ledger.get("run", "finished") is not None
         changes = sum(1 for r in self.ledger.records if r["kind"] == "run" and r["key"].startswith("backend-change"))
         if switched and not finished:
