@@ -9,7 +9,6 @@ start, how many) are listed in LAUNCH_LOGIC and checked for their effect.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -588,7 +587,11 @@ def test_motionvl_train_stops_when_no_trainer_process_is_left(tmp_path, capsys):
 
 
 def test_a_resumed_launch_puts_the_playback_nodes_on_the_recorded_tasks_ground(tmp_path):
-    (tmp_path / "search.json").write_text(json.dumps({"task": "climb the stairs at level 3", "command": None}))
+    from motionvl.search.ledger import Ledger
+    from motionvl.task import make_task
+
+    sentence = "climb the stairs at level 3"  # a run's first session records its task in the ledger
+    Ledger(tmp_path).append("run", "settings", {"task": sentence, "task_object": make_task(sentence).to_dict()})
     launch = launch_model.evaluate(TRAIN, {"resume": "true", "run_dir": str(tmp_path), "playback": "ros"},
                                    workdir=tmp_path)
     for name in FLOOR_NODES:

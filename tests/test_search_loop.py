@@ -674,7 +674,8 @@ def test_a_resume_commands_trains_and_judges_the_task_as_recorded(tmp_path):
     """A run resumed after the sentence rules changed keeps the task its first session recorded (command, ground,
     criterion, the trainers' command share), instead of reading the sentence again; so does a baseline that
     trains beside the run from its recorded overrides."""
-    from motionvl.search.loop import recorded_training_overrides
+    from motionvl.ros.terrain import launch_ground
+    from motionvl.search.loop import recorded_training_overrides, run_task
 
     run_dir = tmp_path / "run"
     settings = _settings(candidates=1, iterations=1)
@@ -682,16 +683,19 @@ def test_a_resume_commands_trains_and_judges_the_task_as_recorded(tmp_path):
     path = run_dir / "ledger.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     (record,) = [r for r in records if r["kind"] == "run" and r["key"] == "settings"]
-    record["task_object"]["command"] = [-0.3, 0.0, 0.0]  # what another rule table might have commanded
+    # what another rule table might have read from the sentence
+    record["task_object"].update(command=[-0.3, 0.0, 0.0], terrain="rough", terrain_level=3)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     search = _search(run_dir, settings, resume=True)
     try:
         assert search.task.command == (-0.3, 0.0, 0.0)
-        assert search._playback_task()["command"] == (-0.3, 0.0, 0.0)
+        assert search._playback_task() == {"command": (-0.3, 0.0, 0.0), "terrain": "rough", "terrain_level": 3}
         assert "env.commands.task=[-0.3, 0.0, 0.0]" in search.train_overrides
     finally:
         search.close()
     assert "env.commands.task=[-0.3, 0.0, 0.0]" in recorded_training_overrides(run_dir)
+    assert run_task(run_dir, settings).command == (-0.3, 0.0, 0.0)  # what motionvl train --resume says it runs
+    assert launch_ground("", str(run_dir)) == ("rough", 3)  # train.launch.py's playback nodes on resume
     fresh = _search(tmp_path / "fresh", settings)
     try:
         assert fresh.task.command == (0.6, 0.0, 0.0), "the sentence itself still reads forward at 0.6 m/s"

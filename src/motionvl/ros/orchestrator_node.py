@@ -275,8 +275,10 @@ class OrchestratorNode(Node):
         self.graph_playback = None
         if p["playback"] == "ros":
             from motionvl.ros.graph_playback import GraphCritic, GraphPlayback
+            from motionvl.search.loop import run_task
 
-            ground, task = node_terrain(p), self.settings.task_object()  # the graph gives the simulator the task's
+            # the graph gives the simulator the task's ground (the recorded task's on resume)
+            ground, task = node_terrain(p), run_task(p["run_dir"], self.settings)
             if task.terrain != ground.kind or (task.terrain_level is not None and task.terrain_level != ground.level):
                 self.get_logger().warning(f"the task is on {task.terrain!r} ground (level {task.terrain_level}); the "
                                           f"parameters say {ground.kind!r} (level {ground.level}): the playback judges "

@@ -30,22 +30,20 @@ def node_terrain(p: dict):
 
 def launch_ground(task: str, run_dir: str) -> tuple[str, int]:
     """The ground of a launched training graph's playback nodes: the terrain and level of the task sentence, or
-    (an empty sentence: a resumed run) of the task recorded in run_dir; ("flat", -1) when there is none or it
-    cannot be read (the orchestrator then says why). -1: the terrain's default level, as TERRAIN_PARAMETERS."""
-    import json
+    (an empty sentence: a resumed run) of the task recorded in run_dir's ledger; ("flat", -1) when there is none or
+    it cannot be read (the orchestrator then says why). -1: the terrain's default level, as TERRAIN_PARAMETERS."""
     from pathlib import Path
 
-    from motionvl.task import make_task
+    from motionvl.search.ledger import LEDGER_FILE, Ledger
+    from motionvl.task import Task, make_task
 
-    sentence, command = task, None
-    recorded = Path(run_dir) / "search.json"
-    if not sentence and recorded.exists():
-        raw = json.loads(recorded.read_text())
-        sentence, command = raw.get("task") or "", raw.get("command")
-    if not sentence:
-        return "flat", -1
     try:
-        parsed = make_task(sentence, command=command, allow_unjudged=command is not None)
+        if task:
+            parsed = make_task(task)
+        elif (Path(run_dir) / LEDGER_FILE).exists():
+            parsed = Task.from_dict((Ledger(run_dir).get("run", "settings") or {}).get("task_object"))
+        else:
+            return "flat", -1
     except Exception:  # noqa: BLE001 - the orchestrator refuses the task with the reason
         return "flat", -1
     return parsed.terrain, -1 if parsed.terrain_level is None else int(parsed.terrain_level)

@@ -98,9 +98,10 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"--namespace: {exc}") from None
     settings = settings_from_args(args)  # bad input fails here, before any node starts
-    task = settings.task_object()
     from motionvl.search.config import SearchConfig
+    from motionvl.search.loop import run_task
 
+    task = run_task(args.run_dir, settings) if args.resume else settings.task_object()
     seconds = SearchConfig.from_dict(settings.config).evaluation.seconds
     print(f"motionvl train: task {task.describe(seconds)}", file=sys.stderr)
     from motionvl.search.backends import checked_synthesizer_options, make_critic, make_synthesizer

@@ -47,7 +47,7 @@ from motionvl.backend_names import KINDS, MODEL_SYNTHESIZERS, RECORDED
 from motionvl.search.config import MODES, SearchConfig, mode_label
 from motionvl.search.decision import choose_start, decide, failures_against, gate_failures
 from motionvl.search.dispatch import STOPPED, Dispatcher, SlotState
-from motionvl.search.ledger import Ledger
+from motionvl.search.ledger import LEDGER_FILE, Ledger
 from motionvl.search.lineage import code_version
 from motionvl.search.playback import CritiqueRequest, Playback, PlaybackResult
 from motionvl.synth import SynthesisRequest, usage_totals
@@ -163,12 +163,18 @@ def recorded_training_overrides(run_dir: str | Path) -> list[str]:
                               settings.train_config)
 
 
-def recorded_task(recorded: dict, settings: SearchSettings) -> Task:
+def recorded_task(recorded: dict | None, settings: SearchSettings) -> Task:
     """The task a run was started with (its ledger's task record), so that a resume commands, trains and judges as
-    its first session did even when the sentence rules changed since; a run recorded before the task record reads
-    its sentence again."""
-    raw = recorded.get("task_object")
+    its first session did even when the sentence rules changed since; a new run, or one recorded before the task
+    record, reads its sentence."""
+    raw = (recorded or {}).get("task_object")
     return Task.from_dict(raw) if isinstance(raw, dict) else settings.task_object()
+
+
+def run_task(run_dir: str | Path, settings: SearchSettings) -> Task:
+    """The task of the search in run_dir: as recorded when it resumes one, else read from the settings."""
+    recorded = Ledger(run_dir).get("run", "settings") if (Path(run_dir) / LEDGER_FILE).exists() else None
+    return recorded_task(recorded, settings)
 
 
 def check_terrain(task: Task, robot) -> None:
