@@ -139,6 +139,26 @@ def test_a_gate_r_star_fails_too_holds_a_challenger_back_only_where_it_is_worse(
     assert failures_against(better, weak, gates) == [] and len(gate_failures(better, weak, gates)) == 2
 
 
+def test_a_fall_in_the_playback_counts_with_the_fall_share_against_an_r_star_that_falls_more():
+    """Stairs from a composed start: r* falls in 91% of held-out episodes but stood through its one playback; a
+    challenger that falls in fewer episodes (79%) and fell in its playback competes, one falling more often does
+    not; against an r* within the falls gate a fall in the playback holds as before, and so does any fault that is
+    not only a fall."""
+    gates = GateConfig(min_success_rate=0.85, max_fall_fraction=0.15, max_success_drop=0.05, max_clipped_share=0.05)
+    ranking = RankingConfig()
+    fall = "fault: fall: base tilted 0.80 rad (falls beyond 0.8, clears below 0.4)"
+    weak = _record("start", success=0.05, falls=0.91, task=0.29, align=0.15)
+    steadier = _record("steadier", success=0.18, falls=0.79, task=0.42, align=0.3, fault=fall)
+    shakier = _record("shakier", success=0.06, falls=0.95, task=0.45, align=0.3, fault="fell at 2.40 s")
+    d = decide(weak, [steadier, shakier], gates=gates, ranking=ranking, use_critic=False)
+    assert d["winner"] == "steadier", d
+    assert d["verdicts"]["shakier"]["outcome"] == "gated" and "fell at 2.40 s" in d["verdicts"]["shakier"]["reason"]
+    limits = _record("limits", success=0.18, falls=0.79, task=0.42, fault=fall + "; joint_limit: knee at 2.1 rad")
+    assert decide(weak, [limits], gates=gates, ranking=ranking, use_critic=False)["winner"] is None
+    sound = _record("start", success=0.97, falls=0.02)
+    assert failures_against(_record("c", success=0.97, falls=0.0, fault=fall), sound, gates) == [f"playback fault: {fall}"]
+
+
 def test_every_candidate_rejected_keeps_r_star_and_says_so():
     d = decide(_record("start"), [{"id": "a", "failed": "rejected"}, _record("b", falls=0.9)],
                gates=GateConfig(), ranking=RankingConfig(), use_critic=True)

@@ -52,7 +52,8 @@ class GateConfig:
     max_clipped_share: float = 0.05
     """Largest share of (control step, joint) commands the playback clipped to the robot's limits."""
     require_no_fault: bool = True
-    """The playback must end without a fault (fall, NaN, limit violation, stale state)."""
+    """The playback must end without a fault (fall, NaN, limit violation, stale state); a fall alone counts with
+    the falls gate against an r* that fails it (motionvl.search.decision)."""
 
 
 @dataclasses.dataclass

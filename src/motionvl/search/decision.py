@@ -7,6 +7,9 @@ In this order, each step on recorded numbers only (so a recorded run's choices c
    most `max_fall_fraction`; in the playback no fault and at most `max_clipped_share` of clipped commands.
    A gate r* fails too (a weak start: a task no reference fits, a first walk backward) holds a challenger
    back only where it is worse than r* on that measure: r* cannot keep its place by failing the gate itself.
+   A fall in the one playback counts with the falls gate: against an r* that falls in more of the held-out
+   episodes than the gate allows, it holds a challenger back only when the challenger falls more often there
+   (one rollout's fall says less than the fall share of many). Any other playback fault always holds.
 2. Ranking of the candidates that passed: score = task_weight x task score + alignment_weight x critic
    alignment, divided by the weights' sum (the task score alone without critic feedback). Candidates within
    `margin` of the best-ranked score tie: among them, the critic's alignment with the task sentence ranks
@@ -41,7 +44,7 @@ def _gate_checks(candidate: dict, best: dict | None, gates: GateConfig) -> dict[
         out["playback"] = "no playback"
     else:
         if gates.require_no_fault and pb.get("fault"):
-            out["fault"] = f"playback fault: {pb['fault']}"
+            out["fall_fault" if fall_only(pb["fault"]) else "fault"] = f"playback fault: {pb['fault']}"
         if pb.get("clipped_share", 0.0) > gates.max_clipped_share:
             out["clipped"] = f"{_pct(pb['clipped_share'])} of commands clipped > {_pct(gates.max_clipped_share)}"
     return out
@@ -52,9 +55,19 @@ def gate_failures(candidate: dict, best: dict | None, gates: GateConfig) -> list
     return list(_gate_checks(candidate, best, gates).values())
 
 
-# measure of each gate r* may share with a challenger: (where it is read, lower is better)
-_SHARED = {"success": ("evaluation", "success_rate", False), "falls": ("evaluation", "fell_fraction", True),
-           "clipped": ("playback", "clipped_share", True)}
+def fall_only(fault: str) -> bool:
+    """Whether a playback fault (motionvl.search.playback.deployment_fault) is the robot falling and nothing else."""
+    text = fault[len("fault: "):] if fault.startswith("fault: ") else fault
+    parts = [part.strip() for part in text.split(";") if part.strip()]
+    return bool(parts) and all(part.startswith(("fall", "fell")) for part in parts)
+
+
+# a gate a challenger may be let through when r* fails the matching gate: (r*'s gate, where the measure is read,
+# its key, lower is better)
+_SHARED = {"success": ("success", "evaluation", "success_rate", False),
+           "falls": ("falls", "evaluation", "fell_fraction", True),
+           "fall_fault": ("falls", "evaluation", "fell_fraction", True),
+           "clipped": ("clipped", "playback", "clipped_share", True)}
 
 
 def failures_against(candidate: dict, best: dict | None, gates: GateConfig) -> list[str]:
@@ -66,8 +79,8 @@ def failures_against(candidate: dict, best: dict | None, gates: GateConfig) -> l
     theirs = _gate_checks(best, None, gates)
     out = []
     for gate, why in own.items():
-        if gate in theirs and gate in _SHARED:
-            where, key, lower_is_better = _SHARED[gate]
+        if gate in _SHARED and _SHARED[gate][0] in theirs:
+            _, where, key, lower_is_better = _SHARED[gate]
             mine, r_star = (candidate.get(where) or {}).get(key), (best.get(where) or {}).get(key)
             if mine is not None and r_star is not None and (mine <= r_star if lower_is_better else mine >= r_star):
                 continue
