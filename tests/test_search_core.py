@@ -146,14 +146,18 @@ def test_a_fall_in_the_playback_counts_with_the_fall_share_against_an_r_star_tha
     not only a fall."""
     gates = GateConfig(min_success_rate=0.85, max_fall_fraction=0.15, max_success_drop=0.05, max_clipped_share=0.05)
     ranking = RankingConfig()
-    fall = "fault: fall: base tilted 0.80 rad (falls beyond 0.8, clears below 0.4)"
+    from motionvl.search.playback import deployment_fault
+
+    latched = {"reached_run": True, "faults": ["fall: base tilted 0.80 rad (falls beyond 0.8, clears below 0.4)"]}
+    fall = deployment_fault(latched, None)  # the fault text a deployment-controller playback records
     weak = _record("start", success=0.05, falls=0.91, task=0.29, align=0.15)
     steadier = _record("steadier", success=0.18, falls=0.79, task=0.42, align=0.3, fault=fall)
     shakier = _record("shakier", success=0.06, falls=0.95, task=0.45, align=0.3, fault="fell at 2.40 s")
     d = decide(weak, [steadier, shakier], gates=gates, ranking=ranking, use_critic=False)
     assert d["winner"] == "steadier", d
     assert d["verdicts"]["shakier"]["outcome"] == "gated" and "fell at 2.40 s" in d["verdicts"]["shakier"]["reason"]
-    limits = _record("limits", success=0.18, falls=0.79, task=0.42, fault=fall + "; joint_limit: knee at 2.1 rad")
+    both = deployment_fault({**latched, "faults": latched["faults"] + ["joint_limit: knee at 2.1 rad"]}, None)
+    limits = _record("limits", success=0.18, falls=0.79, task=0.42, fault=both)
     assert decide(weak, [limits], gates=gates, ranking=ranking, use_critic=False)["winner"] is None
     sound = _record("start", success=0.97, falls=0.02)
     assert failures_against(_record("c", success=0.97, falls=0.0, fault=fall), sound, gates) == [f"playback fault: {fall}"]

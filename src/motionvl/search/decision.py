@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Callable
 
 from motionvl.search.config import GateConfig, RankingConfig
+from motionvl.search.playback import fall_only
 
 
 def _gate_checks(candidate: dict, best: dict | None, gates: GateConfig) -> dict[str, str]:
@@ -53,13 +54,6 @@ def _gate_checks(candidate: dict, best: dict | None, gates: GateConfig) -> dict[
 def gate_failures(candidate: dict, best: dict | None, gates: GateConfig) -> list[str]:
     """Why `candidate` fails the hard gates (empty: it passes). `best` is r*'s record (None for the start)."""
     return list(_gate_checks(candidate, best, gates).values())
-
-
-def fall_only(fault: str) -> bool:
-    """Whether a playback fault (motionvl.search.playback.deployment_fault) is the robot falling and nothing else."""
-    text = fault[len("fault: "):] if fault.startswith("fault: ") else fault
-    parts = [part.strip() for part in text.split(";") if part.strip()]
-    return bool(parts) and all(part.startswith(("fall", "fell")) for part in parts)
 
 
 # a gate a challenger may be let through when r* fails the matching gate: (r*'s gate, where the measure is read,

@@ -213,3 +213,10 @@ def deployment_fault(summary: dict, traj) -> str | None:
     return trajectory_fault(traj) if traj is not None else "no rollout recorded"
 
 
+def fall_only(fault: str) -> bool:
+    """Whether a playback fault (deployment_fault, trajectory_fault) is the robot falling and nothing else."""
+    text = fault[len("fault: "):] if fault.startswith("fault: ") else fault
+    parts = [part.strip() for part in text.split(";") if part.strip()]
+    return bool(parts) and all(part.startswith(("fall", "fell")) for part in parts)
+
+
