@@ -138,3 +138,53 @@ def test_a_stuck_last_action_is_abandoned_when_the_budget_ends_or_a_second_signa
             proc.wait()
     assert proc.returncode == (1 if second is None else 0), err
     assert "stuck.destroy_node() did not finish" in err and "Traceback" not in err, err
+
+
+def test_a_goal_still_waiting_at_the_stop_is_closed_before_the_process_leaves():
+    """An action goal whose coroutine awaits work that never came: the stopped executor will not resume it,
+    so the runtime closes it, outermost coroutine first, before run_node returns. Left to the garbage
+    collector at exit, an inner coroutine finalized first could free the outer one mid-close, and rclpy's
+    action server printed "coroutine already executing" with a traceback (seen once in the signal soak)."""
+    proc = _child("""
+        from rclpy.action import ActionClient, ActionServer
+        from rclpy.callback_groups import ReentrantCallbackGroup
+        from motionvl.action import Synthesize
+        from motionvl.ros.goals import QueuedGoal
+
+        class Waiting(Node):
+            def __init__(self):
+                super().__init__("runtime_test_waiting")
+                group = ReentrantCallbackGroup()
+                self.server = ActionServer(self, Synthesize, "runtime_test_wait", self._execute, callback_group=group)
+                self.client = ActionClient(self, Synthesize, "runtime_test_wait", callback_group=group)
+                self.sent = False
+                self.create_timer(0.05, self._send_once, callback_group=group)
+
+            def _send_once(self):
+                if not self.sent and self.client.server_is_ready():
+                    self.sent = True
+                    self.client.send_goal_async(Synthesize.Goal())
+
+            async def _execute(self, handle):
+                goal = QueuedGoal(handle, self.executor)
+                self.get_logger().info("goal waiting")
+                try:
+                    return await goal.done
+                except GeneratorExit:
+                    print("goal closed", file=sys.stderr, flush=True)
+                    raise
+
+        code = runtime.run_node(Waiting, "runtime_test_waiting", args=[], threads=2)
+        print("run_node returned", file=sys.stderr, flush=True)
+        sys.exit(code)
+    """)
+    try:
+        _wait_for_line(proc, "goal waiting")
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "goal closed" in err and err.index("goal closed") < err.index("run_node returned"), err

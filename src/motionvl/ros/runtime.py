@@ -19,7 +19,8 @@ that composes several nodes calls `run_nodes([factory, ...], name, args)`. The p
    signal, `request_stop()` (a node whose work is done ends its process this way), or an
    executor that ended because a callback raised (logged with its traceback; exit 1).
 4. Stop, in this order, within one budget (`shutdown_timeout_s`, from the first signal):
-   a. each executor stops taking callbacks and the callbacks in flight finish;
+   a. each executor stops taking callbacks and the callbacks in flight finish; the coroutines it
+      will never resume (action goals still waiting for their work) are closed, outermost first;
    b. `node.destroy_node()`, nodes in reverse order of creation. A node's override is its last
       action while the context is still valid: stop and join its work threads (render/GL,
       training, critique), close its files (the recorder's bag), publish final commands (the
@@ -294,6 +295,16 @@ class _Spinner:
         if not self._stop.done():
             self._stop.set_result(True)
 
+    def close_waiting(self) -> None:
+        """Close the tasks the stopped executor will never resume (a goal's coroutine awaiting its work), each
+        from its outermost coroutine in. Left to the garbage collector at exit they are finalized in any order:
+        an inner coroutine closed first can free the last reference to the executor (a goal holds it), which
+        frees the outer coroutine mid-close, and "coroutine already executing" is thrown into it (rclpy's
+        action server logs it with a traceback). `_tasks` is rclpy's list of the executor's tasks."""
+        for task, _entity, _node in list(getattr(self.executor, "_tasks", ())):
+            if not task.done():
+                task.cancel()
+
 
 def _finish(nodes: list, spinners: list, logger, budget_s: float) -> int:
     """Step 4 of the module doc: executors, then nodes (reverse order), then the context."""
@@ -304,6 +315,7 @@ def _finish(nodes: list, spinners: list, logger, budget_s: float) -> int:
         spinner.stop()
     steps: list = [(f"the executor of {s.node.get_name()} to stop", s.thread.join) for s in spinners]
     steps += [(f"the callbacks of {s.node.get_name()} in flight", s.executor.shutdown) for s in spinners]
+    steps += [(f"the goals {s.node.get_name()} left waiting", s.close_waiting) for s in spinners]
     steps += [(f"{node.get_name()}.destroy_node()", node.destroy_node) for node in reversed(nodes)]
     steps.append(("rclpy.try_shutdown()", rclpy.try_shutdown))
     for what, step in steps:
