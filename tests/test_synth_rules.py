@@ -348,3 +348,19 @@ def test_the_synth_command_writes_candidates_and_replays_its_ledger(tmp_path, ca
     assert "replay (offline): 2 of 2" in capsys.readouterr().out
     assert main(["synth", "--task", "  "]) == 2 and "task is empty" in capsys.readouterr().err
     assert main(["synth", "--task", TASK, "--backend", "nope"]) == 2
+
+
+def test_a_parent_below_the_searchs_gates_gets_a_stabilising_edit_even_when_nothing_else_is_asked():
+    """Uneven ground, seed 1 (task suite): the start walked 75 % of its held-out episodes (the search's gate: 85 %)
+    and fell in 11 %, the critic found it aligned and suggested nothing, and the rules, which stabilised only
+    below 60 % or above 20 % falls, found "nothing to change": both iterations trained no candidate."""
+    feedback = MotionFeedback(critic="kinematic", task="walk forward on uneven ground", alignment_score=0.996,
+                              descriptors=[], suggestions=[], meta={"not_a_vlm": True}).to_dict()
+    scores = {"success_rate": 0.75, "fell_fraction": 0.109, "command": [0.6, 0.0, 0.0], "mean_speed_mps": 0.6}
+    candidates = propose(task="walk forward on uneven ground", k=3, parent_scores=scores, feedback=feedback)
+    assert candidates[0].ok, candidates[0].rejection
+    assert "the parent fails too many walks: success 75%, falls 11%" in candidates[0].rationale
+    assert {e["term"] for e in candidates[0].edits} & {"termination", "orientation"}
+    steady = propose(task="walk forward on uneven ground", k=3, feedback=feedback,
+                     parent_scores={**scores, "success_rate": 0.9, "fell_fraction": 0.05})
+    assert not any(c.ok for c in steady), "a parent that passes the gates and is aligned needs nothing"

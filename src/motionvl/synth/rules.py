@@ -415,6 +415,11 @@ def reflection_moves(parent: RewardSpec, stats: dict | None) -> list[Move]:
     return moves
 
 
+GATE_SUCCESS, GATE_FALLS = 0.85, 0.15
+"""The search's default gates (motionvl.search.config.GateConfig's min_success_rate, max_fall_fraction): a parent
+below them gets a stabilising edit, first among the findings when it fails them badly (below 60 %, above 20 %)."""
+
+
 def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, measured: dict) -> list[Move]:
     """Edits for a parent that fails the gates the search applies (falls, walking success) or the speed."""
     scores = scores or {}
@@ -423,12 +428,19 @@ def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, meas
     if fell is None:
         fell = ((stats or {}).get("fall_fraction") or {}).get("last")
     success = scores.get("success_rate")
-    if (isinstance(fell, (int, float)) and fell > 0.2) or (isinstance(success, (int, float)) and success < 0.6):
+    has_fell, has_success = isinstance(fell, (int, float)), isinstance(success, (int, float))
+    falls_often = has_fell and fell > GATE_FALLS
+    fails_walks = has_success and success < GATE_SUCCESS
+    if falls_often or fails_walks:
+        badly = (falls_often and fell > 0.2) or (fails_walks and success < 0.6)
         style = sorted((t for t in parent.terms if t.name in ("knee_extension", "ankle_stance", "torso_lean")
                         and t.weight), key=lambda t: -t.weight)
-        moves.append(Move("gate:stability", 2.5 + (fell or 0.0),
-                          "the parent falls too often" + (f" ({fell:.0%} of episodes)" if isinstance(fell, (int, float)) else "")
-                          + (f", success {success:.0%}" if isinstance(success, (int, float)) else ""),
+        if falls_often:
+            reason = (f"the parent falls too often ({fell:.0%} of episodes)"
+                      + (f", success {success:.0%}" if has_success else ""))
+        else:
+            reason = f"the parent fails too many walks: success {success:.0%}" + (f", falls {fell:.0%}" if has_fell else "")
+        moves.append(Move("gate:stability", (2.5 if badly else 1.2) + (fell or 0.0), reason,
                           [[_raise(parent, "termination", 0.0, 1.0), _raise(parent, "orientation", 0.2, 0.3)],
                            [_raise(parent, "alive", 0.2, 0.2), *(_lower(parent, t.name, 0.7) for t in style[:1])]]))
     command = scores.get("command")
