@@ -348,9 +348,15 @@ def test_a_trainer_answering_garbage_fails_the_candidate_and_not_the_orchestrato
                TrainCandidate.Result(state="done", outcome_json='{"policy_path": "p.onnx", "iterations": 3}',
                                      term_stats_json='{"terms": {}}', version=1)]
 
+    heard = threading.Semaphore(0)  # feedback messages the orchestrator's slot took
+
     def execute(handle):
         handle.publish_feedback(TrainCandidate.Feedback(phase="flying", iteration=2))
         handle.publish_feedback(TrainCandidate.Feedback(phase="training", iteration=1, steps_per_s=math.inf))
+        # the result only after the slot took both: feedback arriving after the goal's end is dropped by rclpy's
+        # client, which under load (the status topic overtaking feedback) left nothing to log
+        for _ in range(2):
+            heard.acquire(timeout=20)
         handle.succeed()
         return answers.pop(0)
 
@@ -365,6 +371,13 @@ def test_a_trainer_answering_garbage_fails_the_candidate_and_not_the_orchestrato
     spinners.add(host, threads=None)
     try:
         slot = GraphTrainer(host, f"{ns}/policy_trainer")
+        take_feedback = slot._on_feedback
+
+        def counted(current, msg):
+            take_feedback(current, msg)
+            heard.release()
+
+        slot._on_feedback = counted
         job = TrainingJob("c1", load_reward_spec(None), iterations=3)
 
         def outcome():
