@@ -144,7 +144,7 @@ def test_a_goal_still_waiting_at_the_stop_is_closed_before_the_process_leaves():
     """An action goal whose coroutine awaits work that never came: the stopped executor will not resume it,
     so the runtime closes it, outermost coroutine first, before run_node returns. Left to the garbage
     collector at exit, an inner coroutine finalized first could free the outer one mid-close, and rclpy's
-    action server printed "coroutine already executing" with a traceback (seen once in the signal soak)."""
+    action server printed "coroutine already executing" with a traceback (seen once in CI's signal test)."""
     proc = _child("""
         from rclpy.action import ActionClient, ActionServer
         from rclpy.callback_groups import ReentrantCallbackGroup

@@ -218,5 +218,3 @@ def fall_only(fault: str) -> bool:
     text = fault[len("fault: "):] if fault.startswith("fault: ") else fault
     parts = [part.strip() for part in text.split(";") if part.strip()]
     return bool(parts) and all(part.startswith(("fall", "fell")) for part in parts)
-
-

@@ -32,6 +32,7 @@ import numpy as np
 
 from motionvl.rewards.spec import RewardSpec, TermSpec, load_reward_spec, reward_key
 from motionvl.rewards.terms import ALIASES, REGISTRY
+from motionvl.search.config import GateConfig
 from motionvl.synth.api import Candidate, RewardSynthesizer, SynthesisRequest, empty_usage, rejected, term_diff
 from motionvl.synth.context import term_levels
 from motionvl.synth.parsing import spec_answer
@@ -415,9 +416,9 @@ def reflection_moves(parent: RewardSpec, stats: dict | None) -> list[Move]:
     return moves
 
 
-GATE_SUCCESS, GATE_FALLS = 0.85, 0.15
-"""The search's default gates (motionvl.search.config.GateConfig's min_success_rate, max_fall_fraction): a parent
-below them gets a stabilising edit, first among the findings when it fails them badly (below 60 %, above 20 %)."""
+GATE_SUCCESS, GATE_FALLS = GateConfig.min_success_rate, GateConfig.max_fall_fraction
+"""The search's default gates (a request carries no gates): a parent below them gets a stabilising edit, first among
+the findings when it fails them badly (below 60 %, above 20 %)."""
 
 
 def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, measured: dict) -> list[Move]:
