@@ -158,7 +158,7 @@ def test_the_critic_counts_bad_boundaries_and_samples_and_reports_an_untyped_bou
     on its topic, the old publisher reported, and the next rollout is still collected and critiqued."""
     from action_msgs.msg import GoalStatus
     from geometry_msgs.msg import TwistStamped
-    from rclpy.action import ActionClient
+    from motionvl.ros.goals import ActionClient
 
     from motionvl.action import Critique
     from motionvl.msg import RolloutBoundary

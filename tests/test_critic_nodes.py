@@ -27,7 +27,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, JointState  # noqa: E402
 from action_msgs.msg import GoalStatus  # noqa: E402
-from rclpy.action import ActionClient  # noqa: E402
+from motionvl.ros.goals import ActionClient  # noqa: E402
 
 from motionvl.action import Compare, Critique  # noqa: E402
 from motionvl.critic.base import Rollout  # noqa: E402

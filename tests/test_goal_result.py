@@ -9,13 +9,13 @@ import time
 
 import pytest
 from action_msgs.msg import GoalStatus
-from rclpy.action import ActionClient, ActionServer, CancelResponse, GoalResponse
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 
 from motionvl.action import Synthesize
-from motionvl.ros.goals import destroy_actions, goal_result
+from motionvl.ros.goals import ActionClient, destroy_actions, goal_result
 
 
 @pytest.fixture
@@ -100,3 +100,25 @@ def test_the_nodes_actions_go_with_the_node(ros_context, tmp_path):
     destroy_actions(caller)
     assert not actions(caller)
     caller.destroy_node()
+
+
+def test_an_action_client_is_whole_when_a_spinning_executor_first_looks_at_it(ros_context):
+    """The orchestrator makes a trainer's client when it first hears the trainer, while its executor spins on
+    another thread. Adding the client to the node wakes that executor, whose first look counts the client's
+    entities under the client's lock: at that moment the client must already be usable (rclpy's own client
+    creates its lock after it was added, and the executor thread raised AttributeError)."""
+    node = Node("goal_result_early_look", context=ros_context)
+    looks: list = []
+    add_waitable = node.add_waitable
+
+    def add_then_look(waitable) -> None:  # what the woken executor thread does, at the worst moment
+        add_waitable(waitable)
+        looks.append((waitable.get_num_entities(), waitable._lock))
+
+    node.add_waitable = add_then_look
+    client = ActionClient(node, Synthesize, "goal_result_early_look")
+    [(entities, lock_seen)] = looks
+    assert entities.num_subscriptions == 2  # feedback and status
+    assert client._lock is lock_seen  # one lock for the client's life: the executor may hold the first one
+    client.destroy()
+    node.destroy_node()

@@ -35,7 +35,7 @@ import yaml
 
 rclpy = pytest.importorskip("rclpy")
 from nav_msgs.msg import Odometry  # noqa: E402
-from rclpy.action import ActionClient  # noqa: E402
+from motionvl.ros.goals import ActionClient  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Image, Imu, JointState  # noqa: E402

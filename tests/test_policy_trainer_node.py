@@ -13,7 +13,7 @@ import yaml
 
 rclpy = pytest.importorskip("rclpy")
 from action_msgs.msg import GoalStatus  # noqa: E402
-from rclpy.action import ActionClient  # noqa: E402
+from motionvl.ros.goals import ActionClient  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402

@@ -326,7 +326,7 @@ def test_the_actions_feedback_and_status_are_recorded_for_every_trainer(ros_cont
     """The default topics take the synthesizer's action topics and every trainer's (a pattern: one action per
     trainer node, in the recorder's namespace only), with the feedback messages' definitions."""
     from action_msgs.msg import GoalStatusArray
-    from rclpy.action import ActionClient
+    from motionvl.ros.goals import ActionClient
 
     from motionvl.action import Synthesize, TrainCandidate
     from motionvl.ros.reward_synthesizer_node import RewardSynthesizerNode

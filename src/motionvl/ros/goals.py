@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
+from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.task import Future
 
 CANCEL_SETTLE_S = 1.0
@@ -53,16 +54,34 @@ class QueuedGoal:
             self.handle.abort()
 
 
+class ActionClient(_RclpyActionClient):
+    """rclpy's ActionClient, safe to create while an executor spins its node on another thread.
+
+    rclpy's constructor adds the client to the node's waitables and wakes the executor before it creates the
+    lock that the executor's next look (`get_num_entities`) takes (ros2/rclpy#1589, in the wheels' 9.1): the
+    executor thread raises AttributeError and the node stops. Here the lock exists before the client is added,
+    and stays the one lock: rclpy's later assignment would replace a lock the executor may already hold."""
+
+    def __init__(self, *args, **kwargs):
+        self._lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def __setattr__(self, name, value):
+        if name == "_lock" and "_lock" in self.__dict__:
+            return
+        super().__setattr__(name, value)
+
+
 def destroy_actions(node) -> None:
     """Destroy the node's action servers and clients, which rclpy's destroy_node leaves alone. Each holds the
     node's handle in a reference cycle with the node, so left to themselves they go with a later garbage
     collection, on whatever thread runs it, tearing DDS entities down under the GIL: the kind of hang rclpy
     works around for publishers and services by destroying them eagerly. Call it from destroy_node, when no
     thread of the node's own still uses them."""
-    from rclpy.action import ActionClient, ActionServer
+    from rclpy.action import ActionServer
 
     for waitable in list(node.waitables):
-        if isinstance(waitable, (ActionClient, ActionServer)):
+        if isinstance(waitable, (_RclpyActionClient, ActionServer)):
             waitable.destroy()
 
 

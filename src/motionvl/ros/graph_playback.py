@@ -54,14 +54,13 @@ from nav_msgs.msg import Odometry
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from action_msgs.msg import GoalStatus
-from rclpy.action import ActionClient
 from std_srvs.srv import Trigger
 
 from motionvl.critic.rollouts import Boundary, CollectLimits, RolloutCollector
 from motionvl.deploy.mapping import JointMapping
 from motionvl.action import Compare, Critique
 from motionvl.msg import DeploymentStatus, RolloutBoundary
-from motionvl.ros.goals import goal_result
+from motionvl.ros.goals import ActionClient, goal_result
 from motionvl.ros.inbox import Inbox
 from motionvl.ros.messages import (BadMessage, boundary_msg, compare_goal, comparison_from_msg, critique_goal,
                                    deployment_status_from_msg, feedback_from_msg)

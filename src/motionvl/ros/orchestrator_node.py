@@ -45,7 +45,6 @@ import time
 import traceback
 
 from action_msgs.msg import GoalStatus
-from rclpy.action import ActionClient
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -54,7 +53,7 @@ from motionvl.action import Synthesize, TrainCandidate
 from motionvl.backend_names import model_parameters, recorded_parameters
 from motionvl.msg import JsonRecord, SearchState, TrainerHeartbeat
 from motionvl.robot import ConfigError
-from motionvl.ros.goals import destroy_actions, goal_result
+from motionvl.ros.goals import ActionClient, destroy_actions, goal_result
 from motionvl.ros.inbox import Inbox
 from motionvl.ros.messages import (BadMessage, heartbeat_from_msg, ledger_msg, search_state_msg, synthesize_goal,
                                    synthesize_result_from_msg, train_feedback_from_msg, train_goal,
