@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -93,6 +94,18 @@ def _wait_for_line(proc: subprocess.Popen, text: str) -> str:
     raise AssertionError(f"{text!r} never printed; stderr:\n{seen}")
 
 
+def _interrupt_after(proc: subprocess.Popen, line: str) -> str:
+    """SIGINT the child once it printed `line`; its stderr after that (the child is gone either way)."""
+    try:
+        _wait_for_line(proc, line)
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_a_signal_before_start_up_starts_nothing(tmp_path):
     marker = tmp_path / "built"
     proc = _child(f"""
@@ -106,6 +119,44 @@ def test_a_signal_before_start_up_starts_nothing(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "Traceback" not in err, err
     assert not marker.exists(), "the node was not built"
+
+
+def test_a_signal_during_a_long_preparation_leaves_at_once(tmp_path):
+    """A node's `prepare` (the trainer's five seconds of imports) runs with the signals caught: a signal
+    during it ends the process promptly with exit code 0 and builds nothing; one that ends lets the node start."""
+    marker = tmp_path / "built"
+    proc = _child(f"""
+        def prepare():
+            print("preparing", file=sys.stderr, flush=True)
+            time.sleep(3600)
+        def factory():
+            open({str(marker)!r}, "w").close()
+            return Node("never")
+        sys.exit(runtime.run_node(factory, "slow", args=[], prepare=prepare))
+    """)
+    sent = time.monotonic()
+    err = _interrupt_after(proc, "preparing")
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert time.monotonic() - sent < 10.0, "the process waited for its preparation"
+    assert not marker.exists(), "the node was built"
+
+
+def test_a_preparation_runs_before_the_node_and_its_error_is_raised():
+    order: list = []
+
+    def node():
+        order.append("node")
+        runtime.request_stop("done")
+        return Ticker()
+
+    assert runtime.run_node(node, "prepared", args=[], prepare=lambda: order.append("prepare")) == 0
+    assert order == ["prepare", "node"]
+
+    def broken():
+        raise ImportError("no such package")
+
+    with pytest.raises(ImportError, match="no such package"):
+        runtime.run_node(node, "prepared", args=[], prepare=broken)
 
 
 @pytest.mark.parametrize("second", [None, signal.SIGTERM])
@@ -178,13 +229,6 @@ def test_a_goal_still_waiting_at_the_stop_is_closed_before_the_process_leaves():
         print("run_node returned", file=sys.stderr, flush=True)
         sys.exit(code)
     """)
-    try:
-        _wait_for_line(proc, "goal waiting")
-        proc.send_signal(signal.SIGINT)
-        err = proc.communicate(timeout=60)[1]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    err = _interrupt_after(proc, "goal waiting")
     assert proc.returncode == 0 and "Traceback" not in err, err
     assert "goal closed" in err and err.index("goal closed") < err.index("run_node returned"), err

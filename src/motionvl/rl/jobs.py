@@ -159,6 +159,19 @@ class QueueSettings:
         return self
 
 
+def import_training_stack() -> None:
+    """Import what a job runs: torch and rsl_rl, the evaluator, the ONNX exporter and ONNX Runtime (5 s here).
+    Imports hold the GIL for up to a second at a time, longer under load; made by the training thread at its
+    first job, they stall every other thread of the process, and a trainer node asked to stop then could not
+    finish within its shutdown budget. A process that trains calls this before it takes work."""
+    import motionvl.rl.evaluate  # noqa: F401
+    import motionvl.rl.export  # noqa: F401
+    import motionvl.rl.trainer  # noqa: F401
+    import onnxruntime  # noqa: F401
+    import onnxscript  # noqa: F401 - the exporter's own imports on its first export (2 s of them)
+    import torch.export  # noqa: F401
+
+
 def run_job(job: TrainingJob, runs_dir: str | Path, *, train_config=None,
             default_minutes: float = QueueSettings.default_minutes,
             evaluation: dict | None = None, progress_bar: bool = False,

@@ -40,7 +40,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from motionvl.action import TrainCandidate
 from motionvl.dataclass_docs import dataclass_parameters
 from motionvl.msg import TrainerHeartbeat
-from motionvl.rl.jobs import QueueSettings
+from motionvl.rl.jobs import QueueSettings, import_training_stack
 from motionvl.robot import ConfigError, load_robot_config
 from motionvl.ros.goals import QueuedGoal, destroy_actions
 from motionvl.ros.messages import BadMessage, heartbeat_msg, job_from_goal, train_feedback_msg, train_result_msg
@@ -48,8 +48,10 @@ from motionvl.ros.runtime import abandon_work, run_node, time_left
 from motionvl.ros.params import declare_parameters
 
 NODE_NAME = "policy_trainer"
-EXIT_MARGIN_S = 0.5
-"""Seconds of the shutdown budget kept for the rest of the exit after waiting for the training thread."""
+EXIT_MARGIN_S = 1.5
+"""Seconds of the shutdown budget kept for the rest of the exit after waiting for the training thread: the
+training thread's longer C calls (an export's parsing, a checkpoint's pickling) hold the GIL for a few tenths
+of a second at a time, several times that under load, and the exit waits for them."""
 
 QUEUE_PARAMETERS = dataclass_parameters(QueueSettings)
 """default_minutes, eval_seconds, eval_episodes, eval_command_vx: motionvl.rl.jobs.QueueSettings' fields."""
@@ -219,7 +221,7 @@ class _Goal(QueuedGoal):
 
 
 def main(args=None) -> int:
-    return run_node(PolicyTrainerNode, NODE_NAME, args, threads=None)
+    return run_node(PolicyTrainerNode, NODE_NAME, args, threads=None, prepare=import_training_stack)
 
 
 if __name__ == "__main__":

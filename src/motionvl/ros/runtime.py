@@ -11,7 +11,8 @@ that composes several nodes calls `run_nodes([factory, ...], name, args)`. The p
    during start-up, of a GL thread abandoned half-made (a segfault at exit) and of tracebacks
    on a second Ctrl-C.) The console scripts install the handlers before the node module's
    imports (`motionvl.ros.console`), so a signal during the first second is caught too.
-2. Start-up: rclpy.init, then the nodes are built. A signal before that skips them (exit 0);
+2. Start-up: the node's `prepare` (heavy imports), rclpy.init, then the nodes are built. A
+   signal before rclpy.init skips them (exit 0);
    a signal while a node is being built lets its constructor finish (threads it starts, such
    as a GL context, are never abandoned half-made), then goes to 4. A configuration error is
    logged as one line and the process exits 1.
@@ -172,20 +173,24 @@ def stop_requested_at() -> float | None:
 
 
 def run_node(factory: Callable[[], "Node"], name: str, args=None, threads: int | None = 1,
-             startup_errors: tuple = (), shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S) -> int:
+             startup_errors: tuple = (), shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
+             prepare: Callable[[], None] | None = None) -> int:
     """Run one node until SIGINT/SIGTERM/request_stop; returns the exit code (see the module doc).
 
     threads: 1 spins single-threaded; None or n > 1 uses a MultiThreadedExecutor (a node whose
     callbacks must not block each other needs that).
     startup_errors: exception types of the constructor reported as one line (exit 1) besides
     ConfigError, ValueError and ParameterException.
+    prepare: slow set-up before rclpy.init (heavy imports), with the signals already caught: a
+    signal during it skips the node (exit 0) instead of eating the stop's budget in a constructor.
     """
     return run_nodes([factory], name, args, threads=threads, startup_errors=startup_errors,
-                     shutdown_timeout_s=shutdown_timeout_s)
+                     shutdown_timeout_s=shutdown_timeout_s, prepare=prepare)
 
 
 def run_nodes(factories: Sequence[Callable[[], "Node"]], name: str, args=None, threads: int | None = 1,
-              startup_errors: tuple = (), shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S) -> int:
+              startup_errors: tuple = (), shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
+              prepare: Callable[[], None] | None = None) -> int:
     """Run several nodes in this process, each on an executor thread of its own (`threads` per node).
 
     Called in a process whose handlers the console script did not install (a test calling a
@@ -193,10 +198,38 @@ def run_nodes(factories: Sequence[Callable[[], "Node"]], name: str, args=None, t
     """
     previous = catch_signals()
     try:
+        if prepare is not None and not _prepared(prepare):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(_STOP.exit_code)  # its thread is mid-import: no interpreter teardown under it
         return _run(factories, name, args, threads, startup_errors, shutdown_timeout_s)
     finally:
         if previous is not None:
             _restore_signals(previous)
+
+
+def _prepared(prepare: Callable[[], None]) -> bool:
+    """Run `prepare` on a thread while the main thread waits for it or a stop request: True once it ended,
+    False if a stop came first (the caller leaves at once, without waiting for seconds of imports).
+    What it raised is raised here."""
+    raised: list = []
+
+    def work() -> None:
+        try:
+            prepare()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            raised.append(exc)
+        _STOP.wake()
+
+    thread = threading.Thread(target=work, name="prepare", daemon=True)
+    thread.start()
+    while thread.is_alive() and not stop_requested():
+        _STOP.wait(0.5)
+    if stop_requested():
+        return False
+    if raised:
+        raise raised[0]
+    return True
 
 
 def _run(factories, name, args, threads, startup_errors, shutdown_timeout_s) -> int:
