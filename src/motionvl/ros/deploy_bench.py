@@ -355,6 +355,7 @@ class Robot(Node):
         self.answers: list = []  # (stamp ns, arrival, mode)
         self.command_arrivals: list = []
         self.mode = None
+        self.why = ""  # the controller's last transition and latched faults, for a controller that never ran
         self.diagnostics: dict = {}
         self.diagnostics_at = 0.0
         deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
@@ -407,6 +408,9 @@ class Robot(Node):
 
     def _on_status(self, msg) -> None:
         self.mode = msg.mode_name
+        self.why = "; ".join(filter(None, [
+            f"{msg.transition_from} -> {msg.transition_to}: {msg.transition_why}" if msg.transition_to else "",
+            f"faults: {', '.join(msg.faults)}" if msg.faults else ""]))
 
     def _on_legacy_status(self, msg) -> None:
         from motionvl.ros.records import json_record
@@ -441,7 +445,8 @@ class Robot(Node):
                     self._publish_state()
                 return
             if end is None and time.monotonic() - started > STARTUP_TIMEOUT_S:
-                raise RuntimeError(f"the controller did not reach RUN in {STARTUP_TIMEOUT_S:g} s (mode {self.mode})")
+                raise RuntimeError(f"the controller did not reach RUN in {STARTUP_TIMEOUT_S:g} s (mode {self.mode}"
+                                   + (f"; {self.why})" if self.why else ")"))
             self._publish_state()
 
     def _publish_state(self) -> None:
