@@ -371,7 +371,8 @@ def test_refused_code_a_trainer_crash_and_the_call_cap_leave_r_star_and_the_run_
               1: [(reference, None)]}
     run_dir = tmp_path / "run"
     slot = KillingSlot("trainer-0", runs_dir=run_dir / "candidates", victim="i1k2")
-    settings = _settings(candidates=3, iterations=2, limits={"max_synth_calls": 3})
+    settings = _settings(candidates=3, iterations=2, limits={"max_synth_calls": 3},
+                         gates={"min_success_rate": 0.84})  # the run's own gate reaches the synthesizer
     settings.synthesizer = "scripted"
     summary = _search(run_dir, settings, synthesizer=ScriptedSynthesizer(script), slots=[slot]).run()
 
@@ -385,6 +386,7 @@ def test_refused_code_a_trainer_crash_and_the_call_cap_leave_r_star_and_the_run_
     second = ledger.get("decided", "i2")
     assert second["winner"] is None and "cap reached" in second["note"]
     tried = ledger.get("synthesis", "i2")["request"]["tried"]
+    assert ledger.get("synthesis", "i2")["request"]["gates"] == {"min_success_rate": 0.84}
     assert [(t["id"], t["parent"], t["outcome"]) for t in tried] == [("i1k1", "start", "failed"), ("i1k2", "start", "failed"),
                                                                      ("i1k3", "start", "refused")]
     assert tried[0]["code"] == refused["code"], "iteration 2 was told what iteration 1 tried"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -364,3 +365,21 @@ def test_a_parent_below_the_searchs_gates_gets_a_stabilising_edit_even_when_noth
     steady = propose(task="walk forward on uneven ground", k=3, feedback=feedback,
                      parent_scores={**scores, "success_rate": 0.9, "fell_fraction": 0.05})
     assert not any(c.ok for c in steady), "a parent that passes the gates and is aligned needs nothing"
+
+
+def test_a_run_with_stricter_gates_holds_the_parent_to_them():
+    """The request carries a run's own gates (a search with min_success_rate 0.95): a parent at 90 % success, which
+    passes the defaults, now gets the stabilising edit; bad gates are refused before any rule runs."""
+    feedback = MotionFeedback(critic="kinematic", task="walk forward on uneven ground", alignment_score=0.996,
+                              descriptors=[], suggestions=[], meta={"not_a_vlm": True}).to_dict()
+    scores = {"success_rate": 0.9, "fell_fraction": 0.05, "command": [0.6, 0.0, 0.0], "mean_speed_mps": 0.6}
+    strict = propose(task="walk forward on uneven ground", k=3, parent_scores=scores, feedback=feedback,
+                     gates={"min_success_rate": 0.95})
+    assert strict[0].ok and "the parent fails too many walks: success 90%" in strict[0].rationale
+    request = SynthesisRequest("walk forward", 0, 3, gates={"min_success_rate": 0.95})
+    assert SynthesisRequest.from_dict(request.to_dict()).gates == {"min_success_rate": 0.95}
+    assert "gates" not in SynthesisRequest("walk forward", 0, 3).to_dict()  # replay keys of default runs unchanged
+    for gates, problem in (({"max_clipped_share": 0.1}, "unknown gate"), ({"min_success_rate": 1.5}, "within [0, 1]"),
+                           ([0.9], "must be a mapping")):
+        with pytest.raises(SynthesisError, match=re.escape(problem)):
+            SynthesisRequest("walk forward", 0, 3, gates=gates).checked()

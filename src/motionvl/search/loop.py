@@ -44,7 +44,7 @@ from motionvl.rl.jobs import OUTCOME_FILE, TrainingJob
 from motionvl.robot import ConfigError
 from motionvl.search import deps
 from motionvl.backend_names import KINDS, MODEL_SYNTHESIZERS, RECORDED
-from motionvl.search.config import MODES, SearchConfig, mode_label
+from motionvl.search.config import MODES, GateConfig, SearchConfig, mode_label
 from motionvl.search.decision import choose_start, decide, failures_against, gate_failures
 from motionvl.search.dispatch import STOPPED, Dispatcher, SlotState
 from motionvl.search.ledger import LEDGER_FILE, Ledger
@@ -52,7 +52,7 @@ from motionvl.search.lineage import code_version
 from motionvl.search.playback import CritiqueRequest, Playback, PlaybackResult
 from motionvl.synth import SynthesisRequest, usage_totals
 from motionvl.task import Task, make_task
-from motionvl.synth.api import fixed_field_problem
+from motionvl.synth.api import REQUEST_GATES, fixed_field_problem
 
 START, FINAL = "start", "final"
 SETTINGS_FILE = "search.json"
@@ -541,6 +541,13 @@ class Search:
         return record
 
     # ------------------------------------------------------------------ steps
+    def _request_gates(self) -> dict | None:
+        """The gates the synthesizer should hold a parent to, where this run's differ from the defaults (a default
+        run's requests stay as they were recorded: replay finds them by their content)."""
+        defaults, own = GateConfig(), self.cfg.gates
+        gates = {name: getattr(own, name) for name in REQUEST_GATES if getattr(own, name) != getattr(defaults, name)}
+        return gates or None
+
     def _propose(self, it: int, best: dict) -> dict:
         """The iteration's synthesis record (motionvl.synth.synthesis_record + the candidates' ids), asked once."""
         key = f"i{it}"
@@ -556,7 +563,7 @@ class Search:
                 parent=RewardSpec.from_dict(best["spec"]), parent_statistics=(best.get("outcome") or {}).get("term_stats"),
                 parent_scores=_evaluation_summary(best), feedback=best.get("feedback") if self.use_critic else None,
                 tried=self._tried(it), seed=self.cfg.seed * 1000 + it, temperature=self.cfg.temperature,
-                environment=self._environment_dict())
+                environment=self._environment_dict(), gates=self._request_gates())
         self._state("proposing", iteration=it, best=(best or {}).get("id"))
         t0 = time.monotonic()
         capped = self._cap_reached()

@@ -110,6 +110,9 @@ class SynthesisRequest:
     environment: dict | None = None
     """The run's training environment (an EnvConfig mapping with the run's num_envs and overrides): generated code
     is checked on it, as training will run it. None: the environment's defaults."""
+    gates: dict | None = None
+    """The search's gates a parent must pass, where the run sets other than GateConfig's defaults:
+    min_success_rate, max_fall_fraction (the rules stabilise a parent below them). None: the defaults."""
 
     def checked(self) -> "SynthesisRequest":
         """A normalised copy (parent as RewardSpec, feedback as dict); SynthesisError for bad input."""
@@ -145,6 +148,7 @@ class SynthesisRequest:
             value = getattr(self, name)
             if value is not None and not isinstance(value, dict):
                 raise SynthesisError(f"{name} must be a mapping (the run's JSON file), got {type(value).__name__}")
+        _check_gates(self.gates)
         return dataclasses.replace(self, task=task, parent=_spec_from(self.parent, "request.parent"),
                                    feedback=_feedback_dict(self.feedback), temperature=float(t), tried=tried[-MAX_TRIED:])
 
@@ -152,7 +156,7 @@ class SynthesisRequest:
         out = dataclasses.asdict(dataclasses.replace(self, parent=None))
         out["parent"] = self.parent.to_dict() if isinstance(self.parent, RewardSpec) else self.parent
         out["feedback"] = _feedback_dict(self.feedback)
-        for key in ("tried", "from_scratch", "environment"):  # a request without them keeps the key it had
+        for key in ("tried", "from_scratch", "environment", "gates"):  # a request without them keeps the key it had
             if not out[key]:                                    # before they existed (replay)
                 del out[key]
         return out
@@ -170,6 +174,22 @@ class SynthesisRequest:
         if missing:
             raise SynthesisError(f"request is missing {missing}")
         return cls(**raw).checked()
+
+
+REQUEST_GATES = ("min_success_rate", "max_fall_fraction")
+"""The gates a synthesis request may carry (motionvl.search.config.GateConfig's fields of the same names)."""
+
+
+def _check_gates(gates) -> None:
+    if gates is None:
+        return
+    if not isinstance(gates, dict):
+        raise SynthesisError(f"gates must be a mapping of {list(REQUEST_GATES)}, got {type(gates).__name__}")
+    for key, value in gates.items():
+        if key not in REQUEST_GATES:
+            raise SynthesisError(f"gates: unknown gate {key!r} (known: {list(REQUEST_GATES)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise SynthesisError(f"gates: {key} must be a share within [0, 1], got {value!r}")
 
 
 @dataclasses.dataclass

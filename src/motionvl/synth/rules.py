@@ -416,13 +416,14 @@ def reflection_moves(parent: RewardSpec, stats: dict | None) -> list[Move]:
     return moves
 
 
-GATE_SUCCESS, GATE_FALLS = GateConfig.min_success_rate, GateConfig.max_fall_fraction
-"""The search's default gates (a request carries no gates): a parent below them gets a stabilising edit, first among
-the findings when it fails them badly (below 60 %, above 20 %)."""
-
-
-def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, measured: dict) -> list[Move]:
-    """Edits for a parent that fails the gates the search applies (falls, walking success) or the speed."""
+def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, measured: dict,
+               gates: dict | None = None) -> list[Move]:
+    """Edits for a parent that fails the gates the search applies (falls, walking success) or the speed. A parent
+    below the gates (the request's, else GateConfig's defaults) gets a stabilising edit, first among the findings
+    when it fails them badly (below 60 % success, above 20 % falls)."""
+    gates = gates or {}
+    min_success = gates.get("min_success_rate", GateConfig.min_success_rate)
+    max_falls = gates.get("max_fall_fraction", GateConfig.max_fall_fraction)
     scores = scores or {}
     moves = []
     fell = scores.get("fell_fraction")
@@ -430,8 +431,8 @@ def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, meas
         fell = ((stats or {}).get("fall_fraction") or {}).get("last")
     success = scores.get("success_rate")
     has_fell, has_success = isinstance(fell, (int, float)), isinstance(success, (int, float))
-    falls_often = has_fell and fell > GATE_FALLS
-    fails_walks = has_success and success < GATE_SUCCESS
+    falls_often = has_fell and fell > max_falls
+    fails_walks = has_success and success < min_success
     if falls_often or fails_walks:
         badly = (falls_often and fell > 0.2) or (fails_walks and success < 0.6)
         style = sorted((t for t in parent.terms if t.name in ("knee_extension", "ankle_stance", "torso_lean")
@@ -481,7 +482,7 @@ class RulesSynthesizer(RewardSynthesizer):
             return self._composed(request, motion)
         task = motion.spec if motion is not None else parse_task(request.task)
         measured = measured_quantities(request.parent_scores, request.feedback)
-        moves = gate_moves(parent, request.parent_scores, request.parent_statistics, measured)
+        moves = gate_moves(parent, request.parent_scores, request.parent_statistics, measured, request.gates)
         moves += task_moves(parent, task, measured)
         if motion is not None:
             moves += motion_moves(parent, motion, request.parent_scores)
