@@ -122,3 +122,26 @@ def test_an_action_client_is_whole_when_a_spinning_executor_first_looks_at_it(ro
     assert client._lock is lock_seen  # one lock for the client's life: the executor may hold the first one
     client.destroy()
     node.destroy_node()
+
+
+def test_a_goal_answered_at_once_completes_the_future_the_caller_holds(graph):
+    """rclpy 9.1's send_goal_async registers a second future after it released its lock: a goal response the
+    executor takes in that moment completed a future nobody held, and the caller's never completed. The moment is
+    widened here to 0.5 s (the feedback callback is registered in it), so the spinning executor has the answer."""
+    client, _ = graph
+
+    class SlowToRegister(dict):
+        def __setitem__(self, key, value):
+            time.sleep(0.5)
+            super().__setitem__(key, value)
+
+    client._feedback_callbacks = SlowToRegister()
+    future = client.send_goal_async(Synthesize.Goal(request_json="fast", request_version=1),
+                                    feedback_callback=lambda msg: None)
+    end = time.monotonic() + 10.0
+    while not future.done() and time.monotonic() < end:
+        time.sleep(0.01)
+    assert future.done() and future.result().accepted, "the caller's future never completed"
+    assert future not in client._futures and not client._pending_goal_requests, "nothing left registered"
+    status, result = goal_result(client, Synthesize.Goal(request_json="fast", request_version=1), 10.0, "the server")
+    assert status == GoalStatus.STATUS_SUCCEEDED

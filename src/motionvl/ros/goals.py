@@ -55,21 +55,34 @@ class QueuedGoal:
 
 
 class ActionClient(_RclpyActionClient):
-    """rclpy's ActionClient, safe to create while an executor spins its node on another thread.
+    """rclpy's ActionClient with two of its 9.1 races closed (the wheels' rclpy; both fixed upstream).
 
-    rclpy's constructor adds the client to the node's waitables and wakes the executor before it creates the
-    lock that the executor's next look (`get_num_entities`) takes (ros2/rclpy#1589, in the wheels' 9.1): the
-    executor thread raises AttributeError and the node stops. Here the lock exists before the client is added,
-    and stays the one lock: rclpy's later assignment would replace a lock the executor may already hold."""
+    - Creation while an executor spins the node on another thread: rclpy adds the client to the node's waitables
+      and wakes the executor before it creates the lock the executor's next look (`get_num_entities`) takes
+      (ros2/rclpy#1589): the executor thread raised AttributeError and the node stopped. Here the lock exists
+      before the client is added, and stays the one lock (rclpy's later assignment is ignored).
+    - `send_goal_async` registers the goal's future twice, the second time outside the lock (ros2/rclpy#1532):
+      an answer taken in between completes the first future, the returned one never completes (a caller waits
+      out its timeout for a goal the server accepted), and a feedback message can come before its callback is
+      registered. The lock is re-entrant and held across the call, so the executor takes nothing for this client
+      until the returned future and the feedback callback are in place; the orphaned first future is dropped."""
 
     def __init__(self, *args, **kwargs):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         super().__init__(*args, **kwargs)
 
     def __setattr__(self, name, value):
         if name == "_lock" and "_lock" in self.__dict__:
             return
         super().__setattr__(name, value)
+
+    def send_goal_async(self, goal, feedback_callback=None, goal_uuid=None):
+        with self._lock:
+            before = list(self._futures)
+            future = super().send_goal_async(goal, feedback_callback, goal_uuid)
+            for orphan in [f for f in self._futures if f is not future and not any(f is b for b in before)]:
+                self.remove_future(orphan)
+        return future
 
 
 def destroy_actions(node) -> None:
