@@ -642,7 +642,7 @@ def _pip_route_nodes(monkeypatch, tmp_path, mode, playback, critic, trainers, re
         built.append(name)
         return Exited()
 
-    def run_nodes(factories, *_args):
+    def run_nodes(factories, *_args, prepare=None):
         for factory in factories:
             factory()
         return 0

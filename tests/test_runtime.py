@@ -123,9 +123,11 @@ def test_a_signal_before_start_up_starts_nothing(tmp_path):
 
 def test_a_signal_during_a_long_preparation_leaves_at_once(tmp_path):
     """A node's `prepare` (the trainer's five seconds of imports) runs with the signals caught: a signal
-    during it ends the process promptly with exit code 0 and builds nothing; one that ends lets the node start."""
+    during it ends the node's process (its console script caught the signals first) promptly with exit code 0
+    and builds nothing."""
     marker = tmp_path / "built"
     proc = _child(f"""
+        runtime.catch_signals()  # as the console script does
         def prepare():
             print("preparing", file=sys.stderr, flush=True)
             time.sleep(3600)
@@ -142,6 +144,8 @@ def test_a_signal_during_a_long_preparation_leaves_at_once(tmp_path):
 
 
 def test_a_preparation_runs_before_the_node_and_its_error_is_raised():
+    """In process: the node is built after its preparation; a stop during the preparation waits for it to end
+    (the caller's process goes on) and builds nothing; what the preparation raised reaches the caller."""
     order: list = []
 
     def node():
@@ -157,6 +161,15 @@ def test_a_preparation_runs_before_the_node_and_its_error_is_raised():
 
     with pytest.raises(ImportError, match="no such package"):
         runtime.run_node(node, "prepared", args=[], prepare=broken)
+
+    def stopped_meanwhile():
+        runtime.request_stop("stopped while preparing")
+        time.sleep(0.3)
+        order.append("prepared to the end")
+
+    order.clear()
+    assert runtime.run_node(node, "prepared", args=[], prepare=stopped_meanwhile) == 0
+    assert order == ["prepared to the end"], "the preparation ended; no node was built"
 
 
 @pytest.mark.parametrize("second", [None, signal.SIGTERM])
@@ -197,7 +210,8 @@ def test_a_goal_still_waiting_at_the_stop_is_closed_before_the_process_leaves():
     collector at exit, an inner coroutine finalized first could free the outer one mid-close, and rclpy's
     action server printed "coroutine already executing" with a traceback (seen once in CI's signal test)."""
     proc = _child("""
-        from rclpy.action import ActionClient, ActionServer
+        from rclpy.action import ActionServer
+        from motionvl.ros.goals import ActionClient
         from rclpy.callback_groups import ReentrantCallbackGroup
         from motionvl.action import Synthesize
         from motionvl.ros.goals import QueuedGoal

@@ -182,7 +182,8 @@ def run_node(factory: Callable[[], "Node"], name: str, args=None, threads: int |
     startup_errors: exception types of the constructor reported as one line (exit 1) besides
     ConfigError, ValueError and ParameterException.
     prepare: slow set-up before rclpy.init (heavy imports), with the signals already caught: a
-    signal during it skips the node (exit 0) instead of eating the stop's budget in a constructor.
+    signal during it skips the node (exit 0) instead of eating the stop's budget in a constructor
+    (a console script's process leaves at once; see `_prepared`).
     """
     return run_nodes([factory], name, args, threads=threads, startup_errors=startup_errors,
                      shutdown_timeout_s=shutdown_timeout_s, prepare=prepare)
@@ -198,20 +199,21 @@ def run_nodes(factories: Sequence[Callable[[], "Node"]], name: str, args=None, t
     """
     previous = catch_signals()
     try:
-        if prepare is not None and not _prepared(prepare):
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(_STOP.exit_code)  # its thread is mid-import: no interpreter teardown under it
+        if prepare is not None and not _prepared(prepare, own_process=previous is None):
+            return _STOP.exit_code
         return _run(factories, name, args, threads, startup_errors, shutdown_timeout_s)
     finally:
-        if previous is not None:
+        if previous is not None:  # an in-process run: leave no stop behind (nodes built after it keep their budget)
             _restore_signals(previous)
+            _STOP.reset()
 
 
-def _prepared(prepare: Callable[[], None]) -> bool:
+def _prepared(prepare: Callable[[], None], own_process: bool) -> bool:
     """Run `prepare` on a thread while the main thread waits for it or a stop request: True once it ended,
-    False if a stop came first (the caller leaves at once, without waiting for seconds of imports).
-    What it raised is raised here."""
+    False if a stop came first. What it raised is raised here. On a stop, a node's own process (its console
+    script installed the handlers) leaves at once with `os._exit`: no waiting for seconds of imports, and no
+    interpreter teardown under the thread doing them; an in-process caller (a test, `motionvl train`) waits
+    for the preparation to end, then gets False."""
     raised: list = []
 
     def work() -> None:
@@ -225,11 +227,14 @@ def _prepared(prepare: Callable[[], None]) -> bool:
     thread.start()
     while thread.is_alive() and not stop_requested():
         _STOP.wait(0.5)
-    if stop_requested():
-        return False
+    if thread.is_alive() and own_process:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_STOP.exit_code)
+    thread.join()
     if raised:
         raise raised[0]
-    return True
+    return not stop_requested()
 
 
 def _run(factories, name, args, threads, startup_errors, shutdown_timeout_s) -> int:

@@ -3,8 +3,8 @@
 The same nodes (motionvl.ros.graph.training_nodes decides which, for both routes), node classes and
 parameter files (config/nodes.yaml, one section per node name; config/simulation_playback.yaml over it for
 the playback's simulated robot) as launch/train.launch.py. Trainers run as child processes by default
-(each its own interpreter and its share of the cores: `python -m motionvl.ros.policy_trainer_node`, dying
-with this process) or, with `trainers_in_process`, as nodes of this process. The nodes run through
+(each its own interpreter and its share of the cores, started as the `policy_trainer_node` console script
+starts it, dying with this process) or, with `trainers_in_process`, as nodes of this process. The nodes run through
 `motionvl.ros.runtime.run_nodes` (each on its own executor thread, one clean way out on SIGINT or
 SIGTERM); the orchestrator asks the process to stop when its search ends. A stopped run continues
 with `motionvl train --out RUN_DIR --resume`.
@@ -45,6 +45,10 @@ def _parameters(values: dict) -> list:
     return [Parameter(k, value=v) for k, v in values.items() if v is not None]
 
 
+TRAINER_ENTRY = "import sys; from motionvl.ros.console import policy_trainer_node; sys.exit(policy_trainer_node())"
+"""A trainer child's program: the console script's entry, which catches signals before the node's imports."""
+
+
 def _trainer_process(params_file: Path, name: str, values: dict, log_path: Path, ns: str = "") -> subprocess.Popen:
     from motionvl.search.dispatch import _die_with_parent
 
@@ -54,7 +58,7 @@ def _trainer_process(params_file: Path, name: str, values: dict, log_path: Path,
     handle.close()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "motionvl.ros.policy_trainer_node", "--ros-args",
+        return subprocess.Popen([sys.executable, "-c", TRAINER_ENTRY, "--ros-args",
                                  "--params-file", handle.name, "-r", f"__node:={name}",
                                  *(["-r", f"__ns:={ns}"] if ns else [])],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -239,9 +243,14 @@ def run_train_graph(orchestrator: dict, *, synthesizer: dict | None = None, trai
     if children:
         threading.Thread(target=_watch_trainers, args=(children, run_dir / "logs", ended), daemon=True,
                          name="trainer-watch").start()
+    prepare = None
+    if trainers_in_process:
+        from motionvl.rl.jobs import import_training_stack
+
+        prepare = import_training_stack
     try:
         return run_nodes(factories, "motionvl train", ["--ros-args", "--params-file", str(params_file),
-                                                       *(["-r", f"__ns:={ns}"] if ns else [])])
+                                                       *(["-r", f"__ns:={ns}"] if ns else [])], prepare=prepare)
     finally:
         claim.close()
         ended.set()
