@@ -7,6 +7,7 @@ controller answered and that every figure is there."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -57,10 +58,12 @@ def test_the_baseline_runs_from_the_tree_of_its_revision(tmp_path):
     assert isinstance(extract_baseline("no-such-revision", tmp_path / "none"), str)
 
 
+@pytest.mark.parametrize("mode", ["RUN", "DAMP"])
 @pytest.mark.parametrize("status_form", ["typed", "legacy JSON"])
-def test_the_stand_in_robot_measures_a_controller_of_either_status_form(status_form, monkeypatch):
+def test_the_stand_in_robot_measures_a_controller_of_either_status_form(status_form, mode, monkeypatch):
     """The robot measures once the controller says RUN on deployment/status: typed (this tree) or the
-    std_msgs/String JSON of the nodes before it (the baseline revision), which it once never heard."""
+    std_msgs/String JSON of the nodes before it (the baseline revision), which it once never heard. A
+    controller that damps instead is reported with its reason and faults."""
     import threading
     import uuid
 
@@ -74,7 +77,7 @@ def test_the_stand_in_robot_measures_a_controller_of_either_status_form(status_f
     from motionvl.ros import deploy_bench
     from motionvl.ros.deployment_node import STATE_TOPIC
 
-    monkeypatch.setattr(deploy_bench, "STARTUP_TIMEOUT_S", 15.0)
+    monkeypatch.setattr(deploy_bench, "STARTUP_TIMEOUT_S", 15.0 if mode == "RUN" else 2.0)
     ns = f"/bench_test_{uuid.uuid4().hex[:8]}"
     contexts = [rclpy.Context(), rclpy.Context()]  # the controller is a process of its own: a participant of its own
     for context in contexts:
@@ -82,12 +85,15 @@ def test_the_stand_in_robot_measures_a_controller_of_either_status_form(status_f
     robot = deploy_bench.Robot(contexts[0], ns, "torque", period=0.01)
     controller = rclpy.create_node("deployment", namespace=ns, context=contexts[1])
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    why, faults = ("", []) if mode == "RUN" else ("state stale (0.62 s > 0.5 s)", ["stale_state"])
     if status_form == "typed":
-        controller.create_publisher(DeploymentStatus, "~/status", latched).publish(
-            DeploymentStatus(mode=DeploymentStatus.MODE_RUN, mode_name="RUN"))
+        controller.create_publisher(DeploymentStatus, "~/status", latched).publish(DeploymentStatus(
+            mode=getattr(DeploymentStatus, f"MODE_{mode}"), mode_name=mode, faults=faults,
+            transition_from="STAND" if why else "", transition_to=mode if why else "", transition_why=why))
     else:  # as c8cdb8c's node publishes it
-        controller.create_publisher(String, "~/status", latched).publish(
-            String(data=json.dumps({"mode": "RUN", "stand_complete": True, "faults": []})))
+        controller.create_publisher(String, "~/status", latched).publish(String(data=json.dumps(
+            {"mode": mode, "stand_complete": True, "faults": faults,
+             "transition": {"from": "STAND", "to": mode, "why": why, "cycle": 7} if why else None})))
     cycle_pub = controller.create_publisher(Header, "~/cycle", 100)
     controller.create_subscription(JointState, STATE_TOPIC, lambda m: cycle_pub.publish(
         Header(stamp=m.header.stamp, frame_id="RUN")), 100)
@@ -97,12 +103,19 @@ def test_the_stand_in_robot_measures_a_controller_of_either_status_form(status_f
         executor.add_node(node)
         spin.start()
     try:
-        robot.run(0.3, wait_for_diagnostics=False)
+        if mode == "RUN":
+            robot.run(0.3, wait_for_diagnostics=False)
+        else:
+            with pytest.raises(RuntimeError, match=re.escape(
+                    "did not reach RUN in 2 s (mode DAMP; STAND -> DAMP: state stale (0.62 s > 0.5 s); "
+                    "faults: stale_state)")):
+                robot.run(0.3, wait_for_diagnostics=False)
     finally:
         for executor, node, spin, context in zip(executors, (robot, controller), spins, contexts):
             executor.shutdown(timeout_sec=2.0)
             spin.join(timeout=5.0)
             node.destroy_node()
             rclpy.try_shutdown(context=context)
-    assert robot.mode == "RUN"
-    assert robot.figures()["end_to_end_ms"]["n"] > 0
+    assert robot.mode == mode
+    if mode == "RUN":
+        assert robot.figures()["end_to_end_ms"]["n"] > 0

@@ -408,9 +408,11 @@ class Robot(Node):
 
     def _on_status(self, msg) -> None:
         self.mode = msg.mode_name
-        self.why = "; ".join(filter(None, [
-            f"{msg.transition_from} -> {msg.transition_to}: {msg.transition_why}" if msg.transition_to else "",
-            f"faults: {', '.join(msg.faults)}" if msg.faults else ""]))
+        self._explain(msg.transition_from, msg.transition_to, msg.transition_why, list(msg.faults))
+
+    def _explain(self, source, target, why, faults) -> None:
+        self.why = "; ".join(filter(None, [f"{source} -> {target}: {why}" if target else "",
+                                           f"faults: {', '.join(map(str, faults))}" if faults else ""]))
 
     def _on_legacy_status(self, msg) -> None:
         from motionvl.ros.records import json_record
@@ -418,6 +420,9 @@ class Robot(Node):
         record = json_record(self, msg, "deployment/status")
         if record is not None:
             self.mode = record.get("mode")
+            last = record.get("transition") if isinstance(record.get("transition"), dict) else {}
+            faults = record.get("faults") if isinstance(record.get("faults"), list) else []
+            self._explain(last.get("from"), last.get("to"), last.get("why"), faults)
 
     def _on_diagnostics(self, msg) -> None:
         for status in msg.status:
@@ -445,6 +450,8 @@ class Robot(Node):
                     self._publish_state()
                 return
             if end is None and time.monotonic() - started > STARTUP_TIMEOUT_S:
+                if self.mode == "RUN":
+                    raise RuntimeError(f"the controller is in RUN but answered no state in {STARTUP_TIMEOUT_S:g} s")
                 raise RuntimeError(f"the controller did not reach RUN in {STARTUP_TIMEOUT_S:g} s (mode {self.mode}"
                                    + (f"; {self.why})" if self.why else ")"))
             self._publish_state()
