@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 
 import pytest
@@ -378,6 +379,10 @@ def test_a_run_with_stricter_gates_holds_the_parent_to_them():
     assert strict[0].ok and "the parent fails too many walks: success 90%" in strict[0].rationale
     request = SynthesisRequest("walk forward", 0, 3, gates={"min_success_rate": 0.95})
     assert SynthesisRequest.from_dict(request.to_dict()).gates == {"min_success_rate": 0.95}
+    shown = SynthesisRequest("walk forward", 1, 3, parent=load_reward_spec(), parent_scores=scores,
+                             gates={"min_success_rate": 0.95}).checked()
+    assert "success_rate >= 95%, fell_fraction <= 15%" in build_prompt(shown).user  # a model reads them too
+    assert "success_rate >= 85%" in build_prompt(dataclasses.replace(shown, gates=None)).user
     assert "gates" not in SynthesisRequest("walk forward", 0, 3).to_dict()  # replay keys of default runs unchanged
     for gates, problem in (({"max_clipped_share": 0.1}, "unknown gate"), ({"min_success_rate": 1.5}, "within [0, 1]"),
                            ([0.9], "must be a mapping")):

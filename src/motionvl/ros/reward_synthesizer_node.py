@@ -4,7 +4,7 @@ Action server:
   synthesize   motionvl/action/Synthesize. Goal: request_json, a motionvl.synth.SynthesisRequest (task,
                iteration, num_candidates, optional parent (a reward spec dict), parent_statistics
                (term_stats.json), parent_scores (eval.json), feedback (MotionFeedback dict), seed,
-               temperature; version 1). Goals run one at a time in the order they came (feedback stage
+               temperature, tried, from_scratch, environment, gates; version 1). Goals run one at a time in the order they came (feedback stage
                "queued", then "proposing"). Result: record_json, the ledger record of the call
                (`motionvl.synth.replay`: kind, synthesizer, request_key, request, candidates [{spec, ok,
                rejection, prompt, response, attempts, usage, edits, rationale, exchanges}], usage, budget,

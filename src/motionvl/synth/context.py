@@ -22,6 +22,7 @@ from pathlib import Path
 
 from motionvl.rewards.spec import RewardSpec, load_reward_spec
 from motionvl.rewards.terms import describe_library
+from motionvl.search.config import GateConfig
 from motionvl.synth.api import SynthesisRequest, bounded
 from motionvl.synth.parsing import response_schema
 
@@ -253,6 +254,16 @@ def scores_section(scores: dict | None) -> str:
     return "\n".join(lines)
 
 
+def gates_line(gates: dict | None) -> str:
+    """The gates every candidate must pass (the run's, else the search's defaults): a model reads the scores
+    against them."""
+    gates = gates or {}
+    success = gates.get("min_success_rate", GateConfig.min_success_rate)
+    falls = gates.get("max_fall_fraction", GateConfig.max_fall_fraction)
+    return (f"gates a candidate must pass: success_rate >= {success:.0%}, fell_fraction <= {falls:.0%} "
+            "(a candidate below them is not considered, however well it moves)")
+
+
 _TRIED_SCORES = (("success_rate", "success", "pct"), ("fell_fraction", "falls", "pct"),
                  ("mean_speed_mps", "speed", "m/s"), ("knee_angle_stance_deg", "stance knee", "deg"))
 
@@ -374,7 +385,7 @@ def build_prompt(request: SynthesisRequest, *, robot=None, max_prompt_chars: int
         "statistics": "## Training statistics of r* (reward reflection)\n"
         + statistics_section(request.parent_statistics, base) if request.parent_statistics else "",
         "scores": "## Reward-free evaluation of r*\n" + scores_section(request.parent_scores)
-        if request.parent_scores else "",
+        + "\n" + gates_line(request.gates) if request.parent_scores else "",
         "feedback": "## The critic on r*'s motion\n" + feedback_section(request.feedback) if request.feedback else "",
         "tried": "## Tried before, did not become r* (do not propose these again)\n" + tried_section(request.tried)
         if request.tried else "",

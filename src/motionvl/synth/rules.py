@@ -420,7 +420,7 @@ def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, meas
                gates: dict | None = None) -> list[Move]:
     """Edits for a parent that fails the gates the search applies (falls, walking success) or the speed. A parent
     below the gates (the request's, else GateConfig's defaults) gets a stabilising edit, first among the findings
-    when it fails them badly (below 60 % success, above 20 % falls)."""
+    when it fails them badly (success 25 points below its gate, falls 5 points above: 60 % and 20 % by default)."""
     gates = gates or {}
     min_success = gates.get("min_success_rate", GateConfig.min_success_rate)
     max_falls = gates.get("max_fall_fraction", GateConfig.max_fall_fraction)
@@ -434,7 +434,7 @@ def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, meas
     falls_often = has_fell and fell > max_falls
     fails_walks = has_success and success < min_success
     if falls_often or fails_walks:
-        badly = (falls_often and fell > 0.2) or (fails_walks and success < 0.6)
+        badly = (falls_often and fell > max_falls + 0.05) or (fails_walks and success < min_success - 0.25)
         style = sorted((t for t in parent.terms if t.name in ("knee_extension", "ankle_stance", "torso_lean")
                         and t.weight), key=lambda t: -t.weight)
         if falls_often:
