@@ -40,10 +40,13 @@ def die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def run(module: str) -> int:
-    """Entry point of node module `motionvl.ros.<module>`: stop handlers first, then its main()."""
+def run(module: str, with_parent: bool = True) -> int:
+    """Entry point of node module `motionvl.ros.<module>`: stop handlers first, then its main().
+    with_parent=False keeps the death signal the parent set before exec (`motionvl train`'s trainer children die
+    by SIGKILL: a stopped or hung trainer must not outlive a killed search)."""
     catch_signals()
-    die_with_parent()
+    if with_parent:
+        die_with_parent()
     try:
         return importlib.import_module(f"motionvl.ros.{module}").main()
     finally:

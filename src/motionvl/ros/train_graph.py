@@ -45,8 +45,9 @@ def _parameters(values: dict) -> list:
     return [Parameter(k, value=v) for k, v in values.items() if v is not None]
 
 
-TRAINER_ENTRY = "import sys; from motionvl.ros.console import policy_trainer_node; sys.exit(policy_trainer_node())"
-"""A trainer child's program: the console script's entry, which catches signals before the node's imports."""
+TRAINER_ENTRY = "import sys; from motionvl.ros.console import run; sys.exit(run('policy_trainer_node', with_parent=False))"
+"""A trainer child's program: the console scripts' entry, which catches signals before the node's imports (its
+death signal stays the SIGKILL set before exec)."""
 
 
 def _trainer_process(params_file: Path, name: str, values: dict, log_path: Path, ns: str = "") -> subprocess.Popen:
