@@ -4,11 +4,11 @@ Action server:
   synthesize   motionvl/action/Synthesize. Goal: request_json, a motionvl.synth.SynthesisRequest (task,
                iteration, num_candidates, optional parent (a reward spec dict), parent_statistics
                (term_stats.json), parent_scores (eval.json), feedback (MotionFeedback dict), seed,
-               temperature, tried, from_scratch, environment, gates; version 1). Goals run one at a time in the order they came (feedback stage
-               "queued", then "proposing"). Result: record_json, the ledger record of the call
-               (`motionvl.synth.replay`: kind, synthesizer, request_key, request, candidates [{spec, ok,
-               rejection, prompt, response, attempts, usage, edits, rationale, exchanges}], usage, budget,
-               error), candidates and candidates_ok (counts), cap_reached, error. A malformed goal is
+               temperature, tried, from_scratch, environment, gates; version 1). Goals run one at a time
+               in the order they came (feedback stage "queued", then "proposing"). Result: record_json,
+               the ledger record of the call (`motionvl.synth.replay`: kind, synthesizer, request_key,
+               request, candidates [{spec, ok, rejection, prompt, response, attempts, usage, edits,
+               rationale, exchanges}], usage, budget, error), candidates and candidates_ok (counts), cap_reached, error. A malformed goal is
                aborted with error "bad request: ..." and no record. Cancel: a waiting goal is dropped at
                once; a call in flight finishes and its answer is discarded (canceled, no record).
 

@@ -180,6 +180,15 @@ REQUEST_GATES = ("min_success_rate", "max_fall_fraction")
 """The gates a synthesis request may carry (motionvl.search.config.GateConfig's fields of the same names)."""
 
 
+def gate_thresholds(gates: dict | None) -> tuple[float, float]:
+    """(min_success_rate, max_fall_fraction) a request holds a parent to: its gates, else GateConfig's defaults."""
+    from motionvl.search.config import GateConfig
+
+    gates = gates or {}
+    return (gates.get("min_success_rate", GateConfig.min_success_rate),
+            gates.get("max_fall_fraction", GateConfig.max_fall_fraction))
+
+
 def _check_gates(gates) -> None:
     if gates is None:
         return

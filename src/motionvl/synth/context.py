@@ -22,8 +22,7 @@ from pathlib import Path
 
 from motionvl.rewards.spec import RewardSpec, load_reward_spec
 from motionvl.rewards.terms import describe_library
-from motionvl.search.config import GateConfig
-from motionvl.synth.api import SynthesisRequest, bounded
+from motionvl.synth.api import SynthesisRequest, bounded, gate_thresholds
 from motionvl.synth.parsing import response_schema
 
 DEFAULT_MAX_PROMPT_CHARS = 32_000
@@ -257,9 +256,7 @@ def scores_section(scores: dict | None) -> str:
 def gates_line(gates: dict | None) -> str:
     """The gates every candidate must pass (the run's, else the search's defaults): a model reads the scores
     against them."""
-    gates = gates or {}
-    success = gates.get("min_success_rate", GateConfig.min_success_rate)
-    falls = gates.get("max_fall_fraction", GateConfig.max_fall_fraction)
+    success, falls = gate_thresholds(gates)
     return (f"gates a candidate must pass: success_rate >= {success:.0%}, fell_fraction <= {falls:.0%} "
             "(a candidate below them is not considered, however well it moves)")
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from motionvl.rewards.spec import RewardSpec, TermSpec, load_reward_spec, reward_key
 from motionvl.rewards.terms import ALIASES, REGISTRY
-from motionvl.search.config import GateConfig
-from motionvl.synth.api import Candidate, RewardSynthesizer, SynthesisRequest, empty_usage, rejected, term_diff
+from motionvl.synth.api import (Candidate, RewardSynthesizer, SynthesisRequest, empty_usage, gate_thresholds, rejected,
+                                term_diff)
 from motionvl.synth.context import term_levels
 from motionvl.synth.parsing import spec_answer
 from motionvl.synth.validation import check_spec
@@ -421,9 +421,7 @@ def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, meas
     """Edits for a parent that fails the gates the search applies (falls, walking success) or the speed. A parent
     below the gates (the request's, else GateConfig's defaults) gets a stabilising edit, first among the findings
     when it fails them badly (success 25 points below its gate, falls 5 points above: 60 % and 20 % by default)."""
-    gates = gates or {}
-    min_success = gates.get("min_success_rate", GateConfig.min_success_rate)
-    max_falls = gates.get("max_fall_fraction", GateConfig.max_fall_fraction)
+    min_success, max_falls = gate_thresholds(gates)
     scores = scores or {}
     moves = []
     fell = scores.get("fell_fraction")
