@@ -8,9 +8,10 @@ Action server:
                in the order they came (feedback stage "queued", then "proposing"). Result: record_json,
                the ledger record of the call (`motionvl.synth.replay`: kind, synthesizer, request_key,
                request, candidates [{spec, ok, rejection, prompt, response, attempts, usage, edits,
-               rationale, exchanges}], usage, budget, error), candidates and candidates_ok (counts), cap_reached, error. A malformed goal is
-               aborted with error "bad request: ..." and no record. Cancel: a waiting goal is dropped at
-               once; a call in flight finishes and its answer is discarded (canceled, no record).
+               rationale, exchanges}], usage, budget, error), candidates and candidates_ok (counts),
+               cap_reached, error. A malformed goal is aborted with error "bad request: ..." and no
+               record. Cancel: a waiting goal is dropped at once; a call in flight finishes and its
+               answer is discarded (canceled, no record).
 
 Parameter `backend` picks the synthesizer: "rules" (offline default: model-free rules, not an LLM),
 "openai" (`base_url`, `model`; the API key only from the environment, MOTIONVL_OPENAI_API_KEY or
