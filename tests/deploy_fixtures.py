@@ -62,8 +62,9 @@ def expected_limits(robot, config):
     else:
         idx, sign, offset = list(range(J)), np.ones(J), np.zeros(J)
     mid, half = (robot.lower + robot.upper) / 2, (robot.upper - robot.lower) / 2
-    lo = sign * (mid - config.soft_limit_factor * half)[idx] + offset
-    hi = sign * (mid + config.soft_limit_factor * half)[idx] + offset
+    share = config.soft_limit_factor * robot.target_limit_factor
+    lo = sign * (mid - share * half)[idx] + offset
+    hi = sign * (mid + share * half)[idx] + offset
     kd_max = np.maximum(robot.kd * config.gain_limit_scale, robot.kd * config.damping_scale)[idx]
     return {"q": (np.minimum(lo, hi), np.maximum(lo, hi)),
             "dq": (-robot.velocity_limit[idx], robot.velocity_limit[idx]),

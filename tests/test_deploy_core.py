@@ -186,6 +186,29 @@ def test_mode_machine_edges_latching_and_rearm_gate():
     assert m.request("bogus")[0] is False
 
 
+def test_the_deployment_passes_every_target_the_trained_action_law_can_send():
+    """Training clips targets to the robot's target limits, so the deployment (soft_limit_factor 1) clips none
+    of them; a policy trained to the hard limits, or a deployment set tighter, has targets clipped and counted."""
+    from motionvl.envs.config import EnvConfig
+    from motionvl.policy_io import ActionLaw, PolicyContract
+
+    contract = PolicyContract.for_training(ROBOT, EnvConfig(gait_feedforward=0.0, gait_stride_feedforward=0.0,
+                                                            gait_lateral_stride=0.0))
+    actions = np.random.default_rng(0).uniform(-1, 1, (400, J))
+    hard = np.clip(ROBOT.default_pose + ROBOT.action_scales * actions, ROBOT.lower, ROBOT.upper)
+    assert (ActionLaw(contract).targets(actions) != hard).any(), "the actions reach beyond the target limits"
+
+    def clipped(contract, config):
+        builder = CommandBuilder(ROBOT, config)
+        for target in ActionLaw(contract).targets(actions):
+            builder.clip_target(target)
+        return builder.clips["target"]
+
+    assert clipped(contract, DeployConfig()) == 0
+    assert clipped(dataclasses.replace(contract, target_limit_factor=1.0), DeployConfig()) > 0
+    assert clipped(contract, DeployConfig(soft_limit_factor=0.9)) > 0
+
+
 def test_config_is_validated():
     with pytest.raises(ConfigError, match="default pose of .*left_knee.* outside the soft limits"):
         DeployConfig(soft_limit_factor=0.5).validate(ROBOT)

@@ -369,9 +369,10 @@ def test_joint_targets_use_each_joints_action_scale(robot):
     actions = np.full((2, env.num_joints), 0.8)
     actions[1] *= -1
     env.step(actions)
-    expected = np.clip(robot.default_pose + np.array([scales.get(n, robot.action_scale) for n in robot.joint_names])
-                       * actions, robot.lower, robot.upper)
+    unclipped = robot.default_pose + np.array([scales.get(n, robot.action_scale) for n in robot.joint_names]) * actions
+    expected = np.clip(unclipped, *robot.target_limits())  # training clips where the deployment does
     np.testing.assert_allclose(env.sim.ctrl, expected)
+    assert (expected != np.clip(unclipped, robot.lower, robot.upper)).any(), "a target reaches the margin"
     knee = robot.joint_names.index("left_knee")
     assert env.sim.ctrl[0, knee] == pytest.approx(robot.default_pose[knee] + 0.8)  # not the robot's 0.5 x 0.8
 

@@ -71,13 +71,22 @@ def test_observations_match_the_recorded_environment(contract, golden):
 
 def test_joint_targets_match_the_recorded_environment(contract, golden):
     """Targets the environment sent to the PD loop (clip of the action, feed-forward with its stride,
-    joint-limit clip) from the action, joint positions, command and clock it used."""
-    law = ActionLaw(contract)
+    joint-limit clip) from the action, joint positions, command and clock it used. That environment clipped
+    targets to the hard limits (target_limit_factor 1); the robot's factor clips the same targets tighter."""
     assert (np.abs(golden["step_action"]) > 1.0).any(), "the goldens exercise the action clip"
+    lower, upper = contract.target_limits()
+    assert contract.target_limit_factor < 1 and np.all(lower > contract.joint_pos_lower)
+    as_recorded, law = ActionLaw(dataclasses.replace(contract, target_limit_factor=1.0)), ActionLaw(contract)
+    tighter = 0
     for k in range(len(golden["step_action"])):
-        target = law.targets(golden["step_action"][k], joint_pos=golden["step_joint_pos"][k],
-                             command=golden["step_command"][k], gait_phase=golden["step_gait_phase"][k])
+        inputs = dict(joint_pos=golden["step_joint_pos"][k], command=golden["step_command"][k],
+                      gait_phase=golden["step_gait_phase"][k])
+        target = as_recorded.targets(golden["step_action"][k], **inputs)
         np.testing.assert_array_equal(target, golden["step_target"][k], err_msg=f"step {k}")
+        clipped = law.targets(golden["step_action"][k], **inputs)
+        np.testing.assert_array_equal(clipped, np.clip(golden["step_target"][k], lower, upper), err_msg=f"step {k}")
+        tighter += int(np.count_nonzero(clipped != target))
+    assert tighter, "the goldens reach beyond the target limits"
 
 
 def test_feedforward_offsets_match_the_recorded_reference(golden):
@@ -87,6 +96,18 @@ def test_feedforward_offsets_match_the_recorded_reference(golden):
     np.testing.assert_array_equal(offsets, golden["ff_offsets"])
     resting = ~np.any(np.abs(golden["ff_command"]) > stand_below, axis=1)
     assert resting.any() and np.all(offsets[resting] == 0.0)
+
+
+def test_a_contract_without_target_limit_factor_clips_at_the_hard_limits(contract):
+    """Policies exported before the factor was recorded trained with targets clipped to the hard limits."""
+    meta = json.loads(json.dumps(contract.to_metadata()))
+    assert meta.pop("target_limit_factor") == contract.target_limit_factor < 1
+    old = PolicyContract.from_metadata(meta)
+    assert old.target_limit_factor == 1.0
+    np.testing.assert_array_equal(ActionLaw(old).lower, contract.joint_pos_lower)
+    for bad in (0, 1.2, "0.9", True):
+        with pytest.raises(ContractError, match="target_limit_factor: expected a number in"):
+            PolicyContract.from_metadata({**meta, "target_limit_factor": bad})
 
 
 def test_contract_round_trip(contract, robot):
@@ -165,7 +186,7 @@ def test_action_law_relative_mode_and_missing_inputs(robot, contract):
     law = ActionLaw(relative)
     q = robot.default_pose + 0.1
     a = np.linspace(-2.0, 2.0, robot.num_joints)
-    expected = np.clip(q + robot.action_scales * np.clip(a, -1, 1), robot.lower, robot.upper)
+    expected = np.clip(q + robot.action_scales * np.clip(a, -1, 1), *robot.target_limits())
     np.testing.assert_array_equal(law.targets(a, joint_pos=q)[0], expected)
     with pytest.raises(ValueError, match="joint_pos"):
         law.targets(a)

@@ -186,6 +186,26 @@ def test_action_scale_must_be_positive(tmp_path, where):
         load_robot_config(_write_config(tmp_path, mutate=zero))
 
 
+@pytest.mark.parametrize("value, match", [(0.0, r"target_limit_factor must be in \(0, 1\], got 0.0"),
+                                          (1.5, r"target_limit_factor must be in \(0, 1\], got 1.5"),
+                                          ("most", "target_limit_factor must be a number, got 'most'"),
+                                          (0.5, r"default pose of \['left_knee', 'right_knee'\] outside")])
+def test_target_limit_factor_is_validated(tmp_path, value, match):
+    with pytest.raises(ConfigError, match=match):
+        load_robot_config(_write_config(tmp_path, mutate=lambda raw: raw.update(target_limit_factor=value)))
+
+
+def test_target_limits_are_the_middle_share_of_each_range():
+    robot = load_robot_config()
+    assert 0 < robot.target_limit_factor < 1  # the shipped robot keeps its targets off the hard stops
+    lower, upper = robot.target_limits()
+    mid, half = (robot.lower + robot.upper) / 2, (robot.upper - robot.lower) / 2
+    np.testing.assert_allclose(upper - mid, robot.target_limit_factor * half)
+    np.testing.assert_allclose(mid - lower, robot.target_limit_factor * half)
+    tighter = robot.target_limits(0.5)
+    np.testing.assert_allclose(tighter[1] - mid, 0.5 * robot.target_limit_factor * half)
+
+
 # ---------------------------------------------------------------- robot.yaml as the single source
 def test_joint_damping_and_friction_of_the_config_are_in_the_model(tmp_path):
     """The URDF's <dynamics> (0.1 / 0.1) is overridden by robot.yaml."""

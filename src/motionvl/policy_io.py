@@ -19,7 +19,8 @@ is the heading the command asks for minus the base heading, rad.
 Action law (`ActionLaw`): a = clip(action, -action_clip, action_clip);
 target = default_pose + action_scale * a ("absolute") or joint_pos + action_scale * a
 ("relative"), plus the gait feed-forward (a clock-driven stepping fold of hip pitch, knee and
-ankle pitch, and a hip-pitch stride sweep with the forward command), clipped to the joint limits.
+ankle pitch, and a hip-pitch stride sweep with the forward command), clipped to the target limits
+(the middle of each joint range +- target_limit_factor of its half range).
 A NaN action gives NaN targets: what to do then (damp, fault) is the caller's decision.
 
 `PolicyIO` is the whole chain for one robot (or N) from what a robot measures: joint positions
@@ -112,7 +113,7 @@ class PolicyContract:
     """rad/s per joint: the speed the robot's joints are rated for (the deployment node enforces it)."""
     joint_pos_lower: tuple
     joint_pos_upper: tuple
-    """Joint position limits: targets are clipped to them."""
+    """Joint position limits (the robot's hard limits)."""
     action_scale: tuple
     """rad per unit action, per joint."""
     action_mode: str
@@ -150,6 +151,9 @@ class PolicyContract:
     """The training physics step (information: evaluation can run at it)."""
     train_decimation: int | None = None
     """Physics steps per policy step in training (information)."""
+    target_limit_factor: float = 1.0
+    """Targets are clipped to the middle of each joint's range +- this share of its half range (the robot's
+    target_limit_factor in training); 1.0 in policies exported before it was recorded, which trained so."""
 
     # ------------------------------------------------------------------ derived
     @property
@@ -179,6 +183,13 @@ class PolicyContract:
     def gait_phase(self, time_s) -> np.ndarray:
         """The gait clock (cycles in [0, 1)) `time_s` seconds after the policy started."""
         return gait_phase(time_s, self.gait_period)
+
+    def target_limits(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) the targets are clipped to."""
+        lower, upper = np.asarray(self.joint_pos_lower, dtype=np.float64), np.asarray(self.joint_pos_upper,
+                                                                                        dtype=np.float64)
+        mid, reach = (lower + upper) / 2, self.target_limit_factor * (upper - lower) / 2
+        return mid - reach, mid + reach
 
     def clip_command(self, command) -> np.ndarray:
         """`command` (..., 3) clipped to the trained ranges (unchanged without them)."""
@@ -229,7 +240,8 @@ class PolicyContract:
             lateral_joints=robot_lateral_joints(robot) if lateral else (),
             command_ranges=tuple((float(lo), float(hi)) for lo, hi in (commands.vx, commands.vy, commands.yaw_rate)),
             action_clip=float(action_clip), train_sim_dt=float(env_cfg.sim_dt or robot.sim_dt),
-            train_decimation=int(env_cfg.decimation or robot.decimation))
+            train_decimation=int(env_cfg.decimation or robot.decimation),
+            target_limit_factor=float(robot.target_limit_factor))
 
     def to_metadata(self) -> dict:
         """Plain values (one JSON string each in the ONNX metadata props)."""
@@ -255,6 +267,7 @@ class PolicyContract:
             "command_ranges": None if self.command_ranges is None else dict(zip(COMMAND_AXES,
                                                                                   map(list, self.command_ranges))),
             "train_sim_dt": self.train_sim_dt, "train_decimation": self.train_decimation,
+            "target_limit_factor": self.target_limit_factor,
         }
 
     @classmethod
@@ -324,6 +337,10 @@ class PolicyContract:
                 command_ranges = tuple((float(ranges[a][0]), float(ranges[a][1])) for a in COMMAND_AXES)
             except (KeyError, IndexError, TypeError, ValueError):
                 problems.append(f"command_ranges: expected {{vx, vy, yaw_rate: [lo, hi]}}, got {ranges!r}")
+        limit_factor = meta.get("target_limit_factor", 1.0)
+        if isinstance(limit_factor, bool) or not isinstance(limit_factor, (int, float)) or not 0 < limit_factor <= 1:
+            problems.append(f"target_limit_factor: expected a number in (0, 1], got {limit_factor!r}")
+            limit_factor = 1.0
         if None in layout or None in frame:
             layout, frame = [b for b in layout if b is not None], [b for b in frame if b is not None]
         if problems:
@@ -340,7 +357,8 @@ class PolicyContract:
             command_ranges=command_ranges,
             action_clip=float(meta.get("action_clip", 1.0)),
             train_sim_dt=None if meta.get("train_sim_dt") is None else float(meta["train_sim_dt"]),
-            train_decimation=None if meta.get("train_decimation") is None else int(meta["train_decimation"]))
+            train_decimation=None if meta.get("train_decimation") is None else int(meta["train_decimation"]),
+            target_limit_factor=float(limit_factor))
         if int(meta["num_obs"]) != contract.num_obs:
             raise ContractError(f"num_obs {meta['num_obs']} differs from the layout's {contract.num_obs} entries")
         return contract
@@ -593,8 +611,7 @@ class ActionLaw:
         self.contract = c = contract
         self.default_pose = np.asarray(c.default_pose, dtype=np.float64)
         self.action_scale = np.asarray(c.action_scale, dtype=np.float64)
-        self.lower = np.asarray(c.joint_pos_lower, dtype=np.float64)
-        self.upper = np.asarray(c.joint_pos_upper, dtype=np.float64)
+        self.lower, self.upper = c.target_limits()
         self.relative = c.action_mode == "relative"
         self.feedforward_index = np.array([[c.joint_names.index(n) for n in side] for side in c.feedforward_joints],
                                           dtype=np.int64).reshape(-1, len(FEEDFORWARD_KINDS))

@@ -136,6 +136,10 @@ class RobotConfig:
     joint_friction: float
     """Friction loss of every joint (N m), in the MuJoCo model and the base of its randomisation."""
     joints: tuple
+    target_limit_factor: float = 1.0
+    """Joint targets are clipped to the middle of each joint's range +- this share of its half range: in
+    training, evaluation and on the robot alike (`target_limits`), so a policy learns only targets the
+    deployment passes."""
     source: Path | None = None
     hardware: HardwareConfig = HardwareConfig()
     """The joint-to-motor mapping and IMU mounting of the real robot (deployment side only)."""
@@ -179,6 +183,13 @@ class RobotConfig:
     @property
     def upper(self) -> np.ndarray:
         return self.array("upper")
+
+    def target_limits(self, share: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) joint targets may reach: the middle of each range +- `share` x target_limit_factor x
+        its half range (`share` < 1: a deployment clipping tighter than training did)."""
+        mid, half = (self.lower + self.upper) / 2, (self.upper - self.lower) / 2
+        reach = share * self.target_limit_factor * half
+        return mid - reach, mid + reach
 
     @property
     def action_scales(self) -> np.ndarray:
@@ -276,6 +287,13 @@ def _knee_bodies(raw: dict, where: str) -> tuple:
     return tuple(bodies)
 
 
+def _number(raw: dict, key: str, default: float, where: str) -> float:
+    try:
+        return float(raw.get(key, default))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {key} must be a number, got {raw.get(key)!r}") from exc
+
+
 def load_robot_config(path: str | Path | None = None) -> RobotConfig:
     """Read and validate a robot YAML file (default: the package's config/robot.yaml)."""
     path = Path(path) if path is not None else package_root() / DEFAULT_ROBOT_CONFIG
@@ -341,15 +359,23 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
         action_scale=float(_require(raw, "action_scale", where)),
         action_mode=str(raw.get("action_mode", "absolute")),
         init_base_height=float(_require(raw, "init_base_height", where)),
-        armature=float(raw.get("armature", 0.0)),
-        joint_damping=float(raw.get("joint_damping", 0.0)),
-        joint_friction=float(raw.get("joint_friction", 0.0)),
+        armature=_number(raw, "armature", 0.0, where),
+        joint_damping=_number(raw, "joint_damping", 0.0, where),
+        joint_friction=_number(raw, "joint_friction", 0.0, where),
         joints=tuple(joints),
+        target_limit_factor=_number(raw, "target_limit_factor", 1.0, where),
         source=path,
         hardware=_hardware(raw.get("hardware"), names, where),
     )
     if not cfg.action_scale > 0:
         raise ConfigError(f"{where}: action_scale must be > 0, got {cfg.action_scale}")
+    if not 0 < cfg.target_limit_factor <= 1:
+        raise ConfigError(f"{where}: target_limit_factor must be in (0, 1], got {cfg.target_limit_factor}")
+    lower, upper = cfg.target_limits()
+    outside = [j.name for j, lo, hi in zip(joints, lower, upper) if not lo <= j.default <= hi]
+    if outside:
+        raise ConfigError(f"{where}: target_limit_factor {cfg.target_limit_factor:g} puts the default pose of "
+                          f"{outside} outside the target limits")
     if cfg.action_mode not in ("absolute", "relative"):
         raise ConfigError(f"{where}: action_mode must be 'absolute' or 'relative', got {cfg.action_mode!r}")
     if len(cfg.feet) != 2:

@@ -80,9 +80,8 @@ class CommandLimits:
 
 
 def soft_limits(robot: RobotConfig, factor: float) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper) in joint space: the middle of each range +- factor x its half range."""
-    mid, half = (robot.lower + robot.upper) / 2, (robot.upper - robot.lower) / 2
-    return mid - factor * half, mid + factor * half
+    """(lower, upper) in joint space: `factor` (DeployConfig.soft_limit_factor) of the robot's target limits."""
+    return robot.target_limits(factor)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,8 +27,9 @@ class DeployConfig:
     stand_seconds: float = 2.0
     """STAND: targets move from where they are to the default pose, and Kp from its value in force to
     the configured gain, over this time (smoothstep)."""
-    soft_limit_factor: float = 0.95
-    """Targets are clipped to the middle of each joint's range +- this share of its half range."""
+    soft_limit_factor: float = 1.0
+    """Share of the robot's target limits (robot.yaml target_limit_factor, where training clipped its targets too)
+    the deployment passes: targets beyond are clipped and counted. 1: what the policy learned; below 1: tighter."""
     joint_limit_margin: float = 0.1
     """rad: a measured joint position this far beyond its hard limit is a fault."""
     velocity_bound_scale: float = 1.5
@@ -112,9 +113,9 @@ class DeployConfig:
         if not 0 < self.soft_limit_factor <= 1:
             problems.append(f"soft_limit_factor must be in (0, 1], got {self.soft_limit_factor}")
         else:  # STAND ramps to the default pose: it must lie inside the soft limits
-            mid, half = (robot.lower + robot.upper) / 2, (robot.upper - robot.lower) / 2
-            outside = [n for n, d, m, h in zip(robot.joint_names, robot.default_pose, mid, half)
-                       if abs(d - m) > self.soft_limit_factor * h]
+            lower, upper = robot.target_limits(self.soft_limit_factor)
+            outside = [n for n, d, lo, hi in zip(robot.joint_names, robot.default_pose, lower, upper)
+                       if not lo <= d <= hi]
             if outside:
                 problems.append(f"soft_limit_factor {self.soft_limit_factor:g} puts the default pose of {outside} "
                                 "outside the soft limits")
