@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -207,6 +208,21 @@ def test_the_deployment_passes_every_target_the_trained_action_law_can_send():
     assert clipped(contract, DeployConfig()) == 0
     assert clipped(dataclasses.replace(contract, target_limit_factor=1.0), DeployConfig()) > 0
     assert clipped(contract, DeployConfig(soft_limit_factor=0.9)) > 0
+
+
+def test_loading_says_when_the_policy_learned_targets_this_deployment_clips(tmp_path):
+    from motionvl.deploy.random_policy import write_random_policy
+
+    current = str(write_random_policy(tmp_path / "current.onnx", robot=ROBOT))
+    older = str(write_random_policy(tmp_path / "older.onnx", robot=ROBOT, target_limit_factor=1.0))
+    for path, config, note in ((current, DeployConfig(), None), (older, DeployConfig(), "100%.* passes 95%"),
+                               (current, DeployConfig(soft_limit_factor=0.9), "95%.* passes 86%")):
+        ok, message = Controller(ROBOT, config, clock=FakeClock()).load_policy(path)
+        assert ok, message
+        if note is None:
+            assert "clipped" not in message, message
+        else:
+            assert re.search(f"trained with targets up to {note}: targets beyond are clipped", message), message
 
 
 def test_config_is_validated():

@@ -313,7 +313,16 @@ class Controller:
 
         task = policy_task(getattr(policy, "metadata", None))
         return True, f"loaded {policy.path}" + (f" for the task {task.sentence!r} ({task.describe()})" if task else
-                                                 " (it records no task)")
+                                                 " (it records no task)") + self._clip_note(policy)
+
+    def _clip_note(self, policy) -> str:
+        """What the policy learned to command beyond the targets this deployment passes ('' when nothing)."""
+        contract = getattr(policy, "contract", None)
+        passes = self.robot.target_limit_factor * self.config.soft_limit_factor
+        if contract is None or contract.target_limit_factor <= passes + 1e-9:
+            return ""
+        return (f"; it was trained with targets up to {contract.target_limit_factor:.0%} of each joint range, this "
+                f"deployment passes {passes:.0%}: targets beyond are clipped (counted in the status's clips)")
 
     def close(self, timeout: float = 0.0) -> bool:
         """End the policy runner (cancelling a step in progress); False when its thread is still running."""
