@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import re
 
 import pytest
@@ -349,6 +350,8 @@ def test_the_synth_command_writes_candidates_and_replays_its_ledger(tmp_path, ca
     assert main(["synth", "--task", TASK, "-k", "2", "--backend", "replay", "--ledger", str(ledger)]) == 0
     assert "replay (offline): 2 of 2" in capsys.readouterr().out
     assert main(["synth", "--task", "  "]) == 2 and "task is empty" in capsys.readouterr().err
+    assert main(["synth", "--task", TASK, "--max-fall-fraction", "1.5"]) == 2
+    assert "gates: max_fall_fraction must be a share within [0, 1], got 1.5" in capsys.readouterr().err
     assert main(["synth", "--task", TASK, "--backend", "nope"]) == 2
 
 
@@ -368,9 +371,12 @@ def test_a_parent_below_the_searchs_gates_gets_a_stabilising_edit_even_when_noth
     assert not any(c.ok for c in steady), "a parent that passes the gates and is aligned needs nothing"
 
 
-def test_a_run_with_stricter_gates_holds_the_parent_to_them():
+def test_a_run_with_stricter_gates_holds_the_parent_to_them(tmp_path, capsys):
     """The request carries a run's own gates (a search with min_success_rate 0.95): a parent at 90 % success, which
-    passes the defaults, now gets the stabilising edit; bad gates are refused before any rule runs."""
+    passes the defaults, now gets the stabilising edit, from the loop's request and from `motionvl synth`; bad
+    gates are refused before any rule runs."""
+    from motionvl.cli import main
+
     feedback = MotionFeedback(critic="kinematic", task="walk forward on uneven ground", alignment_score=0.996,
                               descriptors=[], suggestions=[], meta={"not_a_vlm": True}).to_dict()
     scores = {"success_rate": 0.9, "fell_fraction": 0.05, "command": [0.6, 0.0, 0.0], "mean_speed_mps": 0.6}
@@ -384,6 +390,17 @@ def test_a_run_with_stricter_gates_holds_the_parent_to_them():
     assert "success_rate >= 95%, fell_fraction <= 15%" in build_prompt(shown).user  # a model reads them too
     assert "success_rate >= 85%" in build_prompt(dataclasses.replace(shown, gates=None)).user
     assert "gates" not in SynthesisRequest("walk forward", 0, 3).to_dict()  # replay keys of default runs unchanged
+    run = tmp_path / "run"
+    run.mkdir()
+    load_reward_spec().save(run / "reward_spec.yaml")
+    (run / "eval.json").write_text(json.dumps(scores))
+    (run / "feedback.json").write_text(json.dumps(feedback))
+    command = ["synth", "--task", "walk forward on uneven ground", "-k", "1", "--run", str(run), "--feedback",
+               str(run / "feedback.json")]
+    main(command)
+    assert "the parent fails too many walks" not in capsys.readouterr().out  # 90 % passes the default gate
+    assert main(command + ["--min-success-rate", "0.95"]) == 0  # the command line holds it to a run's own gate
+    assert "the parent fails too many walks: success 90%" in capsys.readouterr().out
     for gates, problem in (({"max_clipped_share": 0.1}, "unknown gate"), ({"min_success_rate": 1.5}, "within [0, 1]"),
                            ([0.9], "must be a mapping")):
         with pytest.raises(SynthesisError, match=re.escape(problem)):

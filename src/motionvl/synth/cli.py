@@ -2,6 +2,7 @@
 
   motionvl synth --task "walk forward with straight knees" -k 4 --out cands/
   motionvl synth --task "..." --run RUN_DIR --feedback fb.json        # revise RUN_DIR's spec
+  motionvl synth --task "..." --run RUN_DIR --min-success-rate 0.95   # hold the parent to a stricter gate
   motionvl synth --task "..." --backend openai --base-url http://127.0.0.1:8000/v1 --model qwen2.5-7b-instruct
   motionvl synth --task "..." --print-prompt                         # the model's context, no call
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from motionvl.backend_names import add_model_arguments, backends_help, kind_settings, model_settings
 from motionvl.rl.config import add_dataclass_arguments
-from motionvl.synth.api import SynthesizerOptions
+from motionvl.synth.api import REQUEST_GATES, SynthesizerOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", type=Path, help="a training run directory: its spec, term_stats.json and eval.json")
     parser.add_argument("--feedback", type=Path,
                         help="a MotionFeedback JSON file (the feedback.json of motionvl critique --out DIR)")
+    for gate, meaning in (("min_success_rate", "share of held-out walks the parent must succeed in"),
+                          ("max_fall_fraction", "share of held-out episodes the parent may fall in")):
+        parser.add_argument(f"--{gate.replace('_', '-')}", type=float, metavar="SHARE",
+                            help=f"the search gate a parent is held to: {meaning} (default: the search's default)")
     add_model_arguments(parser, kind_settings("synth"))
     parser.add_argument("--ledger", type=Path, help="replay: the ledger to answer from; else: append the call to it")
     add_dataclass_arguments(parser, SynthesizerOptions)  # --max-repairs, --max-new-tokens, --max-retries, ...
@@ -58,8 +63,10 @@ def _request(args):
     if args.parent is not None:
         parent = load_reward_spec(args.parent)
     feedback = load_json(args.feedback) if args.feedback is not None else None
+    gates = {g: getattr(args, g) for g in REQUEST_GATES if getattr(args, g, None) is not None}
     return SynthesisRequest(args.task, args.iteration, args.num_candidates, parent=parent, parent_statistics=stats,
-                            parent_scores=scores, feedback=feedback, seed=args.seed, temperature=args.temperature)
+                            parent_scores=scores, feedback=feedback, seed=args.seed, temperature=args.temperature,
+                            gates=gates or None)
 
 
 def _options(args) -> dict:
