@@ -50,7 +50,9 @@ class GateConfig:
     """A challenger may walk successfully at most this much less often than the best so far (r*), so a
     style change never buys itself with the walk (notes/straight-knee-probe.md)."""
     max_clipped_share: float = 0.05
-    """Largest share of (control step, joint) commands the playback clipped to the robot's limits."""
+    """Largest share of (control step, joint) commands the playback's deployment controller clipped: targets beyond
+    what the policy was trained to send (training clips at the robot's target limits too) and torques at the
+    effort limits."""
     require_no_fault: bool = True
     """The playback must end without a fault (fall, NaN, limit violation, stale state); a fall alone counts with
     the falls gate against an r* that fails it (motionvl.search.decision)."""
