@@ -52,7 +52,7 @@ class GateConfig:
     max_clipped_share: float = 0.05
     """Largest share of (control step, joint) commands the playback's deployment controller clipped: targets beyond
     what the policy was trained to send (training clips at the robot's target limits too) and torques at the
-    effort limits."""
+    effort limits (torque path)."""
     require_no_fault: bool = True
     """The playback must end without a fault (fall, NaN, limit violation, stale state); a fall alone counts with
     the falls gate against an r* that fails it (motionvl.search.decision)."""
