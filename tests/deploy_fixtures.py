@@ -62,7 +62,7 @@ def expected_limits(robot, config):
     else:
         idx, sign, offset = list(range(J)), np.ones(J), np.zeros(J)
     mid, half = (robot.lower + robot.upper) / 2, (robot.upper - robot.lower) / 2
-    share = config.soft_limit_factor * robot.target_limit_factor
+    share = config.target_limit_share * robot.target_limit_factor
     lo = sign * (mid - share * half)[idx] + offset
     hi = sign * (mid + share * half)[idx] + offset
     kd_max = np.maximum(robot.kd * config.gain_limit_scale, robot.kd * config.damping_scale)[idx]

@@ -188,7 +188,7 @@ def test_mode_machine_edges_latching_and_rearm_gate():
 
 
 def test_the_deployment_passes_every_target_the_trained_action_law_can_send():
-    """Training clips targets to the robot's target limits, so the deployment (soft_limit_factor 1) clips none
+    """Training clips targets to the robot's target limits, so the deployment (target_limit_share 1) clips none
     of them; a policy trained to the hard limits, or a deployment set tighter, has targets clipped and counted."""
     from motionvl.envs.config import EnvConfig
     from motionvl.policy_io import ActionLaw, PolicyContract
@@ -207,7 +207,7 @@ def test_the_deployment_passes_every_target_the_trained_action_law_can_send():
 
     assert clipped(contract, DeployConfig()) == 0
     assert clipped(dataclasses.replace(contract, target_limit_factor=1.0), DeployConfig()) > 0
-    assert clipped(contract, DeployConfig(soft_limit_factor=0.9)) > 0
+    assert clipped(contract, DeployConfig(target_limit_share=0.9)) > 0
 
 
 def test_loading_says_when_the_policy_learned_targets_this_deployment_clips(tmp_path):
@@ -216,7 +216,7 @@ def test_loading_says_when_the_policy_learned_targets_this_deployment_clips(tmp_
     current = str(write_random_policy(tmp_path / "current.onnx", robot=ROBOT))
     older = str(write_random_policy(tmp_path / "older.onnx", robot=ROBOT, target_limit_factor=1.0))
     for path, config, note in ((current, DeployConfig(), None), (older, DeployConfig(), "100%.* passes 95%"),
-                               (current, DeployConfig(soft_limit_factor=0.9), "95%.* passes 86%")):
+                               (current, DeployConfig(target_limit_share=0.9), "95%.* passes 86%")):
         ok, message = Controller(ROBOT, config, clock=FakeClock()).load_policy(path)
         assert ok, message
         if note is None:
@@ -227,7 +227,7 @@ def test_loading_says_when_the_policy_learned_targets_this_deployment_clips(tmp_
 
 def test_config_is_validated():
     with pytest.raises(ConfigError, match="default pose of .*left_knee.* outside the soft limits"):
-        DeployConfig(soft_limit_factor=0.5).validate(ROBOT)
+        DeployConfig(target_limit_share=0.5).validate(ROBOT)
     with pytest.raises(ConfigError, match="whole multiple"):
         DeployConfig(command_rate_hz=75.0).validate(ROBOT)
     with pytest.raises(ConfigError, match="fall_clear_tilt"):
@@ -250,7 +250,7 @@ def test_config_is_validated():
 finite_or_not = st.floats(allow_nan=True, allow_infinity=True, width=64)
 joint_arrays = st.lists(finite_or_not, min_size=J, max_size=J).map(np.array)
 configs = st.builds(DeployConfig, path=st.sampled_from(("pd", "torque")),
-                    soft_limit_factor=st.floats(0.5, 1.0), gain_limit_scale=st.floats(0.5, 2.0),
+                    target_limit_share=st.floats(0.5, 1.0), gain_limit_scale=st.floats(0.5, 2.0),
                     damping_scale=st.floats(0.0, 3.0), feedforward_limit=st.floats(0.0, 0.5))
 
 
@@ -283,8 +283,7 @@ def test_host_torque_is_the_pd_law_clipped_exactly(q, dq, target):
     robot = ROBOTS["mapped"]
     config = DeployConfig(path="torque")
     builder = CommandBuilder(robot, config)
-    soft_lo, soft_hi = (robot.lower + robot.upper) / 2 - 0.95 * (robot.upper - robot.lower) / 2, \
-        (robot.lower + robot.upper) / 2 + 0.95 * (robot.upper - robot.lower) / 2
+    soft_lo, soft_hi = robot.target_limits(config.target_limit_share)
     want = np.clip(robot.kp * (np.clip(target, soft_lo, soft_hi) - q) - robot.kd * dq,
                    -robot.effort_limit, robot.effort_limit)
     tau = JointMapping(robot).from_motor_signed(builder.run(q, dq, target).tau)

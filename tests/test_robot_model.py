@@ -195,6 +195,11 @@ def test_target_limit_factor_is_validated(tmp_path, value, match):
         load_robot_config(_write_config(tmp_path, mutate=lambda raw: raw.update(target_limit_factor=value)))
 
 
+def test_a_robot_config_without_target_limit_factor_keeps_targets_off_the_hard_stops(tmp_path):
+    robot = load_robot_config(_write_config(tmp_path, mutate=lambda raw: raw.pop("target_limit_factor")))
+    assert robot.target_limit_factor == 0.95
+
+
 def test_target_limits_are_the_middle_share_of_each_range():
     robot = load_robot_config()
     assert 0 < robot.target_limit_factor < 1  # the shipped robot keeps its targets off the hard stops

@@ -136,7 +136,7 @@ class RobotConfig:
     joint_friction: float
     """Friction loss of every joint (N m), in the MuJoCo model and the base of its randomisation."""
     joints: tuple
-    target_limit_factor: float = 1.0
+    target_limit_factor: float = 0.95
     """Joint targets are clipped to the middle of each joint's range +- this share of its half range: in
     training, evaluation and on the robot alike (`target_limits`), so a policy learns only targets the
     deployment passes."""
@@ -363,7 +363,7 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
         joint_damping=_number(raw, "joint_damping", 0.0, where),
         joint_friction=_number(raw, "joint_friction", 0.0, where),
         joints=tuple(joints),
-        target_limit_factor=_number(raw, "target_limit_factor", 1.0, where),
+        target_limit_factor=_number(raw, "target_limit_factor", RobotConfig.target_limit_factor, where),
         source=path,
         hardware=_hardware(raw.get("hardware"), names, where),
     )

@@ -51,7 +51,7 @@ class CommandLimits:
 
     @classmethod
     def from_robot(cls, robot: RobotConfig, config: DeployConfig, mapping: JointMapping) -> "CommandLimits":
-        lower, upper = soft_limits(robot, config.soft_limit_factor)
+        lower, upper = soft_limits(robot, config.target_limit_share)
         q_lower, q_upper = mapping.to_motor_range(lower, upper)
         m = mapping.to_motor_unsigned
         return cls(q_lower=q_lower, q_upper=q_upper, dq_max=m(robot.velocity_limit),
@@ -80,7 +80,7 @@ class CommandLimits:
 
 
 def soft_limits(robot: RobotConfig, factor: float) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper) in joint space: `factor` (DeployConfig.soft_limit_factor) of the robot's target limits."""
+    """(lower, upper) in joint space: `factor` (DeployConfig.target_limit_share) of the robot's target limits."""
     return robot.target_limits(factor)
 
 
@@ -148,7 +148,7 @@ class CommandBuilder:
         self.kp, self.kd, self.effort = robot.kp, robot.kd, robot.effort_limit
         self.kd_damp = robot.kd * config.damping_scale
         self.default_pose = robot.default_pose
-        self.soft_lower, self.soft_upper = soft_limits(robot, config.soft_limit_factor)
+        self.soft_lower, self.soft_upper = soft_limits(robot, config.target_limit_share)
         self.clips = {"target": 0, "torque": 0, "last_line": 0}
         """Values clipped since start: targets to the soft joint limits, torques to the effort limits,
         and anything the last line (CommandLimits) had to bound or replace (a bug if ever non-zero)."""

@@ -27,7 +27,7 @@ class DeployConfig:
     stand_seconds: float = 2.0
     """STAND: targets move from where they are to the default pose, and Kp from its value in force to
     the configured gain, over this time (smoothstep)."""
-    soft_limit_factor: float = 1.0
+    target_limit_share: float = 1.0
     """Share of the robot's target limits (robot.yaml target_limit_factor, where training clipped its targets too)
     the deployment passes: targets beyond are clipped and counted. 1: what the policy learned; below 1: tighter."""
     joint_limit_margin: float = 0.1
@@ -110,14 +110,14 @@ class DeployConfig:
                      "fall_tilt", "fall_clear_tilt", "velocity_bound_scale", "gain_limit_scale"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
-        if not 0 < self.soft_limit_factor <= 1:
-            problems.append(f"soft_limit_factor must be in (0, 1], got {self.soft_limit_factor}")
+        if not 0 < self.target_limit_share <= 1:
+            problems.append(f"target_limit_share must be in (0, 1], got {self.target_limit_share}")
         else:  # STAND ramps to the default pose: it must lie inside the soft limits
-            lower, upper = robot.target_limits(self.soft_limit_factor)
+            lower, upper = robot.target_limits(self.target_limit_share)
             outside = [n for n, d, lo, hi in zip(robot.joint_names, robot.default_pose, lower, upper)
                        if not lo <= d <= hi]
             if outside:
-                problems.append(f"soft_limit_factor {self.soft_limit_factor:g} puts the default pose of {outside} "
+                problems.append(f"target_limit_share {self.target_limit_share:g} puts the default pose of {outside} "
                                 "outside the soft limits")
         if not self.fall_clear_tilt < self.fall_tilt:
             problems.append(f"fall_clear_tilt ({self.fall_clear_tilt}) must be below fall_tilt ({self.fall_tilt})")

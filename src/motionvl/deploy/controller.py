@@ -317,11 +317,11 @@ class Controller:
 
     def _clip_note(self, policy) -> str:
         """What the policy learned to command beyond the targets this deployment passes ('' when nothing)."""
-        contract = getattr(policy, "contract", None)
-        passes = self.robot.target_limit_factor * self.config.soft_limit_factor
-        if contract is None or contract.target_limit_factor <= passes + 1e-9:
+        trained = getattr(getattr(policy, "contract", None), "target_limit_factor", None)
+        passes = self.robot.target_limit_factor * self.config.target_limit_share
+        if trained is None or trained <= passes + 1e-9:
             return ""
-        return (f"; it was trained with targets up to {contract.target_limit_factor:.0%} of each joint range, this "
+        return (f"; it was trained with targets up to {trained:.0%} of each joint range, this "
                 f"deployment passes {passes:.0%}: targets beyond are clipped (counted in the status's clips)")
 
     def close(self, timeout: float = 0.0) -> bool:

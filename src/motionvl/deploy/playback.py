@@ -51,9 +51,9 @@ def play(policy, *, seconds: float = 10.0, command=DEFAULT_COMMAND, path: str = 
     sim = SingleSim(robot, terrain, mode="effort", command_timeout=0.0, gantry=gantry)
     controller = Controller(robot, config, clock=lambda: sim.clock)
     hardware = JointMapping(robot)  # the emulated drives speak what the hardware section says
-    ok, message = controller.load_policy(policy if not isinstance(policy, (str, Path)) else str(policy))
+    ok, loaded = controller.load_policy(policy if not isinstance(policy, (str, Path)) else str(policy))
     if not ok:
-        raise ValueError(message)
+        raise ValueError(loaded)
     steps = max(1, int(round(controller.period / robot.sim_dt)))
     run_cycles = int(round(seconds / controller.period))
     settle_cycles = int(round(SETTLE_S / controller.period))
@@ -106,5 +106,5 @@ def play(policy, *, seconds: float = 10.0, command=DEFAULT_COMMAND, path: str = 
         "distance_m": forward_distance(trajectory.base_pos, trajectory.base_quat, command) if rows else 0.0,
         "fell": bool(fell), "mode": status["mode"], "faults": status["faults"],
         "transitions": [f"{t.source.value}->{t.target.value}" for t in controller.modes.transitions],
-        "clips": status["clips"], "policy_steps": status["policy_steps"], "trajectory": trajectory,
+        "clips": status["clips"], "policy_steps": status["policy_steps"], "loaded": loaded, "trajectory": trajectory,
     }

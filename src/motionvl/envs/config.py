@@ -214,7 +214,7 @@ class EnvConfig:
     ankle pitch by (-a, +2a, -a) x sin(pi x swing progress), as `rewards.terms.reference_gait_offsets`
     (~9 cm of lift on mvl_biped at 0.35), nothing while the command is standing. 0: off. Part of
     the exported contract (`gait_feedforward` in the ONNX metadata): whatever drives the robot adds
-    the same offsets to default pose + action scale x action before the joint-limit clip. 0.2: the
+    the same offsets to default pose + action scale x action before the target-limit clip. 0.2: the
     policy need not discover stepping by itself: 10-minute policies of four seeds walked 91-98% of
     episodes against 56-82% without it."""
     gait_stride_feedforward: float = 0.1

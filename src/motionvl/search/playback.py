@@ -3,8 +3,8 @@
 `Playback.play(candidate_id, policy_path, out_dir, command=, terrain=) -> PlaybackResult`: one deterministic
 rollout at the velocity command of the task on its terrain, its trajectory (what the kinematic critic reads), frames
 every `frame_interval_s` from the side camera (what a VLM sees; a video and a contact sheet in out_dir) and the
-deployability the gates check: a fault (a fall, a non-finite state or action) and the share of commands clipped
-to the robot's limits.
+deployability the gates check: a fault (a fall, a non-finite state or action) and the share of commands the
+deployment clipped (targets beyond those the policy was trained to send, torques at the effort limits).
 
 `InProcessPlayback` plays the policy through the deployment controller (motionvl.deploy) on the simulator
 in this process; on the graph `motionvl.ros.graph_playback.GraphPlayback` has the deployment node play it on
@@ -35,7 +35,7 @@ class PlaybackResult:
     fault: str | None
     """Why the playback ended early or cannot be trusted (a fall, a non-finite state or action), else None."""
     clipped_share: float
-    """Share of (control step, joint) commands clipped to the robot's limits."""
+    """Share of (control step, joint) commands the deployment clipped (see GateConfig.max_clipped_share)."""
     duration_s: float
     frame_times: list = dataclasses.field(default_factory=list)
     meta: dict = dataclasses.field(default_factory=dict)
@@ -184,7 +184,8 @@ class InProcessPlayback:
 
 def _simulator_rollout(policy_path: str, *, seconds: float, command, robot, terrain=None) -> dict:
     """The deployment controller's playback summary approximated by a rollout of the evaluation environment at the
-    robot's PD rate (clips: PD torques at the effort limit), for an installation whose controller cannot load."""
+    robot's PD rate (clips: PD torques at the effort limit; not the targets a deployment would clip beyond those the
+    policy was trained to send), for an installation whose controller cannot load."""
     from motionvl.render.rollout import rollout_policy
     from motionvl.rl.export import load_policy
 
