@@ -14,6 +14,7 @@ from motionvl.search.config import GateConfig, RankingConfig, SearchConfig, load
 from motionvl.search.decision import decide, failures_against, gate_failures, verdict_of
 from motionvl.search.dispatch import Dispatcher, SlotState
 from motionvl.search.ledger import Ledger, LedgerWriteError
+from motionvl.task import make_task
 from motionvl.search.lineage import describe_diff
 
 
@@ -113,6 +114,47 @@ def test_candidates_that_tie_on_the_score_are_ranked_by_the_critics_alignment():
     # without critic feedback there is no alignment to rank by
     assert decide(_record("start", task=0.9), [_record("a", task=0.99, align=0.0), _record("b", task=0.98, align=0.9)],
                   gates=gates, ranking=ranking, use_critic=False)["winner"] == "a"
+
+
+def test_a_tie_the_critic_leaves_open_goes_to_the_style_the_held_out_evaluation_shows():
+    """High steps, task suite (seed 0): the start lifted its swing foot 13.4 cm, a candidate 15.5 cm in the 64 held-out
+    episodes with more successes and no falls, and tied on the score (0.861 vs 0.851); one playback each left the
+    critic undecided ("within the noise"), so r* stayed. The evaluation's own measure of the sentence's style
+    decides such a tie; it never overrides the critic's self-consistent preference, a loss in success or falls, or
+    a gain under `style_tiebreak`."""
+    gates, ranking = GateConfig(), RankingConfig(task_weight=0.5, alignment_weight=0.5, margin=0.02)
+    style = make_task("walk forward with high steps").style_measures
+    assert style == (("swing_clearance_m", "higher"),)
+
+    def record(cid, success, falls, task, align, clearance):
+        r = _record(cid, success=success, falls=falls, task=task, align=align)
+        r["evaluation"]["swing_clearance_m"] = clearance
+        return r
+
+    start = record("start", 0.875, 0.0781, 0.9492, 0.7518, 0.134)
+    higher = record("i1k2", 0.9375, 0.0, 0.9234, 0.7979, 0.1554)
+    undecided = lambda c: _judgement(None, None)  # noqa: E731
+    d = decide(start, [higher], gates=gates, ranking=ranking, use_critic=True, judge=undecided, style_measures=style)
+    assert d["winner"] == "i1k2", d
+    assert "swing_clearance_m 0.134 -> 0.155 (+16%) (style tiebreak)" in d["verdicts"]["i1k2"]["reason"]
+    assert decide(start, [higher], gates=gates, ranking=ranking, use_critic=True, judge=undecided)["winner"] is None
+    assert decide(start, [higher], gates=gates, ranking=ranking, use_critic=True, judge=lambda c: _judgement(
+        "second", "first"), style_measures=style)["winner"] is None  # the critic prefers r* in both orders
+    for worse in (record("fewer", 0.86, 0.0, 0.9234, 0.7979, 0.1554), record("falls", 0.9375, 0.09, 0.9234, 0.7979,
+                                                                              0.1554),
+                  record("barely", 0.9375, 0.0, 0.9234, 0.7979, 0.138)):
+        assert decide(start, [worse], gates=gates, ranking=ranking, use_critic=True, judge=undecided,
+                      style_measures=style)["winner"] is None, worse["id"]
+    off = RankingConfig(task_weight=0.5, alignment_weight=0.5, margin=0.02, style_tiebreak=0.0)
+    assert decide(start, [higher], gates=gates, ranking=off, use_critic=True, judge=undecided,
+                  style_measures=style)["winner"] is None
+    # straighter knees are lower angles; a style without a measure (an upright torso) breaks no tie
+    knees = make_task("walk forward with straight knees").style_measures
+    assert knees == (("knee_angle_stance_deg", "lower"),) and make_task("walk with an upright torso").style_measures == ()
+    bent, straight = _record("start", task=0.95, align=0.8), _record("c", task=0.95, align=0.81)
+    bent["evaluation"]["knee_angle_stance_deg"], straight["evaluation"]["knee_angle_stance_deg"] = 15.4, 12.7
+    assert decide(bent, [straight], gates=gates, ranking=ranking, use_critic=True, judge=undecided,
+                  style_measures=knees)["winner"] == "c"
 
 
 def test_a_gate_r_star_fails_too_holds_a_challenger_back_only_where_it_is_worse():

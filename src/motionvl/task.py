@@ -268,6 +268,13 @@ reward terms' default stand_below, `motionvl.rewards.terms.STAND_BELOW`)."""
 
 CRITERIA = ("distance", "turn", "stand", "in_place", "progress")
 
+STYLE_MEASURES = {("knees", "straight"): ("knee_angle_stance_deg", "lower"),
+                  ("knees", "bent"): ("knee_angle_stance_deg", "higher"),
+                  ("steps", "high"): ("swing_clearance_m", "higher")}
+"""(TaskSpec field, value) of a style a sentence asks -> (the held-out evaluation's gait measure of it, the better
+way): what breaks a tie on the ranking score that the critic's comparison leaves open (motionvl.search.decision).
+Styles without an unambiguous per-evaluation mean (a torso kept upright: the mean of a signed pitch) have none."""
+
 
 class TaskError(ConfigError):
     """The sentence gives nothing to command or judge (or asks what the robot cannot be commanded to do)."""
@@ -399,6 +406,13 @@ class Task:
     """The parts of the sentence no rule understood."""
     spec: TaskSpec | None = dataclasses.field(default=None, repr=False, compare=False)
     """What the keyword rules read (None for a task rebuilt from a dict)."""
+
+    @property
+    def style_measures(self) -> tuple:
+        """((evaluation key, "lower" | "higher"), ...) of the styles the sentence asks (STYLE_MEASURES)."""
+        spec = self.spec or parse_task(self.sentence)
+        asked = [("knees", spec.knees)] + [("steps", s) for s in spec.steps]
+        return tuple(dict.fromkeys(STYLE_MEASURES[a] for a in asked if a in STYLE_MEASURES))
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spec"}

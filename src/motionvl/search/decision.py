@@ -16,7 +16,8 @@ In this order, each step on recorded numbers only (so a recorded run's choices c
    (the task score saturates once a walk covers its distance, so a tie on the score is a tie on the walk).
 3. Against r*, best-ranked first: a challenger ahead by more than `margin` wins unless the critic's
    pairwise comparison, asked in both orders and counted only when both answers agree, prefers r*
-   (a veto); one within +-margin wins only when that comparison prefers it (a tiebreak); one behind
+   (a veto); one within +-margin wins only when that comparison prefers it (a tiebreak) or, when it leaves the tie
+   open, the held-out evaluation shows it better on the styles the sentence names (`style_tiebreak`); one behind
    by more than the margin loses. The first winner becomes r*; if none wins, r* stays.
 """
 
@@ -109,13 +110,36 @@ def verdict_of(judgement: dict | None) -> str | None:
     return first if first is not None and first == second else None
 
 
+def style_gain(challenger: dict, best: dict, measures, least: float) -> str | None:
+    """How the held-out evaluation shows `challenger` better than r* on every style measure (motionvl.task
+    STYLE_MEASURES: (key, "lower" | "higher")) by at least `least` of r*'s value, succeeding and falling no worse
+    (None when it does not, when no measure is named or one is missing)."""
+    ev, bev = challenger.get("evaluation") or {}, best.get("evaluation") or {}
+    if not measures or least <= 0:
+        return None
+    if ev.get("success_rate", 0.0) < bev.get("success_rate", 0.0) or \
+            ev.get("fell_fraction", 1.0) > bev.get("fell_fraction", 1.0):
+        return None
+    shown = []
+    for key, way in measures:
+        mine, theirs = ev.get(key), bev.get(key)
+        if mine is None or theirs is None or not theirs:
+            return None
+        gain = (mine - theirs if way == "higher" else theirs - mine) / abs(theirs)
+        if not gain >= least:
+            return None
+        shown.append(f"{key} {theirs:.3g} -> {mine:.3g} ({gain:+.0%})")
+    return ", ".join(shown)
+
+
 def decide(best: dict, challengers: list[dict], *, gates: GateConfig, ranking: RankingConfig, use_critic: bool,
-           judge: Callable[[dict], dict | None] | None = None) -> dict:
+           judge: Callable[[dict], dict | None] | None = None, style_measures=()) -> dict:
     """{"winner": id or None, "verdicts": {id: {outcome, reason, score, gates, verdict}}, "summary": str}.
 
     challengers: records with id and, when trained, evaluation / playback / feedback; a record with
     "failed" set (rejected by validation, crashed in training) keeps that as its reason. judge(challenger)
-    returns the two-order pairwise judgement against r* (None: not asked)."""
+    returns the two-order pairwise judgement against r* (None: not asked). style_measures: the sentence's
+    (Task.style_measures), for a tie the comparison leaves open."""
     best_score = score(best, ranking, use_critic)
     verdicts: dict[str, dict] = {}
     ranked = []
@@ -162,6 +186,11 @@ def decide(best: dict, challengers: list[dict], *, gates: GateConfig, ranking: R
             verdicts[c["id"]] = {**entry, "outcome": "won",
                                  "reason": f"score {s:.3f} ties r*'s {best_score:.3f}; the critic prefers it in both "
                                            "orders (tiebreak)"}
+        elif v is None and (shown := style_gain(c, best, style_measures, ranking.style_tiebreak)):
+            winner = c["id"]
+            verdicts[c["id"]] = {**entry, "outcome": "won",
+                                 "reason": f"score {s:.3f} ties r*'s {best_score:.3f}, the critic's comparison leaves it "
+                                           f"open, and the held-out evaluation shows {shown} (style tiebreak)"}
         else:
             verdicts[c["id"]] = {**entry, "outcome": "lost",
                                  "reason": f"score {s:.3f} ties r*'s {best_score:.3f} and the critic's comparison "

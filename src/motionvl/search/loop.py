@@ -504,7 +504,8 @@ class Search:
                 self._complete(record, best)
         self.ledger.once("decided", key, lambda: decide(
             best, challengers, gates=self.cfg.gates, ranking=self.cfg.ranking, use_critic=self.use_critic,
-            judge=lambda c: self._judge(c, best)) | ({"note": proposal["error"]} if proposal.get("error") else {}))
+            judge=lambda c: self._judge(c, best), style_measures=self.task.style_measures)
+            | ({"note": proposal["error"]} if proposal.get("error") else {}))
         for record in challengers:
             self.records[record["id"]] = record
         return self._after_decision(key, best)
