@@ -185,15 +185,15 @@ def test_estimator_bias_reports_the_estimate_against_the_true_velocity(robot, tm
         assert all(2.0 <= g["latency_ms"] <= 20.0 for g in r["pace_by_latency"])
         assert set(r["speed_correlation"]) == {"latency_ms", "ground_friction", "gain_scale", "joint_friction_scale"}
     # shift the estimator's output by 0.4 (scaled units, x2 of m/s) in the checkpoint: the reported
-    # estimate moves by 0.2 m/s on each axis (the truth moves a little with the policy's new actions)
+    # estimate moves by 0.2 m/s on each axis (the truth, and so the bias, moves with the policy's new actions)
     checkpoint = run_dir / "checkpoints" / "model_2.pt"
     state = torch.load(checkpoint, weights_only=False)
     last_bias = max(k for k in state["actor_state_dict"] if k.startswith("estimator.") and k.endswith(".bias"))
     state["actor_state_dict"][last_bias] += 0.4
     torch.save(state, checkpoint)
     shifted = bias_rows("--terrain", "flat")
-    moved = np.array(shifted[0]["bias_mps"]) - np.array(rows[0]["bias_mps"])
-    assert np.allclose(moved, 0.2, atol=0.05), moved
+    moved = np.array(shifted[0]["estimated_velocity_mps"]) - np.array(rows[0]["estimated_velocity_mps"])
+    assert np.allclose(moved, 0.2, atol=0.05), (moved, np.array(shifted[0]["bias_mps"]) - np.array(rows[0]["bias_mps"]))
     # --run-average reads the checkpoint's moving average, which the shift did not touch
     averaged = bias_rows("--terrain", "flat", "--run-average")
     assert not np.allclose(np.array(averaged[0]["bias_mps"]) - np.array(rows[0]["bias_mps"]), 0.2, atol=0.1), averaged
