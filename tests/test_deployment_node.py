@@ -443,6 +443,10 @@ def test_second_writer_damps_and_refuses_the_start(deployment, ros_context):
         DeploymentNode(context=ros_context, namespace=ns, parameter_overrides=[
             Parameter("realtime_priority", value=0), Parameter("writer_discovery_seconds", value=3.0)])
     squatter.destroy_node()
+    # an old params file's tighter clip is refused, not dropped (its key now means nothing)
+    with pytest.raises(ConfigError, match=r"soft_limit_factor \(0.9\) is retired: set target_limit_share"):
+        DeploymentNode(context=ros_context, namespace=f"/t{uuid.uuid4().hex[:8]}", parameter_overrides=[
+            Parameter("realtime_priority", value=0), Parameter("soft_limit_factor", value=0.9)])
 
 
 def test_second_state_publisher_damps_and_blocks_rearming_while_it_stays(deployment, ros_context):

@@ -471,11 +471,11 @@ def _other_value(name: str, default):
 
 
 def test_every_deployment_parameter_set_with_p_wins_over_the_params_file(graph, tmp_path, policy):
-    from motionvl.ros.deployment_node import PARAMETERS, POLICY_PARAMETER
+    from motionvl.ros.deployment_node import PARAMETERS, POLICY_PARAMETER, RETIRED_PARAMETERS
 
     values = {"robot_config": _robot_copy(tmp_path), POLICY_PARAMETER: policy}
     values.update({name: _other_value(name, default) for name, (default, _text) in PARAMETERS.items()
-                   if name not in values})
+                   if name not in values and name not in RETIRED_PARAMETERS})  # a retired one stops the node
     argv = [str(BIN / "deployment_node"), "--ros-args", "--params-file", str(ROOT / "config" / "nodes.yaml")]
     for name, value in values.items():
         argv += ["-p", f"{name}:={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"]

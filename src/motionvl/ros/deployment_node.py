@@ -178,7 +178,10 @@ SHAPED_FIELDS = ("cmd_vel_accel", "cmd_vel_ranges")
 
 CONTROLLER_PARAMETERS = dataclass_parameters(DeployConfig, skip=SHAPED_FIELDS)
 """Every other DeployConfig field as a parameter of the same name: its default and its docstring."""
-PARAMETERS = {**NODE_PARAMETERS, **CONTROLLER_PARAMETERS}
+RETIRED_PARAMETERS = {"soft_limit_factor": (0.0, "Retired: target_limit_share took its place, a share of robot.yaml's "
+                                                  "target_limit_factor (0.95 here is 1.0 there); setting it stops "
+                                                  "the node rather than drop a tighter clip unnoticed.")}
+PARAMETERS = {**NODE_PARAMETERS, **CONTROLLER_PARAMETERS, **RETIRED_PARAMETERS}
 
 POLICY_PARAMETER = "policy"
 WRITABLE_PARAMETERS = {POLICY_PARAMETER: ("", "ONNX policy: loaded and checked by configure when set; names what "
@@ -243,6 +246,9 @@ class DeploymentNode(LifecycleNode):
         """Held by each lifecycle transition and by a request deciding where it runs."""
         self._started_at = time.monotonic()
         p = declare_parameters(self, PARAMETERS)
+        if p["soft_limit_factor"]:
+            raise ConfigError(f"parameter soft_limit_factor ({p['soft_limit_factor']:g}) is retired: set "
+                              "target_limit_share, a share of robot.yaml's target_limit_factor (the old 0.95 is 1.0)")
         default, description = WRITABLE_PARAMETERS[POLICY_PARAMETER]
         self.declare_parameter(POLICY_PARAMETER, default, ParameterDescriptor(description=description))
         if p["trigger"] not in TRIGGERS:
