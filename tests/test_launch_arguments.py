@@ -513,6 +513,16 @@ def test_a_node_that_cannot_start_says_why_in_one_line_and_exits_1(graph, tmp_pa
             f"{executable}:\n{log}"
 
 
+def test_the_deployment_node_refuses_the_retired_soft_limit_factor_from_the_command_line(graph):
+    """An old params file or `-p soft_limit_factor:=0.9` (a tighter clip than the robot's) stops the node naming its
+    replacement: rclpy would drop the undeclared key, and the operator's clip with it."""
+    argv = [str(BIN / "deployment_node"), "--ros-args", "--params-file", str(ROOT / "config" / "nodes.yaml"),
+            "-p", "realtime_priority:=0", "-p", "soft_limit_factor:=0.9"]
+    graph.start("deployment_node", argv)
+    assert graph.procs["deployment_node"].wait(START_TIMEOUT_S) == 1, graph.log("deployment_node")
+    assert "soft_limit_factor (0.9) is retired: set target_limit_share" in graph.log("deployment_node")
+
+
 # Where a node writes by default (relative to its working directory): elsewhere in a test.
 WRITES_TO = {"policy_trainer": "runs_dir", "recorder": "output_dir", "orchestrator": "run_dir"}
 

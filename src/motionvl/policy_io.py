@@ -33,7 +33,7 @@ import dataclasses
 
 import numpy as np
 
-from motionvl.robot import SIDES, ConfigError
+from motionvl.robot import SIDES, ConfigError, middle_share
 from motionvl.sim.math import projected_gravity, wrap_angle, yaw_of
 
 FORMAT = "motionvl-policy/2"
@@ -186,10 +186,7 @@ class PolicyContract:
 
     def target_limits(self) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) the targets are clipped to."""
-        lower, upper = np.asarray(self.joint_pos_lower, dtype=np.float64), np.asarray(self.joint_pos_upper,
-                                                                                        dtype=np.float64)
-        mid, reach = (lower + upper) / 2, self.target_limit_factor * (upper - lower) / 2
-        return mid - reach, mid + reach
+        return middle_share(self.joint_pos_lower, self.joint_pos_upper, self.target_limit_factor)
 
     def clip_command(self, command) -> np.ndarray:
         """`command` (..., 3) clipped to the trained ranges (unchanged without them)."""

@@ -185,11 +185,9 @@ class RobotConfig:
         return self.array("upper")
 
     def target_limits(self, share: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) joint targets may reach: the middle of each range +- `share` x target_limit_factor x
-        its half range (`share` < 1: a deployment clipping tighter than training did)."""
-        mid, half = (self.lower + self.upper) / 2, (self.upper - self.lower) / 2
-        reach = share * self.target_limit_factor * half
-        return mid - reach, mid + reach
+        """(lower, upper) joint targets may reach: `share` x target_limit_factor of each range (`share` < 1: a
+        deployment clipping tighter than training did)."""
+        return middle_share(self.lower, self.upper, share * self.target_limit_factor)
 
     @property
     def action_scales(self) -> np.ndarray:
@@ -285,6 +283,13 @@ def _knee_bodies(raw: dict, where: str) -> tuple:
     if not isinstance(bodies, list) or not all(isinstance(b, str) for b in bodies):
         raise ConfigError(f"{where}: 'knee_bodies' must be a list of body (link) names, got {bodies!r}")
     return tuple(bodies)
+
+
+def middle_share(lower, upper, share: float) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) of the middle `share` of each range [lower, upper]: mid +- share x half range."""
+    lower, upper = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    mid, reach = (lower + upper) / 2, share * (upper - lower) / 2
+    return mid - reach, mid + reach
 
 
 def _number(raw: dict, key: str, default: float, where: str) -> float:

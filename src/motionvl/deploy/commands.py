@@ -51,7 +51,7 @@ class CommandLimits:
 
     @classmethod
     def from_robot(cls, robot: RobotConfig, config: DeployConfig, mapping: JointMapping) -> "CommandLimits":
-        lower, upper = soft_limits(robot, config.target_limit_share)
+        lower, upper = robot.target_limits(config.target_limit_share)
         q_lower, q_upper = mapping.to_motor_range(lower, upper)
         m = mapping.to_motor_unsigned
         return cls(q_lower=q_lower, q_upper=q_upper, dq_max=m(robot.velocity_limit),
@@ -77,11 +77,6 @@ class CommandLimits:
                 out.append(f"{name}: outside [{np.round(np.broadcast_to(lo, v.shape), 4).tolist()}, "
                            f"{np.round(np.broadcast_to(hi, v.shape), 4).tolist()}]: {np.round(v, 4).tolist()}")
         return out
-
-
-def soft_limits(robot: RobotConfig, factor: float) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper) in joint space: `factor` (DeployConfig.target_limit_share) of the robot's target limits."""
-    return robot.target_limits(factor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +143,7 @@ class CommandBuilder:
         self.kp, self.kd, self.effort = robot.kp, robot.kd, robot.effort_limit
         self.kd_damp = robot.kd * config.damping_scale
         self.default_pose = robot.default_pose
-        self.soft_lower, self.soft_upper = soft_limits(robot, config.target_limit_share)
+        self.soft_lower, self.soft_upper = robot.target_limits(config.target_limit_share)
         self.clips = {"target": 0, "torque": 0, "last_line": 0}
         """Values clipped since start: targets to the soft joint limits, torques to the effort limits,
         and anything the last line (CommandLimits) had to bound or replace (a bug if ever non-zero)."""
