@@ -404,3 +404,33 @@ def test_a_run_with_stricter_gates_holds_the_parent_to_them(tmp_path, capsys):
                            ([0.9], "must be a mapping")):
         with pytest.raises(SynthesisError, match=re.escape(problem)):
             SynthesisRequest("walk forward", 0, 3, gates=gates).checked()
+
+
+def test_a_style_candidate_that_walked_short_is_retried_with_the_speed_held():
+    """Task suite, straight knees (seed 0): i1k3 straightened the stance knees 14.8 -> 8.7 deg without a fall but
+    walked 0.54 m/s of the 0.6 asked and failed the distance criterion (64 % success); the next iteration tried other
+    findings and never came back to it. Now its edits come first again, with a stronger velocity-error cost."""
+    start = {"success_rate": 0.875, "fell_fraction": 0.078, "mean_speed_mps": 0.591, "knee_angle_stance_deg": 14.8,
+             "command": [0.6, 0.0, 0.0]}
+    first = propose(k=3, parent_scores=start)
+    straight = next(c for c in first if c.ok and "knee_extension" in {e["term"] for e in c.edits})
+    short = {"success_rate": 0.641, "fell_fraction": 0.0, "mean_speed_mps": 0.539, "knee_angle_stance_deg": 8.7}
+    tried = [{"id": "i1k3", "parent": "start", "edits": straight.edits, **straight.spec.to_dict(), "outcome": "gated",
+              "reason": "success rate 64.1% < 85.0%", "scores": short}]
+    again = propose(k=3, parent_scores=start, iteration=1, tried=tried)
+    assert again[0].ok and again[0].rationale.startswith("rules (model-free): i1k3 moved the style"), again[0].rationale
+    retried = again[0].spec
+    assert retried.term("knee_extension") == straight.spec.term("knee_extension")
+    def per_mps(spec):  # what the linear velocity error charges per m/s short of the command
+        term = spec.term("lin_vel_error")
+        return term.weight / term.params.get("scale", REGISTRY["lin_vel_error"].params["scale"])
+
+    assert per_mps(retried) > per_mps(straight.spec)
+    for scores, why in [({**short, "mean_speed_mps": 0.59}, "kept its speed"), ({**short, "fell_fraction": 0.3},
+                        "fell"), ({**short, "knee_angle_stance_deg": 14.5}, "style barely moved"),
+                        ({**short, "success_rate": 0.95}, "did not lose on success")]:
+        other = propose(k=3, parent_scores=start, iteration=1, tried=[{**tried[0], "scores": scores}])
+        assert not any("i1k3 moved the style" in (c.rationale or "") for c in other), why
+    assert not any("moved the style" in (c.rationale or "")
+                   for c in propose(task="walk backward", k=3, parent_scores=start, iteration=1, tried=tried)), \
+        "no style asked: nothing to retry"

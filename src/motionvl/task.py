@@ -276,6 +276,28 @@ way): what breaks a tie on the ranking score that the critic's comparison leaves
 Styles without an unambiguous per-evaluation mean (a torso kept upright: the mean of a signed pitch) have none."""
 
 
+def style_gains(scores: dict, reference: dict, measures) -> list[float] | None:
+    """Per style measure ((key, "lower" | "higher"), STYLE_MEASURES), how much better `scores` are than `reference`
+    as a share of the reference's value (negative: worse); None when no measure is named or a value is missing."""
+    gains = []
+    for key, way in measures or ():
+        mine, theirs = scores.get(key), reference.get(key)
+        if not isinstance(mine, (int, float)) or not isinstance(theirs, (int, float)) or not theirs:
+            return None
+        gains.append((mine - theirs if way == "higher" else theirs - mine) / abs(theirs))
+    return gains or None
+
+
+def style_improvement(scores: dict, reference: dict, measures, least: float) -> str | None:
+    """How the evaluation `scores` are better than `reference` on every style measure by at least `least` of the
+    reference's value, as text ("knee_angle_stance_deg 14.8 -> 8.7 (+41%)"); None when they are not."""
+    gains = style_gains(scores, reference, measures)
+    if gains is None or least <= 0 or not min(gains) >= least:
+        return None
+    return ", ".join(f"{key} {reference[key]:.3g} -> {scores[key]:.3g} ({gain:+.0%})"
+                     for (key, _), gain in zip(measures, gains))
+
+
 class TaskError(ConfigError):
     """The sentence gives nothing to command or judge (or asks what the robot cannot be commanded to do)."""
 

@@ -27,6 +27,7 @@ from typing import Callable
 
 from motionvl.search.config import GateConfig, RankingConfig
 from motionvl.search.playback import fall_only
+from motionvl.task import style_improvement
 
 
 def _gate_checks(candidate: dict, best: dict | None, gates: GateConfig) -> dict[str, str]:
@@ -111,25 +112,13 @@ def verdict_of(judgement: dict | None) -> str | None:
 
 
 def style_gain(challenger: dict, best: dict, measures, least: float) -> str | None:
-    """How the held-out evaluation shows `challenger` better than r* on every style measure (motionvl.task
-    STYLE_MEASURES: (key, "lower" | "higher")) by at least `least` of r*'s value, succeeding and falling no worse
-    (None when it does not, when no measure is named or one is missing)."""
+    """How the held-out evaluation shows `challenger` better than r* on every style measure by at least `least` of
+    r*'s value (motionvl.task.style_improvement), succeeding and falling no worse (None when it does not)."""
     ev, bev = challenger.get("evaluation") or {}, best.get("evaluation") or {}
-    if not measures or least <= 0:
-        return None
     if ev.get("success_rate", 0.0) < bev.get("success_rate", 0.0) or \
             ev.get("fell_fraction", 1.0) > bev.get("fell_fraction", 1.0):
         return None
-    shown = []
-    for key, way in measures:
-        mine, theirs = ev.get(key), bev.get(key)
-        if mine is None or theirs is None or not theirs:
-            return None
-        gain = (mine - theirs if way == "higher" else theirs - mine) / abs(theirs)
-        if not gain >= least:
-            return None
-        shown.append(f"{key} {theirs:.3g} -> {mine:.3g} ({gain:+.0%})")
-    return ", ".join(shown)
+    return style_improvement(ev, bev, measures, least)
 
 
 def decide(best: dict, challengers: list[dict], *, gates: GateConfig, ranking: RankingConfig, use_critic: bool,

@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from motionvl.rewards.spec import RewardSpec, TermSpec, load_reward_spec, reward_key
+from motionvl.rewards.spec import RewardSpec, RewardSpecError, TermSpec, load_reward_spec, reward_key
 from motionvl.rewards.terms import ALIASES, REGISTRY
 from motionvl.synth.api import (Candidate, RewardSynthesizer, SynthesisRequest, empty_usage, gate_thresholds, rejected,
                                 term_diff)
@@ -456,6 +456,69 @@ def gate_moves(parent: RewardSpec, scores: dict | None, stats: dict | None, meas
     return moves
 
 
+SPEED_HELD = 0.95
+"""A tried candidate moving slower than this share of its command walked short of it (the distance criterion asks 5
+of every 6 m the command covers, pushes included)."""
+STYLE_KEPT = 0.05
+"""The least gain on every style measure (share of the parent's value) that makes a short-walking candidate worth
+retrying with the speed held."""
+
+
+def tried_moves(parent: RewardSpec, tried: list, task, parent_scores: dict | None, gates: dict | None) -> list[Move]:
+    """A tried candidate that moved the task's style the asked way (>= STYLE_KEPT on each of the sentence's style
+    measures) and fell no more than the gate allows, but lost on success while walking short of the command: its
+    edits again, now with the speed held (a stronger velocity-error cost on top of its own). Style edits traded speed
+    for style in every such run, and their longer training slowed further. Task = motionvl.task.Task."""
+    from motionvl.task import style_gains, style_improvement
+
+    measures = task.style_measures if task is not None else ()
+    asked = math.hypot(*task.command[:2]) if task is not None else 0.0
+    if not measures or asked < 0.05:
+        return []
+    min_success, max_falls = gate_thresholds(gates)
+    base = parent_scores or {}
+    found = []
+    for entry in tried:
+        scores = entry.get("scores") or {}
+        speed, fell, success = (scores.get(k) for k in ("mean_speed_mps", "fell_fraction", "success_rate"))
+        if entry.get("outcome") == "refused" or not entry.get("terms") or \
+                (entry.get("code") or None) != (parent.code or None) or \
+                not all(isinstance(v, (int, float)) for v in (speed, fell, success)):
+            continue
+        lost = success < max(base.get("success_rate", 0.0), min_success)
+        shown = style_improvement(scores, base, measures, STYLE_KEPT)
+        if shown is None or not lost or fell > max_falls or speed >= SPEED_HELD * asked:
+            continue
+        try:
+            own = RewardSpec.from_dict({"terms": entry["terms"], "code": entry.get("code"),
+                                        "scale": entry.get("scale", 1.0)}, where=f"tried candidate {entry.get('id')}")
+        except RewardSpecError:  # an entry this version cannot read: nothing to retry
+            continue
+        edits = [Edit(t.name, t.weight, dict(t.params), t.source) for t in own.terms
+                 if t.name not in parent.weights or parent.term(t.name) != t]
+        edits += [Edit(name, 0.0) for name in parent.weights if name not in own.weights]
+        held = [e for e in (_raise(own, "lin_vel_error", 0.2, 0.5),) if e is not None]
+        stricter = [e for e in (_raise(own, "tracking_lin_vel", 0.0, 1.0),) if e is not None]
+        if not edits or not held:
+            continue
+        found.append((min(style_gains(scores, base, measures)), Move(
+            f"tried:{entry.get('id')}+speed", 2.0 + min(1.0, (asked - speed) / asked * 5.0),
+            f"{entry.get('id')} moved the style ({shown}) falling {fell:.0%}, but walked {speed:.2f} of the "
+            f"{asked:.2f} m/s asked (success {success:.0%}): its edits again with the speed held",
+            [[*_replace(edits, held)], [*_replace(edits, held + stricter)]])))
+    return [m for _, m in sorted(found, key=lambda f: -f[0])[:2]]  # the largest style gains
+
+
+def _replace(edits: list[Edit], over: list[Edit]) -> list[Edit]:
+    """`edits` with `over` laid on top (an edit of the same term keeps its own parameters `over` does not set)."""
+    out = {e.term: e for e in edits}
+    for e in over:
+        own = out.get(e.term)
+        out[e.term] = e if own is None else dataclasses.replace(
+            own, weight=own.weight if e.weight is None else e.weight, params={**(own.params or {}), **(e.params or {})})
+    return list(out.values())
+
+
 # ----------------------------------------------------------------------------- the backend
 class RulesSynthesizer(RewardSynthesizer):
     """Model-free proposals by rules (see the module docstring); deterministic for a seed."""
@@ -487,6 +550,7 @@ class RulesSynthesizer(RewardSynthesizer):
         taken = {(e.term, "increase") for m in moves for v in m.variants for e in v if e.weight is not None}
         found, notes = critic_moves(parent, request.feedback, measured, taken)
         moves += found + reflection_moves(parent, request.parent_statistics)
+        moves += tried_moves(parent, request.tried, motion, request.parent_scores, request.gates)
         moves = [m for m in moves if m.variants]
         summary = self._summary(request, task, measured, moves, notes)
         if not moves:
