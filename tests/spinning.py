@@ -36,11 +36,26 @@ class Spinners:
         return next(node for _, node, _ in self._running if node.get_name() == name)
 
     def shutdown(self) -> None:
-        for executor, _, _ in self._running:
-            executor.shutdown(timeout_sec=2.0)
-        for _, _, thread in self._running:  # no callback may still be running when its node goes
-            thread.join(timeout=5.0)
-        for _, node, _ in self._running:
-            node.destroy_node()
-            destroy_actions(node)  # a test's own client nodes hold actions too
-        self._running.clear()
+        running, self._running = self._running, []
+        stop_spinning([(executor, thread) for executor, _, thread in running],
+                      [node for _, node, _ in running], also=destroy_actions)  # a test's own client nodes hold actions
+
+
+def stop_spinning(spinning, nodes, *, others=(), also=None, timeout: float = 30.0) -> None:
+    """Stop each (executor, spin thread) of `spinning` and the `others` threads (a test's own publishers), then
+    destroy `nodes` (and call `also(node)` on each). A node destroyed while a thread still waits on it or publishes
+    through it can take the process down with a segmentation fault (the DDS layer frees what that thread uses), so
+    when a thread has not ended within `timeout` s the nodes are left alone and the test fails naming the thread."""
+    for executor, _ in spinning:
+        executor.shutdown(timeout_sec=timeout)
+    threads = [thread for _, thread in spinning] + list(others)
+    for thread in threads:
+        thread.join(timeout=timeout)
+    alive = [thread.name for thread in threads if thread.is_alive()]
+    if alive:
+        raise AssertionError(f"threads {alive} still run {timeout:.0f} s after being stopped: their nodes are left "
+                             "undestroyed (destroying them under a running thread can crash the process)")
+    for node in nodes:
+        node.destroy_node()
+        if also is not None:
+            also(node)

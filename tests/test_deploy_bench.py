@@ -70,6 +70,7 @@ def test_the_stand_in_robot_measures_a_controller_of_either_status_form(status_f
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from spinning import stop_spinning
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Header, String
 
@@ -111,10 +112,8 @@ def test_the_stand_in_robot_measures_a_controller_of_either_status_form(status_f
                     "faults: stale_state)")):
                 robot.run(0.3, wait_for_diagnostics=False)
     finally:
-        for executor, node, spin, context in zip(executors, (robot, controller), spins, contexts):
-            executor.shutdown(timeout_sec=2.0)
-            spin.join(timeout=5.0)
-            node.destroy_node()
+        stop_spinning(list(zip(executors, spins)), [robot, controller])
+        for context in contexts:
             rclpy.try_shutdown(context=context)
     assert robot.mode == mode
     if mode == "RUN":

@@ -28,6 +28,7 @@ if not hasattr(runtime, "catch_signals"):
 from deploy_fixtures import ROBOT  # noqa: E402
 
 J = ROBOT.num_joints
+from spinning import stop_spinning  # noqa: E402
 from test_deployment_node import Drives  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
@@ -72,9 +73,7 @@ def test_damping_after_a_signal(ros_context, sig):
         if node.poll() is None:
             node.kill()
             node.communicate()
-        executor.shutdown(timeout_sec=2.0)
-        spin.join(timeout=5.0)
-        drives.node.destroy_node()
+        stop_spinning([(executor, spin)], [drives.node])
 
 
 # ---------------------------------------------------------------------- hung policy, budget, stall
@@ -94,7 +93,6 @@ class StateStream:
 
     def close(self) -> None:
         self.stop.set()
-        self.thread.join(timeout=5.0)
 
 
 def start_node(ns: str, *params: str, script: str | None = None):
@@ -121,9 +119,7 @@ def finish(node, executor, thread, drives, stream=None) -> None:
     if node.poll() is None:
         node.kill()
         node.communicate()
-    executor.shutdown(timeout_sec=2.0)
-    thread.join(timeout=5.0)
-    drives.node.destroy_node()
+    stop_spinning([(executor, thread)], [drives.node], others=[stream.thread] if stream is not None else [])
 
 
 def test_exit_damping_after_a_hung_policy_step_keeps_kd_on_the_torque_path(ros_context, tmp_path):

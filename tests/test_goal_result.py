@@ -16,6 +16,7 @@ from rclpy.node import Node
 
 from motionvl.action import Synthesize
 from motionvl.ros.goals import ActionClient, destroy_actions, goal_result
+from spinning import stop_spinning
 
 
 @pytest.fixture
@@ -53,11 +54,7 @@ def graph(ros_context):
     try:
         yield client, cancels
     finally:
-        executor.shutdown()
-        spinner.join(timeout=5.0)
-        for node in (server_node, client_node):
-            node.destroy_node()
-            destroy_actions(node)
+        stop_spinning([(executor, spinner)], [server_node, client_node], also=destroy_actions)
 
 
 def test_an_answer_a_refusal_and_a_timeout_that_cancels(graph):
