@@ -289,6 +289,9 @@ def test_presets_are_iteration_budgets_with_the_papers_k_and_n_on_gpu():
     assert (gpu.candidates, gpu.iterations) == (10, 5)
     quick = load_search_config("quick", {"gates": {"min_success_rate": 0.9}})
     assert quick.gates.min_success_rate == 0.9 and quick.total_iterations == 300 + 2 * 3 * 60 + 150
+    assert load_search_config("quick", {"ranking": {"style_tiebreak": 0.0}}).ranking.style_tiebreak == 0.0
+    with pytest.raises(ValueError, match=r"ranking.style_tiebreak in \[0, 1\)"):
+        load_search_config("quick", {"ranking": {"style_tiebreak": -0.05}})
     with pytest.raises(ValueError, match="unknown preset"):
         load_search_config("huge")
     with pytest.raises(ValueError, match="candidates"):

@@ -241,6 +241,8 @@ class SearchConfig:
             (self.ranking.task_weight >= 0 and self.ranking.alignment_weight >= 0
              and self.ranking.task_weight + self.ranking.alignment_weight > 0,
              "ranking weights must be >= 0 and not both 0"),
+            (self.ranking.margin >= 0 and 0.0 <= self.ranking.style_tiebreak < 1.0,
+             "ranking.margin must be >= 0 and ranking.style_tiebreak in [0, 1) (0: off)"),
             (self.command is None or (len(self.command) == 3 and all(isinstance(c, (int, float)) and not
                                                                        isinstance(c, bool) for c in self.command)),
              "command must be [vx, vy, yaw_rate] or null"),
