@@ -434,3 +434,8 @@ def test_a_style_candidate_that_walked_short_is_retried_with_the_speed_held():
     assert not any("moved the style" in (c.rationale or "")
                    for c in propose(task="walk backward", k=3, parent_scores=start, iteration=1, tried=tried)), \
         "no style asked: nothing to retry"
+    other = next(c for c in first if c.ok and c is not straight)
+    milder = {"id": "i1k1", "parent": "start", "edits": other.edits, **other.spec.to_dict(), "outcome": "gated",
+              "reason": "success rate 60.9% < 85.0%", "scores": {**short, "knee_angle_stance_deg": 10.6, "mean_speed_mps": 0.521}}
+    both = propose(k=3, parent_scores=start, iteration=1, tried=[milder, tried[0]])
+    assert [c.rationale.split(" moved")[0][-4:] for c in both[:2]] == ["i1k3", "i1k1"], "the larger style gain first"

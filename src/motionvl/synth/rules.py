@@ -467,8 +467,9 @@ retrying with the speed held."""
 def tried_moves(parent: RewardSpec, tried: list, task, parent_scores: dict | None, gates: dict | None) -> list[Move]:
     """A tried candidate that moved the task's style the asked way (>= STYLE_KEPT on each of the sentence's style
     measures) and fell no more than the gate allows, but lost on success while walking short of the command: its
-    edits again, now with the speed held (a stronger velocity-error cost on top of its own). Style edits traded speed
-    for style in every such run, and their longer training slowed further. Task = motionvl.task.Task."""
+    edits again, now with the speed held (a stronger velocity-error cost on top of its own; then a tighter tracking
+    kernel too). At most two, the largest style gains first and ahead of the other findings. Task =
+    motionvl.task.Task."""
     from motionvl.task import style_gains, style_improvement
 
     measures = task.style_measures if task is not None else ()
@@ -501,12 +502,13 @@ def tried_moves(parent: RewardSpec, tried: list, task, parent_scores: dict | Non
         stricter = [e for e in (_raise(own, "tracking_lin_vel", 0.0, 1.0),) if e is not None]
         if not edits or not held:
             continue
-        found.append((min(style_gains(scores, base, measures)), Move(
-            f"tried:{entry.get('id')}+speed", 2.0 + min(1.0, (asked - speed) / asked * 5.0),
+        gain = min(style_gains(scores, base, measures))
+        found.append((gain, Move(
+            f"tried:{entry.get('id')}+speed", 2.0 + min(1.0, gain),
             f"{entry.get('id')} moved the style ({shown}) falling {fell:.0%}, but walked {speed:.2f} of the "
             f"{asked:.2f} m/s asked (success {success:.0%}): its edits again with the speed held",
             [[*_replace(edits, held)], [*_replace(edits, held + stricter)]])))
-    return [m for _, m in sorted(found, key=lambda f: -f[0])[:2]]  # the largest style gains
+    return [m for _, m in sorted(found, key=lambda f: -f[0])[:2]]
 
 
 def _replace(edits: list[Edit], over: list[Edit]) -> list[Edit]:
