@@ -925,13 +925,45 @@ def running_on_a_worker(path="torque", **config):
     return c, clock, gate, entered
 
 
-def test_a_late_step_damps_on_schedule_and_its_target_serves_the_rest_of_its_period():
+@pytest.fixture
+def on_a_worker():
+    """running_on_a_worker, its step released and its worker thread ended after the test (none outlives it)."""
+    made = []
+
+    def make(*args, **config):
+        made.append(running_on_a_worker(*args, **config))
+        return made[-1]
+
+    yield make
+    for c, _, gate, _ in made:
+        gate.set()
+        assert c.close(timeout=10.0), "the policy worker thread did not end"
+
+
+def test_a_worker_ends_on_close_idle_with_a_result_taken_or_not():
+    """The node closes its controller on deactivate and at exit, often with a step's result not yet taken: the
+    worker thread ends then too (it used to wait for work forever, and the node warned of a hung step)."""
+    from waiting import wait_for
+
+    from motionvl.deploy.inference import PolicyWorker, StepRequest
+
+    for steps, take in [(0, False), (1, True), (1, False)]:
+        worker = PolicyWorker(object())  # no policy I/O: each step returns its problem, quickly
+        for _ in range(steps):
+            worker.submit(StepRequest(0, *(np.zeros(3) for _ in range(5)), time_s=0.0))
+            assert wait_for(lambda w=worker: not w._done.locked()), "the step did not come back"
+            if take:
+                assert worker.poll().problem.startswith("policy step raised")
+        assert worker.close(timeout=5.0), (steps, take)
+
+
+def test_a_late_step_damps_on_schedule_and_its_target_serves_the_rest_of_its_period(on_a_worker):
     """Torque path, ten PD cycles a policy period: a step's target takes effect one cycle after the state
     it was computed from (the first RUN cycle commands the default pose). The step is held, so the cycles
     that need it damp (RUN kept); once it is back, the rest of its period runs on its target."""
     from waiting import wait_for
 
-    c, clock, gate, entered = running_on_a_worker("torque")
+    c, clock, gate, entered = on_a_worker("torque")
     gate.clear()
     feed(c, ROBOT.default_pose, np.zeros(J), clock)
     assert c.cycle().mode == Mode.RUN  # RUN's entry target; the step of period 0 starts
@@ -949,8 +981,8 @@ def test_a_late_step_damps_on_schedule_and_its_target_serves_the_rest_of_its_per
     assert c._policy_steps == 1 and c.stats.late_cycles == 2 and not c.modes.faults
 
 
-def test_a_hung_step_faults_after_overrun_periods_and_is_cancelled_and_blocks_run():
-    c, clock, gate, entered = running_on_a_worker("pd", overrun_periods=2, allow_rearm=True)
+def test_a_hung_step_faults_after_overrun_periods_and_is_cancelled_and_blocks_run(on_a_worker):
+    c, clock, gate, entered = on_a_worker("pd", overrun_periods=2, allow_rearm=True)
     gate.clear()
     try:
         feed(c, ROBOT.default_pose, np.zeros(J), clock)

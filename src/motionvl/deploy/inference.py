@@ -196,9 +196,10 @@ class PolicyWorker:
         False when it is still running (a step that hangs outside ONNX Runtime): it is left behind."""
         self._closed = True
         self.cancel()
-        if not self._busy:
-            self._request = None
+        try:  # wake a worker waiting for work, also one whose last result nobody took
             self._go.release()
+        except RuntimeError:  # a submitted step it has not picked up yet already woke it
+            pass
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
@@ -213,7 +214,7 @@ class PolicyWorker:
         while True:
             self._go.acquire()
             request = self._request
-            if self._closed and (request is None or not self._busy):
+            if self._closed:  # a step submitted but not started is dropped: nobody waits for it any more
                 return
             options = ort.RunOptions() if ort is not None else None
             self._run_options = options  # first, then the flag: cancel() sets them the other way round
