@@ -272,9 +272,10 @@ class TrainingQueue:
         if job.request_id:
             with self._lock:
                 self._waiting.add(job.request_id)
-        self._jobs.put(job)
+        # "queued" goes out before the worker can take the job, so it never follows that job's "training"
         self._emit["status"]({"candidate_id": job.candidate_id, **({"request_id": job.request_id} if job.request_id else {}),
-                              "state": "queued", "message": "", "queue_length": self._jobs.qsize()})
+                              "state": "queued", "message": "", "queue_length": self._jobs.qsize() + 1})
+        self._jobs.put(job)
 
     def pending(self) -> int:
         """Jobs waiting behind the one in training."""
