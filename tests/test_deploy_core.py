@@ -973,12 +973,14 @@ def test_a_late_step_damps_on_schedule_and_its_target_serves_the_rest_of_its_per
         assert c.cycle().mode == Mode.DAMP and c.mode == Mode.RUN and c.stats.late_cycles == late
     gate.set()
     assert wait_for(lambda: not c.runner._done.locked()), "the step did not come back"
-    for _ in range(c.decimation - 2):  # cycles 3..10: RUN on its target (cycle 10 starts the next step)
+    for k in range(3, c.decimation + 1):  # cycles 3..10: RUN on its target (cycle 10 starts the next step)
+        if k == c.decimation:  # (that step may be back within the cycle that starts it: count before)
+            assert c._policy_steps == 1
         feed(c, ROBOT.default_pose, np.zeros(J), clock)
         command = c.cycle()
         assert command.mode == Mode.RUN
     np.testing.assert_allclose(c._target, ROBOT.default_pose + 0.05)
-    assert c._policy_steps == 1 and c.stats.late_cycles == 2 and not c.modes.faults
+    assert c.stats.late_cycles == 2 and not c.modes.faults
 
 
 def test_a_hung_step_faults_after_overrun_periods_and_is_cancelled_and_blocks_run(on_a_worker):
